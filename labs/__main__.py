@@ -1,0 +1,102 @@
+"""Roofline's command line.
+
+    python -m labs list                                   the labs and their parameters
+    python -m labs run roofline size_mib=256 [--out F]    run a lab (model only without a GPU)
+    python -m labs run roofline --record                  ... and commit it as content/recorded/<gpu>/roofline.json
+    python -m labs calibrate [--record]                   measure this GPU's ceilings
+
+Progress goes to stderr; results go to --out (JSON, or CSV if the name ends in .csv) or stdout.
+Bad input exits with status 2 and says what is allowed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from labs import all_labs, get_lab, gpu, params as params_mod, runner
+from labs.results import save_recording
+
+
+def _progress(fraction: float, message: str) -> None:
+    print(f"[{100 * fraction:5.1f}%] {message}", file=sys.stderr, flush=True)
+
+
+def _parse_assignments(items: list[str]) -> dict:
+    values = {}
+    for item in items:
+        if "=" not in item:
+            raise params_mod.ParamError(f"expected key=value, got {item!r}")
+        key, value = item.split("=", 1)
+        values[key.strip()] = value
+    return values
+
+
+def cmd_list(_args) -> int:
+    for lab in all_labs():
+        print(f"{lab.name:14s} {lab.title}: {lab.summary}")
+        print(params_mod.describe(lab.Params))
+    return 0
+
+
+def cmd_run(args) -> int:
+    lab = get_lab(args.lab)
+    params = params_mod.from_strings(lab.Params, _parse_assignments(args.assignments))
+    target = gpu.live_target()
+    if target is None:
+        if args.record:
+            raise params_mod.ParamError(f"--record needs a GPU: {gpu.detect().reason}")
+        print(f"{gpu.detect().reason}\nShowing the model for {args.model_gpu}.", file=sys.stderr)
+        result = runner.model(lab, params, gpu.datasheet_target(gpu.datasheet_by_name(args.model_gpu)))
+    else:
+        result = runner.run(lab, params, progress=_progress,
+                            on_wait=lambda pos: _progress(0, f"waiting for the GPU ({pos} ahead)"))
+    for message in result.messages:
+        print(message, file=sys.stderr)
+    text = result.to_csv() if args.out and args.out.endswith(".csv") else result.to_json()
+    if args.out:
+        with open(args.out, "w") as fh:
+            fh.write(text)
+        print(f"wrote {args.out}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    if args.record:
+        print(f"recorded {save_recording(result)}", file=sys.stderr)
+    worst = result.max_abs_error_pct()
+    if worst is not None:
+        print(f"largest |model error|: {worst:.1f}%", file=sys.stderr)
+    return 0
+
+
+def cmd_calibrate(args) -> int:
+    ceilings = gpu.calibrate(_progress, record=args.record)
+    print(json.dumps(ceilings.to_dict(), indent=2))
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m labs", description="Roofline's labs from the command line.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("list", help="list the labs and their parameters").set_defaults(func=cmd_list)
+    run = sub.add_parser("run", help="run a lab: python -m labs run LAB [key=value ...]")
+    run.add_argument("lab")
+    run.add_argument("assignments", nargs="*", metavar="key=value")
+    run.add_argument("--out", help="write the result here (.json or .csv)")
+    run.add_argument("--record", action="store_true", help="also save it as a recorded run of this GPU")
+    run.add_argument("--model-gpu", default="H100 SXM", choices=[r.name for r in gpu.DATASHEET],
+                     help="without a GPU: which datasheet GPU to model (default: H100 SXM)")
+    run.set_defaults(func=cmd_run)
+    cal = sub.add_parser("calibrate", help="measure this GPU's ceilings (copy, FMA, matmul)")
+    cal.add_argument("--record", action="store_true", help="also commit them under content/recorded/")
+    cal.set_defaults(func=cmd_calibrate)
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except params_mod.ParamError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

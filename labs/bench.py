@@ -1,0 +1,117 @@
+"""Timing and correctness helpers shared by every lab.
+
+One timing function (`time_ms`, the median of `triton.testing.do_bench`, which flushes the L2
+between runs), one for launch-bound work (`graph_time_ms`, CUDA-graph replays), rate helpers,
+and the float64 correctness check every kernel passes before it is timed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Callable, Optional
+
+import torch
+
+DTYPES = {
+    "fp64": torch.float64,
+    "fp32": torch.float32,
+    "tf32": torch.float32,  # stored as fp32; the tensor cores round the inputs to TF32
+    "fp16": torch.float16,
+    "bf16": torch.bfloat16,
+}
+if hasattr(torch, "float8_e4m3fn"):
+    DTYPES["fp8"] = torch.float8_e4m3fn
+
+# ||out - ref|| / ||ref|| allowed against a float64 reference, by the dtype the kernel computes in.
+TOLERANCE = {"fp64": 1e-12, "fp32": 1e-5, "tf32": 5e-3, "fp16": 5e-3, "bf16": 2e-2, "fp8": 1e-1}
+
+
+class KernelMismatch(AssertionError):
+    """A kernel's output differs from its float64 reference by more than its dtype allows."""
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    return DTYPES[name]
+
+
+def element_bytes(name: str) -> int:
+    return torch.empty((), dtype=DTYPES[name]).element_size()
+
+
+def default_device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def random_tensor(shape, dtype: str, device: Optional[str] = None, generator=None) -> torch.Tensor:
+    """Fresh standard-normal data (never zeros: zeros hide unwritten outputs and time faster)."""
+    device = device or default_device()
+    x = torch.randn(shape, device=device, dtype=torch.float32, generator=generator)
+    return x.to(DTYPES[dtype])
+
+
+def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """||out - ref|| / ||ref|| computed in float64; NaN or Inf anywhere gives inf."""
+    out64, ref64 = out.detach().to(torch.float64), ref.detach().to(torch.float64).to(out.device)
+    if not torch.isfinite(out64).all():
+        return float("inf")
+    denom = torch.linalg.vector_norm(ref64).item()
+    diff = torch.linalg.vector_norm(out64 - ref64).item()
+    return diff / denom if denom > 0 else diff
+
+
+def check_close(out: torch.Tensor, ref: torch.Tensor, dtype: str, what: str, tol: Optional[float] = None) -> float:
+    """Raise KernelMismatch if `out` is further from `ref` than the dtype's tolerance."""
+    if out.shape != ref.shape:
+        raise KernelMismatch(f"{what}: shape {tuple(out.shape)} but the reference has {tuple(ref.shape)}")
+    err = rel_error(out, ref)
+    limit = TOLERANCE[dtype] if tol is None else tol
+    if not err <= limit:
+        raise KernelMismatch(f"{what}: relative error {err:.3g} exceeds the {dtype} tolerance {limit:g}")
+    return err
+
+
+def time_ms(fn: Callable[[], object], warmup_ms: float = 25, rep_ms: float = 100) -> float:
+    """Median time of one call of `fn`, in ms (triton's do_bench: warm-up, L2 flush, CUDA events)."""
+    import triton.testing
+
+    return float(triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median"))
+
+
+def graph_time_ms(fn: Callable[[], object]) -> float:
+    """Time of one call of `fn` captured in a CUDA graph (for work dominated by launch cost)."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):  # warm up on a side stream, as graph capture requires
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return time_ms(graph.replay)
+
+
+def tbps(nbytes: float, ms: float) -> float:
+    """Achieved bandwidth in TB/s (10^12 bytes per second)."""
+    return nbytes / (ms * 1e-3) / 1e12
+
+
+def tflops(flops: float, ms: float) -> float:
+    """Achieved arithmetic rate in TFLOP/s."""
+    return flops / (ms * 1e-3) / 1e12
+
+
+@contextlib.contextmanager
+def tf32(enabled: bool):
+    """Let fp32 matmuls use TF32 tensor cores inside the block (and restore the setting after)."""
+    before = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = enabled
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before
+
+
+def sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()

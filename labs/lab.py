@@ -1,0 +1,39 @@
+"""The lab contract: one `Lab` object per lab module, used the same way by pages, CLI and tests.
+
+    predict(params, target) -> rows      the model; pure, needs no GPU
+    measure(params, target, progress)    runs the real kernels (checked first), yields measured rows
+    check(params, target)                optional: refuse what cannot run (memory, dtype support)
+
+Rows from `predict` and `measure` share the `key` columns; the runner joins them and adds the
+error on `metric` (measured_<metric> against predicted_<metric>).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterable, Optional
+
+Progress = Callable[[float, str], None]
+
+
+@dataclass(frozen=True)
+class Lab:
+    name: str  # slug: module name, CLI name, page URL, recording file name
+    title: str
+    summary: str  # one sentence for the lab index
+    terms: tuple  # glossary slugs this lab teaches
+    Params: type  # dataclass of knobs (see labs.params.param)
+    predict: Callable[..., list]
+    measure: Callable[..., Iterable[dict]]
+    key: tuple  # columns that identify a row in both predict and measure
+    metric: str  # headline quantity compared with the model, e.g. "tflops"
+    order: int = 100  # position in the lab index
+    check: Optional[Callable[..., None]] = None
+    lesson_numbers: Optional[Callable[..., dict]] = None  # {{placeholders}} for the lesson text
+
+    def default_params(self):
+        return self.Params()
+
+
+def noop_progress(fraction: float, message: str) -> None:
+    """A progress callback that ignores progress."""

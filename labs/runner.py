@@ -1,0 +1,129 @@
+"""Running labs: the one GPU lock, validation, out-of-memory handling and the result cache.
+
+Every kernel the app times runs inside `gpu_session()`, so two learners' runs never overlap on the
+GPU (their timings would be wrong, and torch's memory counters are per process). Identical runs
+are computed once and then served from the cache.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import threading
+import time
+from contextlib import contextmanager
+from typing import Callable, Optional
+
+from labs import gpu as gpu_mod
+from labs.lab import Lab, Progress, noop_progress
+from labs.params import ParamError, to_dict, validate
+from labs.results import Result, merge_rows, run_metadata
+
+__all__ = ["ParamError", "run", "model", "gpu_session", "queue_length", "clear_cache"]
+
+_LOCK = threading.Lock()
+_STATE = threading.Condition()
+_waiting = 0  # sessions queued for the GPU right now
+_CACHE: "collections.OrderedDict[str, Result]" = collections.OrderedDict()
+_CACHE_SIZE = 64
+EVENT_LOG: collections.deque = collections.deque(maxlen=1000)  # (time, "enter"/"exit", lab) for audits
+
+
+def queue_length() -> int:
+    """How many runs are waiting for the GPU now (0 when it is free)."""
+    return _waiting + (1 if _LOCK.locked() else 0)
+
+
+@contextmanager
+def gpu_session(label: str, on_wait: Optional[Callable[[int], None]] = None):
+    """Hold the process-wide GPU lock; `on_wait(position)` is called while queued."""
+    global _waiting
+    if not _LOCK.acquire(blocking=False):
+        with _STATE:
+            _waiting += 1
+            position = _waiting
+        try:
+            if on_wait:
+                on_wait(position)
+            _LOCK.acquire()
+        finally:
+            with _STATE:
+                _waiting -= 1
+    EVENT_LOG.append((time.monotonic(), "enter", label))
+    try:
+        yield
+    finally:
+        EVENT_LOG.append((time.monotonic(), "exit", label))
+        _release_gpu_memory()
+        _LOCK.release()
+
+
+def _release_gpu_memory() -> None:
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+    except Exception:  # a poisoned context must not keep the lock held
+        pass
+
+
+def _cache_key(lab: Lab, params, target_key: str) -> str:
+    return json.dumps([lab.name, to_dict(params), target_key], sort_keys=True)
+
+
+def clear_cache() -> None:
+    _CACHE.clear()
+
+
+def model(lab: Lab, params, target: gpu_mod.Target) -> Result:
+    """The lab's prediction alone: works anywhere, GPU or not."""
+    params = validate(params)
+    rows = merge_rows([], lab.predict(params, target), lab.key, lab.metric)
+    meta = run_metadata("model", None, target)
+    return Result(lab.name, to_dict(params), rows, meta)
+
+
+def run(lab: Lab, params, progress: Progress = noop_progress,
+        on_wait: Optional[Callable[[int], None]] = None, use_cache: bool = True) -> Result:
+    """Validate, take the GPU, measure, merge with the model. Raises ParamError for bad input."""
+    params = validate(params)
+    info = gpu_mod.detect()
+    if not info.available:
+        raise ParamError(info.reason)
+    target = gpu_mod.live_target()
+    if lab.check:
+        lab.check(params, target)
+    key = _cache_key(lab, params, target.key)
+    if use_cache and key in _CACHE:
+        return _CACHE[key]
+    with gpu_session(lab.name, on_wait):
+        if use_cache and key in _CACHE:  # someone ran the same thing while we waited
+            return _CACHE[key]
+        started = time.monotonic()
+        measured, messages, complete = _measure_rows(lab, params, target, progress)
+    rows = merge_rows(measured, lab.predict(params, target), lab.key, lab.metric)
+    meta = run_metadata("live", info, target) | {"duration_s": round(time.monotonic() - started, 2)}
+    result = Result(lab.name, to_dict(params), rows, meta, messages, complete)
+    if complete:
+        _CACHE[key] = result
+        while len(_CACHE) > _CACHE_SIZE:
+            _CACHE.popitem(last=False)
+    return result
+
+
+def _measure_rows(lab: Lab, params, target, progress: Progress):
+    """Collect measured rows; out of GPU memory stops the sweep but keeps what was measured."""
+    import torch
+
+    rows: list = []
+    try:
+        for row in lab.measure(params, target, progress):
+            rows.append(row)
+    except torch.cuda.OutOfMemoryError:
+        _release_gpu_memory()
+        free_gb = gpu_mod.free_memory_bytes() / 1e9
+        return rows, [f"The GPU ran out of memory after {len(rows)} measured points; the sweep stopped there "
+                      f"and what was measured is kept ({free_gb:.1f} GB free now). Try a smaller size."], False
+    return rows, [], True
