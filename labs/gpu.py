@@ -395,3 +395,51 @@ def available_targets() -> list[Target]:
             continue
         targets.append(datasheet_target(sheet))
     return targets
+
+
+def ceilings_vs_datasheet(ceilings: Ceilings, sheet: Optional[Datasheet]) -> list[dict]:
+    """One row per ceiling: what was measured, what the datasheet promises, and their ratio."""
+    rows = [("copy bandwidth", "TB/s", ceilings.copy_tbps, sheet.bandwidth_tbps if sheet else None),
+            ("FP32 FMA (CUDA cores)", "TFLOP/s", ceilings.fma_tflops, sheet.fp32_tflops if sheet else None)]
+    for dtype in MATMUL_DTYPES:
+        measured = ceilings.matmul_tflops.get(dtype)
+        promised = sheet.matmul_tflops(dtype) if sheet else None
+        if measured is not None or promised is not None:
+            label = "FP32 matmul (no tensor cores)" if dtype == "fp32" else f"{dtype.upper()} matmul (tensor cores)"
+            rows.append((label, "TFLOP/s", measured, promised))
+    return [{"ceiling": name, "unit": unit, "measured": m, "datasheet": d,
+             "measured / datasheet": (m / d if m is not None and d else None)} for name, unit, m, d in rows]
+
+
+def gpu_properties(info: GpuInfo) -> list[dict]:
+    """The device's own report, as label/value rows for a table."""
+    def size(nbytes):
+        return f"{nbytes / GiB:.1f} GiB" if nbytes >= GiB else f"{nbytes / MiB:.0f} MiB" if nbytes >= MiB else f"{nbytes / 1024:.0f} KiB"
+
+    rows = [("name", info.name), ("compute capability", info.compute_capability), ("SMs", info.sm_count),
+            ("L2 cache", size(info.l2_bytes)), ("device memory", size(info.memory_bytes)),
+            ("shared memory per SM", size(info.shared_memory_per_sm_bytes)),
+            ("32-bit registers per SM", info.registers_per_sm), ("max resident threads per SM", info.max_threads_per_sm),
+            ("max SM clock", f"{info.sm_clock_mhz} MHz" if info.sm_clock_mhz else "not readable"),
+            ("max memory clock", f"{info.memory_clock_mhz} MHz" if info.memory_clock_mhz else "not readable"),
+            ("driver", info.driver or "not readable"), ("CUDA (torch build)", info.cuda_runtime)]
+    return [{"property": k, "value": str(v)} for k, v in rows]
+
+
+def datasheet_rows() -> list[dict]:
+    """The whole datasheet table, for display."""
+    return [{"GPU": r.name, "architecture": r.arch, "CC": r.compute_capability, "SMs": r.sm_count, "L2 (MB)": r.l2_mb,
+             "memory (GB)": r.memory_gb, "memory": r.memory_type, "bandwidth (TB/s)": r.bandwidth_tbps,
+             "FP32 (TFLOP/s)": r.fp32_tflops, "TF32": r.tf32_tflops, "FP16": r.fp16_tflops, "BF16": r.bf16_tflops,
+             "FP8": r.fp8_tflops, "source": r.source + (f" Note: {r.note}" if r.note else "")} for r in DATASHEET]
+
+
+def recorded_ceilings() -> list[Ceilings]:
+    """The committed calibrations of every recorded GPU kind."""
+    found = []
+    for key in recorded_gpu_keys():
+        data = json.loads(recorded_ceilings_path(key).read_text())
+        ceilings = Ceilings.from_dict(data)
+        ceilings.source = "recorded"
+        found.append(ceilings)
+    return found

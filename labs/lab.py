@@ -17,6 +17,27 @@ Progress = Callable[[float, str], None]
 
 
 @dataclass(frozen=True)
+class Headline:
+    """The one number a learner is asked to predict before a run is revealed (predict-then-run).
+
+    The answer is the row of the result whose columns equal `row`, read at measured_<metric>
+    (and predicted_<metric> for the model's answer).
+    """
+
+    question: str  # "What TFLOP/s will the fp32 kernel reach at 1024 FLOP per element?"
+    unit: str  # "TFLOP/s"
+    row: dict  # e.g. {"dtype": "fp32", "flops_per_element": 1024}
+    metric: str  # e.g. "tflops"
+
+    def answer(self, rows: list) -> tuple:
+        """(measured, predicted) for the headline row, None where absent."""
+        for r in rows:
+            if all(r.get(k) == v for k, v in self.row.items()):
+                return r.get(f"measured_{self.metric}"), r.get(f"predicted_{self.metric}")
+        return None, None
+
+
+@dataclass(frozen=True)
 class Lab:
     name: str  # slug: module name, CLI name, page URL, recording file name
     title: str
@@ -30,6 +51,7 @@ class Lab:
     order: int = 100  # position in the lab index
     check: Optional[Callable[..., None]] = None
     lesson_numbers: Optional[Callable[..., dict]] = None  # {{placeholders}} for the lesson text
+    headline: Optional[Headline] = None  # the number to predict before a run
 
     def default_params(self):
         return self.Params()

@@ -24,7 +24,7 @@ import triton.language as tl
 
 from labs import bench
 from labs.gpu import MiB, Target, free_memory_bytes
-from labs.lab import Lab
+from labs.lab import Headline, Lab
 from labs.params import ParamError, param
 
 UNROLL = 8  # FMAs per loop trip: the loop counter's cost is paid once per eight FMAs
@@ -53,7 +53,7 @@ def fma_chain_kernel(x_ptr, y_ptr, n, a, b,
 # a = -1, b = 0.5 maps y -> 0.5 - y: values stay bounded for any chain length, the output still
 # depends on the input, and because a and b arrive at run time every step is a real FMA.
 A, B = -1.0, 0.5
-BLOCK, NUM_WARPS = 4096, 8  # 16 elements per thread: 16-byte loads and independent chains
+BLOCK, NUM_WARPS = 1024, 4  # 8 elements per thread: two 16-byte fp32 loads, 8 independent chains
 
 
 def fma_chain(x: torch.Tensor, flops_per_element: int, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -201,4 +201,6 @@ LAB = Lab(
     order=10,
     check=check,
     lesson_numbers=lesson_numbers,
+    headline=Headline("What TFLOP/s will the fp32 kernel reach with 1 FLOP per element (1/8 FLOP/byte)?",
+                      "TFLOP/s", {"dtype": "fp32", "flops_per_element": 1}, "tflops"),
 )

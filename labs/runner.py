@@ -127,3 +127,9 @@ def _measure_rows(lab: Lab, params, target, progress: Progress):
         return rows, [f"The GPU ran out of memory after {len(rows)} measured points; the sweep stopped there "
                       f"and what was measured is kept ({free_gb:.1f} GB free now). Try a smaller size."], False
     return rows, [], True
+
+
+def calibrate(progress: Progress = noop_progress, on_wait: Optional[Callable[[int], None]] = None):
+    """Measure this GPU's ceilings under the GPU lock (see labs.gpu.calibrate)."""
+    with gpu_session("calibrate", on_wait):
+        return gpu_mod.calibrate(progress)

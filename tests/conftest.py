@@ -34,7 +34,7 @@ def pytest_collection_modifyitems(config, items):
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")
     for item in items:
-        if "gpu" in item.keywords:
+        if item.get_closest_marker("gpu"):
             item.add_marker(skip)
 
 

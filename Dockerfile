@@ -1,0 +1,26 @@
+# Roofline on a CUDA machine:
+#   docker build -t roofline .
+#   docker run --gpus all -p 8501:8501 roofline
+# The base image carries CUDA PyTorch, nvcc and gcc (Triton compiles with a C compiler at run time;
+# the CUDA C++ labs build with nvcc).
+FROM pytorch/pytorch:2.7.1-cuda12.8-cudnn9-devel
+
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends build-essential curl \
+ && rm -rf /var/lib/apt/lists/*
+
+# a non-root user with a writable home: Triton and torch cache compiled kernels there
+RUN useradd --create-home --uid 1000 roofline
+WORKDIR /app
+COPY requirements.txt .
+RUN pip install --no-cache-dir -r requirements.txt
+COPY --chown=roofline:roofline . .
+USER roofline
+ENV HOME=/home/roofline \
+    TRITON_CACHE_DIR=/home/roofline/.triton \
+    STREAMLIT_BROWSER_GATHER_USAGE_STATS=false
+
+EXPOSE 8501
+HEALTHCHECK --interval=30s --timeout=5s --start-period=60s \
+  CMD curl -fsS http://localhost:8501/_stcore/health || exit 1
+CMD ["streamlit", "run", "app.py", "--server.address=0.0.0.0", "--server.port=8501", "--server.headless=true"]

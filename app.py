@@ -1,0 +1,24 @@
+"""Roofline: navigation only. Learn (Home, Glossary) · Labs (one page per lab) · Your GPU."""
+
+from pathlib import Path
+
+import streamlit as st
+
+from labs import all_labs
+
+HERE = Path(__file__).resolve().parent
+
+st.set_page_config(page_title="Roofline: GPUs for AI engineers", page_icon=":material/show_chart:", layout="wide")
+
+
+def page_if_present(path: str, **kwargs):
+    return [st.Page(path, **kwargs)] if (HERE / path).exists() else []
+
+
+learn = page_if_present("pages/home.py", title="Home", icon=":material/home:", default=True) + \
+    page_if_present("pages/glossary.py", title="Glossary", icon=":material/menu_book:", url_path="glossary")
+lab_pages = [p for lab in all_labs() for p in page_if_present(f"pages/{lab.name}.py", title=lab.title,
+                                                               url_path=lab.name)]
+your_gpu = page_if_present("pages/gpu.py", title="Your GPU", icon=":material/memory:", url_path="gpu")
+
+st.navigation({"Learn": learn, "Labs": lab_pages, "Your GPU": your_gpu}).run()

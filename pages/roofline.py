@@ -1,0 +1,51 @@
+"""Roofline lab page: intensity sweep, measured points on the roof of this GPU, model error per point."""
+
+import streamlit as st
+
+from labs import roofline
+from labs.roofline import LAB
+from ui import charts
+from ui.lab_page import LabPage, recorded_caption
+
+page = LabPage(LAB)
+page.lesson()
+params = page.params_form()
+if params is None:
+    st.stop()
+live, model, recorded = page.results(params)
+
+# --- the roofline: roof from the ceilings, the model's points, the measured points ---------------
+target = page.target
+fig = charts.figure(f"Roofline of {target.name}", "arithmetic intensity (FLOP/byte)", "TFLOP/s",
+                    log_x=True, log_y=True)
+roof = roofline.roof_curve(target)
+charts.add_series(fig, roof, "intensity_flop_per_byte", "tflops", f"roof: {target.describe_ceilings()}",
+                  dict(mode="lines", line=dict(color="black", width=2)))
+ridge = target.ridge_flop_per_byte
+fig.add_vline(x=ridge, line_dash="dash", line_color="gray",
+              annotation_text=f"ridge {ridge:.1f} FLOP/byte", annotation_position="top left")
+fig.add_vrect(x0=ridge / 2, x1=ridge * 2, fillcolor="orange", opacity=0.08, line_width=0)
+hover = ("dtype", "flops_per_element", "predicted_tflops", "error_pct")
+for dtype in params.dtypes:
+    charts.add_series(fig, charts.rows_where(model.rows, dtype=dtype), "intensity_flop_per_byte",
+                      "predicted_tflops", f"model, {dtype}", charts.MODEL_STYLE, hover[:3])
+    if live is not None:
+        charts.add_series(fig, charts.rows_where(live.rows, dtype=dtype), "intensity_flop_per_byte",
+                          "measured_tflops", f"measured, {dtype}", charts.LIVE_STYLE, hover)
+for rec in recorded:
+    for dtype in params.dtypes:
+        charts.add_series(fig, charts.rows_where(rec.rows, dtype=dtype), "intensity_flop_per_byte",
+                          "measured_tflops", f"{rec.label}, {dtype}", charts.RECORDED_STYLE, hover)
+st.plotly_chart(fig, width="stretch")
+st.caption("Open circles: the model min(peak, intensity x bandwidth). Filled: this GPU, measured now. "
+           "Diamonds: recorded runs of real GPUs (each against its own roof). Shaded: within 2x of the ridge.")
+if recorded:
+    st.caption(recorded_caption(recorded))
+
+# --- how far the model is from each measurement -------------------------------------------------
+shown = live or (recorded[0] if recorded else None)
+if shown is not None:
+    st.plotly_chart(charts.error_figure(shown.rows, "intensity_flop_per_byte", "dtype", 15, log_x=True,
+                                        title=f"Model error, {shown.label}"), width="stretch")
+    st.markdown(page.section("Near the ridge"))
+page.table_and_downloads(live or model)

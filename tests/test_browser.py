@@ -1,0 +1,83 @@
+"""A real browser: the app served on localhost, Debian's Chromium loads every page and screenshots it."""
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from labs import all_labs
+
+ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = ROOT / "tests" / "artifacts" / "screenshots"
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+pytestmark = [pytest.mark.browser,
+              pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed")]
+
+# url path -> text that must appear once the page has rendered
+PAGES = {"": "The labs", "gpu": "Datasheet table"}
+PAGES.update({lab.name: lab.title for lab in all_labs() if (ROOT / "pages" / f"{lab.name}.py").exists()})
+if (ROOT / "pages" / "glossary.py").exists():
+    PAGES["glossary"] = "Glossary"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server():
+    port = free_port()
+    env = {**os.environ, "STREAMLIT_BROWSER_GATHER_USAGE_STATS": "false"}
+    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless=true",
+                             f"--server.port={port}", "--server.address=127.0.0.1"], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 90
+    while time.time() < deadline:
+        try:
+            if urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).read() == b"ok":
+                break
+        except OSError:
+            time.sleep(0.5)
+    else:
+        proc.kill()
+        pytest.fail("the app did not start: " + proc.stdout.read().decode()[-2000:])
+    yield url
+    proc.terminate()
+    proc.wait(timeout=20)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True,
+                              args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                                    "--disable-background-networking", "--disable-component-update",
+                                    "--disable-sync", "--no-first-run", "--disable-quic"])
+        yield b
+        b.close()
+
+
+@pytest.mark.parametrize("path", list(PAGES))
+def test_page_loads_in_chromium_without_errors(server, browser, path):
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    errors = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto(f"{server}/{path}", wait_until="domcontentloaded", timeout=60_000)
+    page.get_by_text(PAGES[path], exact=False).first.wait_for(timeout=90_000)
+    page.wait_for_timeout(1500)  # let charts draw
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"{path or 'home'}.png"), full_page=True)
+    assert page.locator("[data-testid='stException']").count() == 0, f"{path}: the page shows an exception"
+    assert not errors, f"{path}: JavaScript errors {errors}"
+    page.close()

@@ -1,0 +1,82 @@
+"""Every page renders under AppTest without a GPU: no exception, its key elements present, fast."""
+
+import time
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from labs import all_labs
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = ["pages/home.py", "pages/gpu.py"] + [f"pages/{lab.name}.py" for lab in all_labs()
+                                              if (ROOT / "pages" / f"{lab.name}.py").exists()]
+if (ROOT / "pages" / "glossary.py").exists():
+    PAGES.append("pages/glossary.py")
+
+
+def open_page(page: str) -> AppTest:
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
+    at.run()
+    at.switch_page(page)
+    at.run()
+    return at
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_page_renders_without_exception_in_under_a_second(page):
+    at = open_page(page)  # the first render imports and warms caches
+    assert not at.exception, [e.value for e in at.exception]
+    started = time.perf_counter()
+    at.run()
+    elapsed = time.perf_counter() - started
+    assert not at.exception
+    assert at.title, f"{page} shows no title"
+    assert elapsed < 1.0, f"{page} took {elapsed:.2f} s to render"
+
+
+def test_home_lists_every_lab_and_the_gpu_status():
+    at = open_page("pages/home.py")
+    shown = " ".join(c.value for c in at.caption)
+    for lab in all_labs():
+        assert lab.summary in shown
+    assert any("GPU" in i.value for i in at.info)
+
+
+def test_gpu_page_shows_the_datasheet_and_recorded_ceilings():
+    at = open_page("pages/gpu.py")
+    headers = [h.value for h in at.header]
+    assert "Datasheet table" in headers and "Recorded GPUs" in headers
+    assert any(s.value == "NVIDIA H200" for s in at.subheader)
+
+
+def test_roofline_page_draws_model_and_recorded_runs_without_gpu():
+    at = open_page("pages/roofline.py")
+    charts = at.get("plotly_chart")
+    assert len(charts) >= 1
+    figure = charts[0].proto.spec
+    assert "model, fp32" in figure and "roof:" in figure
+    assert any("Live runs are off" in i.value for i in at.info)
+
+
+def test_roofline_page_reports_bad_parameters():
+    at = open_page("pages/roofline.py")
+    at.number_input(key="roofline.size_mib").set_value(10**6).run()
+    assert not at.exception
+    assert any("out of range" in e.value for e in at.error)
+
+
+def test_roofline_page_models_another_gpu():
+    at = open_page("pages/roofline.py")
+    at.sidebar.selectbox(key="target").set_value("T4").run()
+    assert not at.exception
+    assert "Roofline of T4" in at.get("plotly_chart")[0].proto.spec
+
+
+def test_query_parameters_preset_the_lab_and_bad_ones_warn():
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
+    at.query_params["size_mib"] = "-3"
+    at.run()
+    at.switch_page("pages/roofline.py")
+    at.run()
+    assert not at.exception

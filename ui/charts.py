@@ -1,0 +1,47 @@
+"""Plotly figures shared by lab pages: the same look for model, live and recorded data everywhere."""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+MODEL_STYLE = dict(mode="lines+markers", marker=dict(symbol="circle-open", size=9), line=dict(dash="dot"))
+LIVE_STYLE = dict(mode="markers", marker=dict(size=10))
+RECORDED_STYLE = dict(mode="markers", marker=dict(size=8, symbol="diamond", opacity=0.75))
+
+
+def figure(title: str, x_title: str, y_title: str, log_x: bool = False, log_y: bool = False) -> go.Figure:
+    fig = go.Figure()
+    fig.update_layout(title=title, xaxis_title=x_title, yaxis_title=y_title, height=480,
+                      legend=dict(orientation="h", yanchor="top", y=-0.18), margin=dict(t=60, b=10))
+    if log_x:
+        fig.update_xaxes(type="log")
+    if log_y:
+        fig.update_yaxes(type="log")
+    return fig
+
+
+def rows_where(rows: list, **match) -> list:
+    return [r for r in rows if all(r.get(k) == v for k, v in match.items())]
+
+
+def add_series(fig: go.Figure, rows: list, x: str, y: str, name: str, style: dict, hover: tuple = ()) -> None:
+    """One trace from the rows that have both x and y (rows without a value are skipped)."""
+    rows = [r for r in rows if r.get(x) is not None and r.get(y) is not None]
+    if not rows:
+        return
+    custom = [[r.get(h) for h in hover] for r in rows]
+    template = "<br>".join(f"{h}: %{{customdata[{i}]:.4g}}" if isinstance(rows[0].get(h), (int, float))
+                           else f"{h}: %{{customdata[{i}]}}" for i, h in enumerate(hover))
+    fig.add_trace(go.Scatter(x=[r[x] for r in rows], y=[r[y] for r in rows], name=name, customdata=custom,
+                             hovertemplate=f"{x}: %{{x:.4g}}<br>{y}: %{{y:.4g}}<br>{template}<extra>{name}</extra>",
+                             **style))
+
+
+def error_figure(rows: list, x: str, group: str, band_pct: float, log_x: bool = False, title: str = "") -> go.Figure:
+    """error_pct against x, one trace per group, with the +-band the issue sets as the target."""
+    fig = figure(title or "Model error (measured vs predicted)", x, "error (%)", log_x=log_x)
+    for value in dict.fromkeys(r.get(group) for r in rows):
+        add_series(fig, rows_where(rows, **{group: value}), x, "error_pct", str(value), dict(mode="lines+markers"))
+    fig.add_hrect(y0=-band_pct, y1=band_pct, fillcolor="green", opacity=0.08, line_width=0)
+    fig.add_hline(y=0, line_color="gray", line_width=1)
+    return fig

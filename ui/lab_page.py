@@ -1,0 +1,213 @@
+"""The parts every lab page shares: header, GPU choice, lesson, parameter widgets, run, results.
+
+A lab page is then a short script:
+
+    page = LabPage(LAB)                  # title, GPU status, which GPU the model describes
+    page.lesson()                        # content/labs/<lab>.md with this GPU's numbers
+    params = page.params_form()          # widgets built from LAB.Params metadata (None if invalid)
+    live, model, recorded = page.results(params)   # run button, the model, committed recordings
+    ... plotly chart of model + live + recorded ...
+    page.table_and_downloads(live or model)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import streamlit as st
+
+from labs import gpu as gpu_mod
+from labs import params as params_mod
+from labs import runner
+from labs.lab import Lab
+from labs.results import Result, list_recorded
+from ui import text
+
+
+def gpu_status_line() -> str:
+    info = gpu_mod.detect()
+    if info.available:
+        return f"GPU: **{info.name}** (compute capability {info.compute_capability}, {info.sm_count} SMs)"
+    return f"No GPU: {info.reason}"
+
+
+@st.cache_data(show_spinner=False)
+def _target_names() -> list[str]:
+    live = gpu_mod.live_target()
+    names = [f"This GPU: {live.name}"] if live else []
+    recorded = {gpu_mod.datasheet_for(k.replace("-", " ")) for k in gpu_mod.recorded_gpu_keys()}
+    # datasheet GPUs with committed measurements first: their ceilings are real
+    rows = sorted(gpu_mod.DATASHEET, key=lambda r: r not in recorded)
+    return names + [r.name for r in rows if not (live and live.datasheet is r)]
+
+
+def choose_target(key: str = "target") -> gpu_mod.Target:
+    """The GPU the model describes: the attached one by default, or any datasheet GPU."""
+    names = _target_names()
+    choice = st.sidebar.selectbox("Model the GPU", names, key=key,
+                                  help="The model uses this GPU's ceilings: measured if it was calibrated "
+                                       "(here or in a committed recording), else its datasheet.")
+    if choice.startswith("This GPU"):
+        return gpu_mod.live_target()
+    return gpu_mod.datasheet_target(gpu_mod.datasheet_by_name(choice))
+
+
+def _widget(field: dataclasses.Field, key: str, initial):
+    m, label = field.metadata, field.name.replace("_", " ") + (f" ({field.metadata['unit']})" if field.metadata.get("unit") else "")
+    helptext = m.get("help")
+    default = field.default
+    if isinstance(default, tuple):
+        if m.get("choices") and not isinstance(default[0], (int, float)):
+            chosen = st.multiselect(label, list(m["choices"]), default=list(initial), key=key, help=helptext)
+            return ",".join(map(str, chosen))
+        return st.text_input(label, ",".join(map(str, initial)), key=key, help=f"{helptext} (comma-separated)")
+    if isinstance(default, bool):
+        return str(st.checkbox(label, value=bool(initial), key=key, help=helptext))
+    if m.get("choices"):
+        options = list(m["choices"])
+        return str(st.selectbox(label, options, index=options.index(initial) if initial in options else 0, key=key,
+                                help=helptext))
+    if isinstance(default, (int, float)):
+        # bounds are checked by validation (with a message), not clamped silently by the widget
+        step = m.get("step") or (1 if isinstance(default, int) else None)
+        value = st.number_input(label, value=initial, step=step, key=key, help=helptext)
+        return str(value)
+    return st.text_input(label, str(initial), key=key, help=helptext)
+
+
+def _initial_values(lab: Lab) -> dict:
+    """Defaults, overridden by valid ?key=value query parameters (a shared link presets a run)."""
+    values = {f.name: f.default for f in dataclasses.fields(lab.Params)}
+    from_url = {k: v for k, v in st.query_params.items() if k in values}
+    if from_url:
+        try:
+            values.update(dataclasses.asdict(params_mod.from_strings(lab.Params, from_url)))
+        except params_mod.ParamError as exc:
+            st.warning(f"Ignoring the link's parameters: {exc}")
+    return values
+
+
+class LabPage:
+    def __init__(self, lab: Lab):
+        self.lab = lab
+        st.title(lab.title)
+        st.caption(lab.summary)
+        st.markdown(gpu_status_line())
+        self.target = choose_target()
+        st.sidebar.caption(f"Ceilings used by the model: {self.target.describe_ceilings()}")
+
+    # --- words -----------------------------------------------------------------------------
+    def numbers(self) -> dict:
+        return self.lab.lesson_numbers(self.target) if self.lab.lesson_numbers else {}
+
+    def lesson(self, expanded: bool = False) -> None:
+        """'What you will learn' in full, the rest of the lesson in an expander. Sections whose heading
+        starts with 'Near' or 'Why' are left for the page to show beside its charts (`section`)."""
+        sections = text.split_sections(text.lesson(self.lab.name, self.numbers()))
+        learn = sections.pop("What you will learn", "")
+        if learn:
+            st.markdown("**What you will learn**\n\n" + learn)
+        body = "\n\n".join((f"### {title}\n{content}" if title else content) for title, content in sections.items()
+                           if content and not title.startswith(("Near", "Why")))
+        with st.expander("Lesson: the idea, the experiment, what to try, questions", expanded=expanded):
+            st.markdown(body)
+        self.term_links()
+
+    def section(self, title: str) -> str:
+        """One '## title' section of the lesson, numbers filled in ('' if the lesson has none)."""
+        return text.split_sections(text.lesson(self.lab.name, self.numbers())).get(title, "")
+
+    def term_links(self) -> None:
+        if self.lab.terms:
+            links = " · ".join(f"[{t.replace('-', ' ')}](glossary?term={t})" for t in self.lab.terms)
+            st.markdown(f"**Terms in this lab:** {links}")
+
+    # --- input -----------------------------------------------------------------------------
+    def params_form(self, columns: int = 3):
+        st.subheader("Parameters")
+        initial = _initial_values(self.lab)
+        fields = dataclasses.fields(self.lab.Params)
+        cols = st.columns(columns)
+        values = {}
+        for i, f in enumerate(fields):
+            with cols[i % columns]:
+                values[f.name] = _widget(f, f"{self.lab.name}.{f.name}", initial[f.name])
+        try:
+            params = params_mod.from_strings(self.lab.Params, values)
+            if self.lab.check and self.target.live:
+                self.lab.check(params, self.target)
+            return params
+        except params_mod.ParamError as exc:
+            st.error(str(exc))
+            return None
+
+    # --- results ---------------------------------------------------------------------------
+    def results(self, params):
+        """(live result or None, model result or None, recorded results to overlay)."""
+        model = runner.model(self.lab, params, self.target) if params is not None else None
+        live = self._live_panel(params)
+        recorded = self._recorded_panel()
+        return live, model, recorded
+
+    def _live_panel(self, params):
+        key = f"live:{self.lab.name}"
+        info = gpu_mod.detect()
+        if not info.available:
+            st.info(f"Live runs are off: {info.reason}")
+            return None
+        if params is None:
+            return None
+        if st.button(f"Run on {info.name}", type="primary", key=f"run:{self.lab.name}"):
+            bar = st.progress(0.0, text="starting")
+            waiting = st.empty()
+            try:
+                result = runner.run(
+                    self.lab, params,
+                    progress=lambda f, m: bar.progress(min(max(f, 0.0), 1.0), text=m),
+                    on_wait=lambda pos: waiting.info(f"Waiting for the GPU: {pos} run(s) ahead of yours."))
+                st.session_state[key] = result
+            except params_mod.ParamError as exc:
+                st.error(str(exc))
+            except Exception as exc:  # a failed kernel must not take the page down
+                st.error(f"The run failed: {type(exc).__name__}: {exc}")
+            finally:
+                waiting.empty()
+                bar.empty()
+        result = st.session_state.get(key)
+        if result is not None and result.params != params_mod.to_dict(params):
+            st.caption("The parameters changed since the last run: press Run to measure them.")
+            return None
+        if result is not None:
+            for message in result.messages:
+                st.warning(message)
+        return result
+
+    def _recorded_panel(self) -> list:
+        recorded = list_recorded(self.lab.name)
+        if not recorded:
+            st.caption("No recorded runs of this lab yet.")
+            return []
+        labels = [r.label for r in recorded]
+        chosen = st.multiselect("Recorded runs of real GPUs to show", labels, default=labels,
+                                key=f"recorded:{self.lab.name}")
+        return [r for r in recorded if r.label in chosen]
+
+    def table_and_downloads(self, result: Result, title: str = "Numbers") -> None:
+        if result is None or not result.rows:
+            return
+        st.subheader(title)
+        st.caption(f"{result.label}. error_pct = 100 x (measured - predicted) / predicted.")
+        st.dataframe(result.rows, width="stretch", hide_index=True)
+        c1, c2 = st.columns(2)
+        name = f"roofline-{self.lab.name}-{result.kind}"
+        c1.download_button("Download CSV", result.to_csv(), f"{name}.csv", "text/csv", key=f"csv:{name}")
+        c2.download_button("Download JSON", result.to_json(), f"{name}.json", "application/json", key=f"json:{name}")
+
+
+def recorded_caption(results: list) -> str:
+    parts = []
+    for r in results:
+        v = r.meta.get("versions", {})
+        parts.append(f"{r.label} (torch {v.get('torch')}, triton {v.get('triton')}, commit {r.meta.get('git_commit') or '?'})")
+    return "Recorded: " + "; ".join(parts) if parts else ""
+
