@@ -4,6 +4,7 @@
     python -m labs run roofline size_mib=256 [--out F]    run a lab (model only without a GPU)
     python -m labs run roofline --record                  ... and commit it as content/recorded/<gpu>/roofline.json
     python -m labs calibrate [--record]                   measure this GPU's ceilings
+    python -m labs warmup [--labs a,b]                    instructor warm-up: compile and run every lab once
 
 Progress goes to stderr; results go to --out (JSON, or CSV if the name ends in .csv) or stdout.
 Bad input exits with status 2 and says what is allowed.
@@ -75,6 +76,20 @@ def cmd_calibrate(args) -> int:
     return 0
 
 
+def cmd_warmup(args) -> int:
+    """Instructor warm-up: every lab's default run, twice; the second pass must come from the cache."""
+    if not gpu.detect().available:
+        raise params_mod.ParamError(f"warmup needs a GPU: {gpu.detect().reason}")
+    labs = [get_lab(n) for n in args.labs.split(",")] if args.labs else list(all_labs())
+    failed = False
+    for attempt in ("first pass (compiles and measures)", "second pass (served from the cache)"):
+        print(attempt, file=sys.stderr)
+        for name, seconds, status in runner.warmup(labs, lambda i, lab, s: _progress(i / len(labs), f"{lab.name}: {s}")):
+            print(f"  {name:14s} {seconds:8.2f} s  {status}", file=sys.stderr)
+            failed |= status.startswith("failed")
+    return 1 if failed else 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m labs", description="Roofline's labs from the command line.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -90,6 +105,9 @@ def main(argv=None) -> int:
     cal = sub.add_parser("calibrate", help="measure this GPU's ceilings (copy, FMA, matmul)")
     cal.add_argument("--record", action="store_true", help="also commit them under content/recorded/")
     cal.set_defaults(func=cmd_calibrate)
+    warm = sub.add_parser("warmup", help="run every lab's default sweep so a class demo never waits on compilation")
+    warm.add_argument("--labs", help="comma-separated lab names (default: all)")
+    warm.set_defaults(func=cmd_warmup)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

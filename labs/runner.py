@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import json
+import os
 import threading
 import time
 from contextlib import contextmanager
@@ -19,7 +20,7 @@ from labs.lab import Lab, Progress, noop_progress
 from labs.params import ParamError, to_dict, validate
 from labs.results import Result, merge_rows, run_metadata
 
-__all__ = ["ParamError", "run", "model", "gpu_session", "queue_length", "clear_cache"]
+__all__ = ["ParamError", "run", "model", "cached", "warmup", "calibrate", "gpu_session", "queue_length", "clear_cache"]
 
 _LOCK = threading.Lock()
 _STATE = threading.Condition()
@@ -27,6 +28,22 @@ _waiting = 0  # sessions queued for the GPU right now
 _CACHE: "collections.OrderedDict[str, Result]" = collections.OrderedDict()
 _CACHE_SIZE = 64
 EVENT_LOG: collections.deque = collections.deque(maxlen=1000)  # (time, "enter"/"exit", lab) for audits
+# a run that takes longer than this stops at its next progress report and keeps what it measured
+RUN_TIME_LIMIT_S = float(os.environ.get("ROOFLINE_RUN_TIME_LIMIT_S", "300"))
+
+
+class RunTimedOut(Exception):
+    """Raised inside a lab's measurement when the run passes its time limit."""
+
+
+def _log(event: str, label: str) -> None:
+    """Record GPU-lock entries and exits; ROOFLINE_RUNNER_LOG=file also appends them there (load tests)."""
+    stamp = time.monotonic()
+    EVENT_LOG.append((stamp, event, label))
+    path = os.environ.get("ROOFLINE_RUNNER_LOG")
+    if path:
+        with open(path, "a") as fh:
+            fh.write(f"{time.time():.6f} {event} {label} {os.getpid()} {threading.get_ident()}\n")
 
 
 def queue_length() -> int:
@@ -49,11 +66,11 @@ def gpu_session(label: str, on_wait: Optional[Callable[[int], None]] = None):
         finally:
             with _STATE:
                 _waiting -= 1
-    EVENT_LOG.append((time.monotonic(), "enter", label))
+    _log("enter", label)
     try:
         yield
     finally:
-        EVENT_LOG.append((time.monotonic(), "exit", label))
+        _log("exit", label)
         _release_gpu_memory()
         _LOCK.release()
 
@@ -85,8 +102,15 @@ def model(lab: Lab, params, target: gpu_mod.Target) -> Result:
     return Result(lab.name, to_dict(params), rows, meta)
 
 
+def cached(lab: Lab, params) -> Optional[Result]:
+    """The cached live result of this exact run on this GPU, if any (no GPU work)."""
+    target = gpu_mod.live_target()
+    return _CACHE.get(_cache_key(lab, validate(params), target.key)) if target else None
+
+
 def run(lab: Lab, params, progress: Progress = noop_progress,
-        on_wait: Optional[Callable[[int], None]] = None, use_cache: bool = True) -> Result:
+        on_wait: Optional[Callable[[int], None]] = None, use_cache: bool = True,
+        time_limit_s: Optional[float] = None) -> Result:
     """Validate, take the GPU, measure, merge with the model. Raises ParamError for bad input."""
     params = validate(params)
     info = gpu_mod.detect()
@@ -102,7 +126,8 @@ def run(lab: Lab, params, progress: Progress = noop_progress,
         if use_cache and key in _CACHE:  # someone ran the same thing while we waited
             return _CACHE[key]
         started = time.monotonic()
-        measured, messages, complete = _measure_rows(lab, params, target, progress)
+        measured, messages, complete = _measure_rows(lab, params, target, progress,
+                                                     time_limit_s or RUN_TIME_LIMIT_S)
     rows = merge_rows(measured, lab.predict(params, target), lab.key, lab.metric)
     meta = run_metadata("live", info, target) | {"duration_s": round(time.monotonic() - started, 2)}
     result = Result(lab.name, to_dict(params), rows, meta, messages, complete)
@@ -113,14 +138,24 @@ def run(lab: Lab, params, progress: Progress = noop_progress,
     return result
 
 
-def _measure_rows(lab: Lab, params, target, progress: Progress):
-    """Collect measured rows; out of GPU memory stops the sweep but keeps what was measured."""
+def _measure_rows(lab: Lab, params, target, progress: Progress, time_limit_s: float):
+    """Collect measured rows; running out of GPU memory or time stops the sweep but keeps what was measured."""
     import torch
 
     rows: list = []
+    started = time.monotonic()
+
+    def guarded(fraction: float, message: str) -> None:
+        if time.monotonic() - started > time_limit_s:
+            raise RunTimedOut
+        progress(fraction, message)
+
     try:
-        for row in lab.measure(params, target, progress):
+        for row in lab.measure(params, target, guarded):
             rows.append(row)
+    except RunTimedOut:
+        return rows, [f"The run passed its time limit of {time_limit_s:.0f} s after {len(rows)} measured points; "
+                      "what was measured is kept. Try fewer or smaller points."], False
     except torch.cuda.OutOfMemoryError:
         _release_gpu_memory()
         free_gb = gpu_mod.free_memory_bytes() / 1e9
@@ -133,3 +168,28 @@ def calibrate(progress: Progress = noop_progress, on_wait: Optional[Callable[[in
     """Measure this GPU's ceilings under the GPU lock (see labs.gpu.calibrate)."""
     with gpu_session("calibrate", on_wait):
         return gpu_mod.calibrate(progress)
+
+
+def warmup(labs, on_lab: Callable[[int, Lab, str], None] = lambda i, lab, status: None) -> list:
+    """Run every lab's default parameters once, in order, so that kernels are compiled and results cached.
+
+    `on_lab(index, lab, status)` reports "running", "done in 12.3 s", "cached" or the error. Returns
+    (lab name, seconds, status) per lab. A failing lab is reported and the others still run.
+    """
+    report = []
+    for i, lab in enumerate(labs):
+        params = lab.default_params()
+        if cached(lab, params) is not None:
+            on_lab(i, lab, "cached")
+            report.append((lab.name, 0.0, "cached"))
+            continue
+        on_lab(i, lab, "running")
+        started = time.monotonic()
+        try:
+            result = run(lab, params)
+            status = f"done in {time.monotonic() - started:.1f} s" + ("" if result.complete else " (partial)")
+        except Exception as exc:  # noqa: BLE001 - every lab gets its turn; the error is the report
+            status = f"failed: {type(exc).__name__}: {exc}"
+        on_lab(i, lab, status)
+        report.append((lab.name, time.monotonic() - started, status))
+    return report

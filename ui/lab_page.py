@@ -21,7 +21,7 @@ from labs import params as params_mod
 from labs import runner
 from labs.lab import Lab
 from labs.results import Result, list_recorded
-from ui import text
+from ui import classroom, text
 
 
 def gpu_status_line() -> str:
@@ -95,6 +95,10 @@ class LabPage:
         st.markdown(gpu_status_line())
         self.target = choose_target()
         st.sidebar.caption(f"Ceilings used by the model: {self.target.describe_ceilings()}")
+        self.instructor = classroom.instructor_mode()
+        classroom.predict_first()
+        classroom.visit(lab.name)
+        classroom.progress_download()
 
     # --- words -----------------------------------------------------------------------------
     def numbers(self) -> dict:
@@ -143,10 +147,26 @@ class LabPage:
 
     # --- results ---------------------------------------------------------------------------
     def results(self, params):
-        """(live result or None, model result or None, recorded results to overlay)."""
-        model = runner.model(self.lab, params, self.target) if params is not None else None
+        """(live result or None, model result, recorded and uploaded results to overlay).
+
+        With predict-first on, the page stops here until the learner has answered the lab's question.
+        """
+        model = runner.model(self.lab, params, self.target)
+        params_dict = params_mod.to_dict(params)
+        panel = st.container()
+        if classroom.must_predict_first(self.lab, params_dict):
+            with panel:
+                classroom.prediction_panel(self.lab, params_dict, model.rows, [], "")
+            st.info("Write down your prediction (or skip) to see the model, the runs and the charts.")
+            st.stop()
         live = self._live_panel(params)
         recorded = self._recorded_panel()
+        with st.expander("Compare with your own result files"):
+            recorded += classroom.uploads(self.lab.name)
+        shown = live or (recorded[0] if recorded else None)
+        with panel:
+            classroom.prediction_panel(self.lab, params_dict, model.rows, shown.rows if shown else [],
+                                       shown.label if shown else "")
         return live, model, recorded
 
     def _live_panel(self, params):

@@ -1,0 +1,628 @@
+"""
+FlashAttention: tiling, the online softmax and recomputation in one kernel
+==========================================================================
+
+What you will learn:
+- why naive attention is memory-bound and memory-hungry: it writes the N x N scores S = QK^T and
+  probabilities P = softmax(S) to device memory and reads them back, so its memory grows as N^2;
+- the online softmax: a row's softmax can be computed tile by tile, keeping only a running max,
+  a running sum and a rescaled partial output, so S and P never leave the chip;
+- recomputation: the backward pass keeps only the log-sum-exp of each row (N numbers, not N^2) and
+  recomputes P tile by tile, trading cheap arithmetic for expensive memory;
+- what then limits the speed: the matrix multiplies on the tensor cores *plus* the exponentials on
+  the special-function units, which in this schedule do not overlap.
+
+The file reads top to bottom: the online softmax in numpy (the idea), the tile picture, the
+Triton kernels (forward, then backward), the Python launchers with autograd, the references
+(float64, naive PyTorch, PyTorch SDPA), the model (FLOPs, bytes, memory, time) and the measurement.
+
+Conventions: q is (B, H, Lq, d) or (B, Lq, d); k and v are (B, H, Lk, d) or (B, Lk, d). With
+causal=True and Lq != Lk the mask is aligned to the bottom right, as in FlashAttention-2: query i
+sees key j when j <= i + (Lk - Lq), so the last query sees every key. A query that sees no key
+(possible when Lq > Lk) gets output 0 and log-sum-exp -inf.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Optional
+
+import numpy as np
+import torch
+import triton
+import triton.language as tl
+
+from labs import bench
+from labs.gpu import Target, free_memory_bytes
+from labs.lab import Headline, Lab
+from labs.params import ParamError, param
+
+try:  # host-side TMA descriptors (Triton >= 3.3); without them the kernels use pointer loads
+    from triton.tools.tensor_descriptor import TensorDescriptor
+except ImportError:  # pragma: no cover - older Triton
+    TensorDescriptor = None
+
+LOG2E = 1.4426950408889634  # exp(x) = exp2(x * log2(e)): the hardware has a fast exp2
+LN2 = 0.6931471805599453
+HEAD_DIMS = (16, 32, 64, 128)
+LSE_ALIGN = 128  # the log-sum-exp rows are padded to this (the largest query tile) so tiles need no mask
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. The idea, in numpy: the online softmax of one row of scores
+# ---------------------------------------------------------------------------------------------
+def online_softmax_steps(scores, values, tile: int) -> list[dict]:
+    """Process one query's scores tile by tile, as the kernel does; return the state after each tile.
+
+    scores: (L,) one row of scaled scores s_j; values: (L, dv) the value vectors v_j; tile: keys per step.
+    Each step holds the running max m, the running sum l = sum_j exp(s_j - m), the unnormalised partial
+    output o = sum_j exp(s_j - m) v_j, and alpha = exp(m_old - m_new), the factor that rescales the old
+    l and o when a larger score arrives. After the last step o / l equals softmax(scores) @ values.
+    """
+    s = np.asarray(scores, dtype=np.float64)
+    v = np.asarray(values, dtype=np.float64).reshape(len(s), -1)
+    if tile < 1:
+        raise ParamError("tile must be at least 1 key.")
+    m, l, o = -np.inf, 0.0, np.zeros(v.shape[1])
+    steps = []
+    for start in range(0, len(s), tile):
+        block = s[start:start + tile]
+        m_new = max(m, float(block.max()))
+        alpha = math.exp(m - m_new) if m > -np.inf else 0.0  # rescales what was summed under the old max
+        p = np.exp(block - m_new)  # this tile's unnormalised probabilities, all <= 1
+        l = l * alpha + float(p.sum())
+        o = o * alpha + p @ v[start:start + tile]
+        m = m_new
+        steps.append({"step": len(steps), "start": start, "stop": start + len(block), "tile_max": float(block.max()),
+                      "m": m, "alpha": alpha, "l": l, "o": o.copy(), "output": o / l,
+                      "p_tile": p.copy()})
+    return steps
+
+
+def softmax_at_once(scores, values) -> dict:
+    """The textbook computation that the steps must end equal to: softmax over the whole row, then @ values."""
+    s = np.asarray(scores, dtype=np.float64)
+    v = np.asarray(values, dtype=np.float64).reshape(len(s), -1)
+    p = np.exp(s - s.max())
+    p = p / p.sum()
+    return {"p": p, "output": p @ v, "m": float(s.max()), "l": float(np.exp(s - s.max()).sum()),
+            "lse": float(s.max() + np.log(np.exp(s - s.max()).sum()))}
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. The tile picture: which tiles one program of the forward kernel visits
+# ---------------------------------------------------------------------------------------------
+def visible_range(m0: int, rows: int, lq: int, lk: int, block_n: int, causal: bool) -> tuple[int, int, int]:
+    """For the query tile [m0, m0 + rows): (full_end, hi, shift).
+
+    Key tiles [0, full_end) are visible to every row and run without a mask; [full_end, hi) need the
+    mask (the causal diagonal or the end of the keys); keys from hi on are never visited.
+    """
+    shift = lk - lq
+    if causal:
+        hi = max(0, min(lk, m0 + rows + shift))  # past the last row's diagonal: skipped
+        full = max(0, min(lk, m0 + 1 + shift))  # keys the first row already sees: every row sees them
+    else:
+        hi, full = lk, lk
+    return (full // block_n) * block_n, hi, shift
+
+
+def tile_map(lq: int, lk: int, block_m: int, block_n: int, causal: bool) -> list[list[str]]:
+    """state[i][j] of query tile i and key tile j: 'full' (no mask), 'masked' (diagonal or ragged end),
+    'skipped' (never loaded: every score in it is masked out by causality)."""
+    n_m, n_n = max(1, -(-lq // block_m)), max(1, -(-lk // block_n))
+    grid = []
+    for i in range(n_m):
+        full_end, hi, _ = visible_range(i * block_m, block_m, lq, lk, block_n, causal)
+        row = []
+        for j in range(n_n):
+            start = j * block_n
+            row.append("full" if start < full_end else "masked" if start < hi else "skipped")
+        grid.append(row)
+    return grid
+
+
+def tile_counts(lq: int, lk: int, block_m: int, block_n: int, causal: bool) -> dict:
+    grid = tile_map(lq, lk, block_m, block_n, causal)
+    flat = [s for row in grid for s in row]
+    return {state: flat.count(state) for state in ("full", "masked", "skipped")} | {"tiles": len(flat)}
+
+
+# ---------------------------------------------------------------------------------------------
+# 3. The forward kernel (FlashAttention-2: one program per query tile, K and V streamed through SRAM)
+# ---------------------------------------------------------------------------------------------
+@triton.jit
+def _load_tile(ptr, desc, head_row, row0, rows_valid, ROWS: tl.constexpr, HEAD_DIM: tl.constexpr,
+               USE_TMA: tl.constexpr, MASK_ROWS: tl.constexpr):
+    """Rows [row0, row0 + ROWS) of one head's (L, d) matrix: `ptr` points at the head's first row, which
+    is row `head_row` of the flattened (B*H*L, d) tensor that `desc` describes.
+
+    With TMA the copy engine fetches the whole tile (rows past this head's end are the next head's
+    rows, or zeros at the very end of the tensor: every caller masks or ignores them). Without TMA
+    each thread loads its part; rows past the end read as zeros when MASK_ROWS is set.
+    """
+    if USE_TMA:
+        return desc.load([head_row + row0, 0])
+    offs = tl.arange(0, ROWS)
+    ptrs = ptr + (row0 + offs)[:, None] * HEAD_DIM + tl.arange(0, HEAD_DIM)[None, :]
+    if MASK_ROWS:
+        return tl.load(ptrs, mask=(offs < rows_valid)[:, None], other=0.0)
+    return tl.load(ptrs)
+
+
+@triton.jit
+def _exp2(x, EXP16: tl.constexpr, P_DTYPE: tl.constexpr):
+    """2^x, returned in P_DTYPE. EXP16 uses the packed half-precision exp2 (two values per instruction)."""
+    if EXP16:
+        xh = x.to(P_DTYPE)
+        if P_DTYPE == tl.bfloat16:
+            return tl.inline_asm_elementwise("ex2.approx.ftz.bf16x2 $0, $1;", "=r,r", [xh], dtype=tl.bfloat16,
+                                             is_pure=True, pack=2)
+        return tl.inline_asm_elementwise("ex2.approx.f16x2 $0, $1;", "=r,r", [xh], dtype=tl.float16,
+                                         is_pure=True, pack=2)
+    return tl.math.exp2(x)
+
+
+@triton.jit
+def _fwd_key_tiles(acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, kv_row, offs_m, lo, hi, qk_scale, LK, SHIFT,
+                   HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, MASKED: tl.constexpr,
+                   USE_TMA: tl.constexpr, EXP16: tl.constexpr, PREC: tl.constexpr):
+    """Stream key tiles [lo, hi) past one query tile, updating the online-softmax state (acc, l_i, m_i).
+
+    Scores are kept in log2 units (qk_scale = scale * log2 e) so that every exponential is one exp2.
+    """
+    offs_n = tl.arange(0, BLOCK_N)
+    for start_n in range(lo, hi, BLOCK_N):
+        start_n = tl.multiple_of(start_n, BLOCK_N)
+        k = _load_tile(k_base, k_desc, kv_row, start_n, LK - start_n, BLOCK_N, HEAD_DIM, USE_TMA, MASKED)
+        qk = tl.dot(q, tl.trans(k), input_precision=PREC)  # (BLOCK_M, BLOCK_N) scores, fp32, never leave the chip
+        if MASKED:  # the causal diagonal or the ragged end of the keys: masked scores are -inf
+            cols = start_n + offs_n
+            keep = cols[None, :] < LK
+            if CAUSAL:
+                keep = keep & (cols[None, :] <= offs_m[:, None] + SHIFT)
+            qk = tl.where(keep, qk * qk_scale, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(qk, 1))
+            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row that has seen no key yet: no NaN
+            p = _exp2(qk - m_use[:, None], EXP16, q.dtype)
+        else:  # every score is valid: one fused multiply-add per score, no mask
+            m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+            m_use = m_new
+            p = _exp2(qk * qk_scale - m_new[:, None], EXP16, q.dtype)
+        alpha = tl.math.exp2(m_i - m_use)  # how much the old running sum and output shrink under the new max
+        l_i = l_i * alpha + tl.sum(p.to(tl.float32), 1)
+        acc = acc * alpha[:, None]
+        v = _load_tile(v_base, v_desc, kv_row, start_n, LK - start_n, BLOCK_N, HEAD_DIM, USE_TMA, MASKED)
+        acc = tl.dot(p.to(v.dtype), v, acc, input_precision=PREC)  # partial output += P_tile @ V_tile
+        m_i = m_new
+    return acc, l_i, m_i
+
+
+@triton.jit(do_not_specialize=["LQ", "LK"])
+def attention_fwd_kernel(Q, K, V, O, LSE, q_desc, k_desc, v_desc, qk_scale, LQ, LK, LQ_PAD,
+                         HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                         CAUSAL: tl.constexpr, USE_TMA: tl.constexpr, EXP16: tl.constexpr, PREC: tl.constexpr):
+    # grid = (query tiles, batch * heads); consecutive programs share a head, so its K and V stay in L2
+    pid_m = tl.program_id(0)
+    if CAUSAL:  # causal tiles near the end see the most keys: launch them first so the last wave is short
+        pid_m = tl.num_programs(0) - 1 - pid_m
+    bh = tl.program_id(1)
+    m0 = pid_m * BLOCK_M
+    kv_row = bh * LK  # first row of this head in the flattened (B*H*L, d) tensors
+    q_base = Q + bh.to(tl.int64) * LQ * HEAD_DIM
+    k_base = K + bh.to(tl.int64) * LK * HEAD_DIM
+    v_base = V + bh.to(tl.int64) * LK * HEAD_DIM
+    offs_m = m0 + tl.arange(0, BLOCK_M)
+
+    q = _load_tile(q_base, q_desc, bh * LQ, m0, LQ - m0, BLOCK_M, HEAD_DIM, USE_TMA, True)  # stays on chip throughout
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)  # running max (log2 units)
+    l_i = tl.zeros([BLOCK_M], tl.float32)  # running sum of exp2(score - m_i)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)  # running unnormalised output
+
+    # key tiles [0, full_end) need no mask; [full_end, hi) are the diagonal or the ragged end; the rest is skipped
+    SHIFT = LK - LQ
+    if CAUSAL:
+        hi = tl.maximum(0, tl.minimum(LK, m0 + BLOCK_M + SHIFT))
+        full_end = tl.maximum(0, tl.minimum(LK, m0 + 1 + SHIFT))
+    else:
+        hi = LK
+        full_end = LK
+    full_end = (full_end // BLOCK_N) * BLOCK_N
+    acc, l_i, m_i = _fwd_key_tiles(acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, kv_row, offs_m, 0, full_end,
+                                   qk_scale, LK, SHIFT, HEAD_DIM, BLOCK_N, CAUSAL, False, USE_TMA, EXP16, PREC)
+    acc, l_i, m_i = _fwd_key_tiles(acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, kv_row, offs_m, full_end, hi,
+                                   qk_scale, LK, SHIFT, HEAD_DIM, BLOCK_N, CAUSAL, True, USE_TMA, EXP16, PREC)
+
+    # epilogue: normalise once; the log-sum-exp (natural log) is all the backward pass needs
+    empty = l_i == 0.0  # a query that sees no key (causal with Lq > Lk)
+    l_safe = tl.where(empty, 1.0, l_i)
+    out = acc * (1.0 / l_safe)[:, None]
+    lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(l_safe)) * 0.6931471805599453)
+    tl.store(LSE + bh * LQ_PAD + offs_m, lse)  # padded rows: written, never read as valid
+    o_ptrs = O + bh.to(tl.int64) * LQ * HEAD_DIM + offs_m[:, None] * HEAD_DIM + tl.arange(0, HEAD_DIM)[None, :]
+    tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=(offs_m < LQ)[:, None])
+
+
+# ---------------------------------------------------------------------------------------------
+# 4. The backward kernels: recompute P tile by tile from Q, K and the saved log-sum-exp
+# ---------------------------------------------------------------------------------------------
+@triton.jit(do_not_specialize=["LQ"])
+def attention_bwd_prep_kernel(O, DO, LSE, DELTA, LSE2, LQ, LQ_PAD, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr):
+    """delta_i = sum_d dO_i * O_i (the softmax backward's row term), and the log-sum-exp in log2 units.
+
+    Rows past the end, and queries that saw no key, get lse2 = +inf so that exp2(s - lse2) = 0 there:
+    the main kernels then need no mask for them.
+    """
+    bh = tl.program_id(1)
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    valid = offs < LQ
+    ptrs = bh.to(tl.int64) * LQ * HEAD_DIM + offs[:, None] * HEAD_DIM + tl.arange(0, HEAD_DIM)[None, :]
+    o = tl.load(O + ptrs, mask=valid[:, None], other=0.0).to(tl.float32)
+    do = tl.load(DO + ptrs, mask=valid[:, None], other=0.0).to(tl.float32)
+    lse = tl.load(LSE + bh * LQ_PAD + offs)
+    ok = valid & (lse != float("-inf"))
+    tl.store(DELTA + bh * LQ_PAD + offs, tl.where(valid, tl.sum(o * do, 1), 0.0))
+    tl.store(LSE2 + bh * LQ_PAD + offs, tl.where(ok, lse * 1.4426950408889634, float("inf")))
+
+
+@triton.jit
+def _dkdv_query_tiles(dk, dv, k, v, q_base, do_base, q_desc, do_desc, LSE2, DELTA, q_row, lse_row, offs_n, lo, hi,
+                      qk_scale, LQ, SHIFT, dq_base,
+                      HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, MASKED: tl.constexpr, USE_TMA: tl.constexpr,
+                      ATOMIC_DQ: tl.constexpr, PREC: tl.constexpr):
+    """Stream query tiles [lo, hi) past one key tile: dV += P^T dO, dK += dS^T Q (and dQ += dS K atomically)."""
+    offs_d = tl.arange(0, HEAD_DIM)
+    for start_m in range(lo, hi, BLOCK_M):
+        start_m = tl.multiple_of(start_m, BLOCK_M)
+        offs_m = start_m + tl.arange(0, BLOCK_M)
+        q = _load_tile(q_base, q_desc, q_row, start_m, LQ - start_m, BLOCK_M, HEAD_DIM, USE_TMA, True)
+        lse2 = tl.load(LSE2 + lse_row + offs_m)  # padded: +inf past the end
+        qkT = tl.dot(k, tl.trans(q), input_precision=PREC)  # (BLOCK_N, BLOCK_M): S^T recomputed
+        pT = tl.math.exp2(qkT * qk_scale - lse2[None, :])  # P^T, exact (lse is the row's true normaliser)
+        if MASKED:  # causal diagonal: key n is visible to query m when n <= m + shift
+            pT = tl.where(offs_n[:, None] <= offs_m[None, :] + SHIFT, pT, 0.0)
+        do = _load_tile(do_base, do_desc, q_row, start_m, LQ - start_m, BLOCK_M, HEAD_DIM, USE_TMA, True)
+        dv = tl.dot(pT.to(do.dtype), do, dv, input_precision=PREC)
+        delta = tl.load(DELTA + lse_row + offs_m)
+        dpT = tl.dot(v, tl.trans(do), input_precision=PREC)  # dP^T = V dO^T
+        dsT = pT * (dpT - delta[None, :])  # softmax backward: dS = P * (dP - rowsum(dO * O))
+        dk = tl.dot(dsT.to(q.dtype), q, dk, input_precision=PREC)
+        if ATOMIC_DQ:  # FlashAttention-2's original: every key tile adds its share of dQ
+            dq = tl.dot(tl.trans(dsT.to(q.dtype)), k, input_precision=PREC)
+            tl.atomic_add(dq_base + offs_m[:, None] * HEAD_DIM + offs_d[None, :], dq, sem="relaxed")
+    return dk, dv
+
+
+@triton.jit(do_not_specialize=["LQ", "LK"])
+def attention_bwd_dkdv_kernel(Q, K, V, DO, DK, DV, DQ_ACC, LSE2, DELTA, q_desc, k_desc, v_desc, do_desc,
+                              scale, qk_scale, LQ, LK, LQ_PAD,
+                              HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                              CAUSAL: tl.constexpr, USE_TMA: tl.constexpr, ATOMIC_DQ: tl.constexpr,
+                              PREC: tl.constexpr):
+    # grid = (key tiles, batch * heads): one program owns dK and dV of BLOCK_N keys
+    pid_n = tl.program_id(0)
+    bh = tl.program_id(1)
+    n0 = pid_n * BLOCK_N
+    offs_n = n0 + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    q_base = Q + bh.to(tl.int64) * LQ * HEAD_DIM
+    do_base = DO + bh.to(tl.int64) * LQ * HEAD_DIM
+    kv_off = bh.to(tl.int64) * LK * HEAD_DIM
+    k = _load_tile(K + kv_off, k_desc, bh * LK, n0, LK - n0, BLOCK_N, HEAD_DIM, USE_TMA, True)
+    v = _load_tile(V + kv_off, v_desc, bh * LK, n0, LK - n0, BLOCK_N, HEAD_DIM, USE_TMA, True)
+    if ATOMIC_DQ:  # keys past the end must add nothing to dQ: zero their rows of K
+        k = tl.where((offs_n < LK)[:, None], k, 0.0)
+    dk = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
+    dv = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
+
+    # query tiles that see these keys: causal ones from the diagonal on; those past it see all BLOCK_N keys
+    SHIFT = LK - LQ
+    hi = tl.cdiv(LQ, BLOCK_M) * BLOCK_M
+    if CAUSAL:
+        lo = tl.minimum(hi, (tl.maximum(0, n0 - SHIFT) // BLOCK_M) * BLOCK_M)
+        full = tl.minimum(hi, tl.maximum(lo, tl.cdiv(tl.maximum(0, n0 + BLOCK_N - 1 - SHIFT), BLOCK_M) * BLOCK_M))
+    else:
+        lo = 0
+        full = 0
+    dq_base = DQ_ACC + bh.to(tl.int64) * LQ_PAD * HEAD_DIM
+    dk, dv = _dkdv_query_tiles(dk, dv, k, v, q_base, do_base, q_desc, do_desc, LSE2, DELTA, bh * LQ, bh * LQ_PAD,
+                               offs_n, lo, full, qk_scale, LQ, SHIFT, dq_base, HEAD_DIM, BLOCK_M, True, USE_TMA,
+                               ATOMIC_DQ, PREC)
+    dk, dv = _dkdv_query_tiles(dk, dv, k, v, q_base, do_base, q_desc, do_desc, LSE2, DELTA, bh * LQ, bh * LQ_PAD,
+                               offs_n, full, hi, qk_scale, LQ, SHIFT, dq_base, HEAD_DIM, BLOCK_M, False, USE_TMA,
+                               ATOMIC_DQ, PREC)
+    ptrs = kv_off + offs_n[:, None] * HEAD_DIM + offs_d[None, :]
+    tl.store(DV + ptrs, dv.to(DV.dtype.element_ty), mask=(offs_n < LK)[:, None])
+    tl.store(DK + ptrs, (dk * scale).to(DK.dtype.element_ty), mask=(offs_n < LK)[:, None])
+
+
+@triton.jit
+def _dq_key_tiles(dq, q, do, lse2, delta, k_base, v_base, k_desc, v_desc, kv_row, offs_m, lo, hi, qk_scale, LK, SHIFT,
+                  HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, MASKED: tl.constexpr,
+                  USE_TMA: tl.constexpr, PREC: tl.constexpr):
+    """Stream key tiles [lo, hi) past one query tile: dQ += dS K."""
+    offs_n = tl.arange(0, BLOCK_N)
+    for start_n in range(lo, hi, BLOCK_N):
+        start_n = tl.multiple_of(start_n, BLOCK_N)
+        k = _load_tile(k_base, k_desc, kv_row, start_n, LK - start_n, BLOCK_N, HEAD_DIM, USE_TMA, MASKED)
+        v = _load_tile(v_base, v_desc, kv_row, start_n, LK - start_n, BLOCK_N, HEAD_DIM, USE_TMA, MASKED)
+        qk = tl.dot(q, tl.trans(k), input_precision=PREC)
+        p = tl.math.exp2(qk * qk_scale - lse2[:, None])
+        if MASKED:
+            cols = start_n + offs_n
+            keep = cols[None, :] < LK
+            if CAUSAL:
+                keep = keep & (cols[None, :] <= offs_m[:, None] + SHIFT)
+            p = tl.where(keep, p, 0.0)
+        dp = tl.dot(do, tl.trans(v), input_precision=PREC)
+        ds = p * (dp - delta[:, None])
+        dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=PREC)
+    return dq
+
+
+@triton.jit(do_not_specialize=["LQ", "LK"])
+def attention_bwd_dq_kernel(Q, K, V, DO, DQ, LSE2, DELTA, q_desc, k_desc, v_desc, do_desc, scale, qk_scale,
+                            LQ, LK, LQ_PAD,
+                            HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                            CAUSAL: tl.constexpr, USE_TMA: tl.constexpr, PREC: tl.constexpr):
+    # grid = (query tiles, batch * heads): one program owns dQ of BLOCK_M queries (no atomics)
+    pid_m = tl.program_id(0)
+    if CAUSAL:
+        pid_m = tl.num_programs(0) - 1 - pid_m
+    bh = tl.program_id(1)
+    m0 = pid_m * BLOCK_M
+    offs_m = m0 + tl.arange(0, BLOCK_M)
+    q_off = bh.to(tl.int64) * LQ * HEAD_DIM
+    kv_off = bh.to(tl.int64) * LK * HEAD_DIM
+    q = _load_tile(Q + q_off, q_desc, bh * LQ, m0, LQ - m0, BLOCK_M, HEAD_DIM, USE_TMA, True)
+    do = _load_tile(DO + q_off, do_desc, bh * LQ, m0, LQ - m0, BLOCK_M, HEAD_DIM, USE_TMA, True)
+    lse2 = tl.load(LSE2 + bh * LQ_PAD + offs_m)
+    delta = tl.load(DELTA + bh * LQ_PAD + offs_m)
+    dq = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+    SHIFT = LK - LQ
+    if CAUSAL:
+        hi = tl.maximum(0, tl.minimum(LK, m0 + BLOCK_M + SHIFT))
+        full_end = tl.maximum(0, tl.minimum(LK, m0 + 1 + SHIFT))
+    else:
+        hi = LK
+        full_end = LK
+    full_end = (full_end // BLOCK_N) * BLOCK_N
+    dq = _dq_key_tiles(dq, q, do, lse2, delta, K + kv_off, V + kv_off, k_desc, v_desc, bh * LK, offs_m, 0, full_end,
+                       qk_scale, LK, SHIFT, HEAD_DIM, BLOCK_N, CAUSAL, False, USE_TMA, PREC)
+    dq = _dq_key_tiles(dq, q, do, lse2, delta, K + kv_off, V + kv_off, k_desc, v_desc, bh * LK, offs_m, full_end, hi,
+                       qk_scale, LK, SHIFT, HEAD_DIM, BLOCK_N, CAUSAL, True, USE_TMA, PREC)
+    o_ptrs = DQ + q_off + offs_m[:, None] * HEAD_DIM + tl.arange(0, HEAD_DIM)[None, :]
+    tl.store(o_ptrs, (dq * scale).to(DQ.dtype.element_ty), mask=(offs_m < LQ)[:, None])
+
+
+# ---------------------------------------------------------------------------------------------
+# 5. Launchers: tile sizes, shapes, and autograd
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Tiles:
+    block_m: int  # queries per tile
+    block_n: int  # keys per tile
+    warps: int  # num_warps
+    stages: int  # num_stages: how many tiles ahead the loads run (software pipelining)
+
+
+@dataclass(frozen=True)
+class FlashConfig:
+    fwd: Tiles
+    dkdv: Tiles
+    dq: Tiles
+    use_tma: bool = False  # load tiles with the Hopper copy engine (TMA descriptors)
+    exp16: bool = False  # packed half-precision exp2 in the forward (bf16/fp16 inputs on sm_90 only)
+    atomic_dq: bool = False  # dQ by atomic adds inside the dK/dV kernel instead of its own kernel
+
+
+def _has_tma(device: torch.device) -> bool:
+    if TensorDescriptor is None:
+        return False
+    if device.type != "cuda":
+        return True  # the interpreter implements descriptors: tests exercise both paths
+    return torch.cuda.get_device_capability(device)[0] >= 9
+
+
+def default_config(head_dim: int, dtype: torch.dtype, device: torch.device) -> FlashConfig:
+    """Tile sizes per head dim and dtype, chosen from measurements on an H100/H200 (scripts/attention_gpu.py)."""
+    if device.type != "cuda":  # the interpreter: bigger tiles mean fewer (slow) Python-level steps
+        t = Tiles(32, 32, 4, 1)
+        return FlashConfig(t, t, t, use_tma=False)
+    cc = torch.cuda.get_device_capability(device)
+    if dtype == torch.float32:  # fp32 runs on the CUDA cores (exact products): small tiles fit the shared memory
+        t = Tiles(64, 32, 4, 2)
+        return FlashConfig(t, Tiles(32, 64, 4, 2), Tiles(64, 32, 4, 2), use_tma=cc[0] >= 9)
+    if cc[0] >= 9:
+        if head_dim <= 64:
+            return FlashConfig(Tiles(128, 128, 8, 3), Tiles(64, 128, 8, 2), Tiles(128, 64, 8, 2), use_tma=True)
+        return FlashConfig(Tiles(128, 128, 8, 2), Tiles(64, 128, 8, 2), Tiles(128, 64, 8, 2), use_tma=True)
+    if head_dim <= 64:  # Ampere / Ada: no TMA, smaller shared memory
+        return FlashConfig(Tiles(128, 64, 4, 3), Tiles(64, 64, 4, 2), Tiles(64, 64, 4, 2))
+    return FlashConfig(Tiles(64, 64, 4, 2), Tiles(64, 64, 4, 2), Tiles(64, 64, 4, 2))
+
+
+def _as_bhld(x: torch.Tensor, name: str) -> torch.Tensor:
+    if x.dim() == 3:
+        return x.unsqueeze(1)
+    if x.dim() != 4:
+        raise ValueError(f"{name} must be (batch, heads, seq, dim) or (batch, seq, dim); got shape {tuple(x.shape)}")
+    return x
+
+
+def _prepare(q, k, v, scale):
+    q4, k4, v4 = _as_bhld(q, "q"), _as_bhld(k, "k"), _as_bhld(v, "v")
+    if q.dim() != k.dim() or k.shape != v.shape:
+        raise ValueError(f"k and v must have the same shape and as many dims as q; got q {tuple(q.shape)}, "
+                         f"k {tuple(k.shape)}, v {tuple(v.shape)}")
+    b, h, _, d = q4.shape
+    if k4.shape[0] != b or k4.shape[1] != h or k4.shape[3] != d:
+        raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} differ in batch, heads or head dim")
+    if d not in HEAD_DIMS:
+        raise ValueError(f"head dim {d} is not supported; use one of {HEAD_DIMS}")
+    if not (q.dtype == k.dtype == v.dtype) or q.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        raise ValueError(f"q, k, v must share one dtype among float32, float16, bfloat16; got {q.dtype}, {k.dtype}, "
+                         f"{v.dtype}")
+    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    if not scale > 0:
+        raise ValueError(f"scale must be positive; got {scale}")
+    return q4.contiguous(), k4.contiguous(), v4.contiguous(), scale
+
+
+def _descriptor(x: torch.Tensor, rows: int, use_tma: bool):
+    """A TMA descriptor over x viewed as (batch*heads*seq, d), with `rows` rows per tile (None without TMA)."""
+    if not use_tma:
+        return None
+    d = x.shape[-1]
+    return TensorDescriptor(x, shape=[x.numel() // d, d], strides=[d, 1], block_shape=[rows, d])
+
+
+def _prec(dtype: torch.dtype) -> str:
+    return "ieee" if dtype == torch.float32 else "tf32"  # fp32 inputs: exact fp32 products, not TF32
+
+
+def _lq_pad(lq: int) -> int:
+    return max(1, -(-lq // LSE_ALIGN)) * LSE_ALIGN
+
+
+def _forward(q4, k4, v4, causal: bool, scale: float, cfg: FlashConfig, out=None, lse=None):
+    """Launch the forward kernel on (B, H, L, d) contiguous inputs; returns (out, lse padded to LSE_ALIGN rows)."""
+    b, h, lq, d = q4.shape
+    lk = k4.shape[2]
+    out = torch.empty_like(q4) if out is None else out
+    lse = torch.empty((b, h, _lq_pad(lq)), device=q4.device, dtype=torch.float32) if lse is None else lse
+    t = cfg.fwd
+    use_tma = cfg.use_tma and _has_tma(q4.device)
+    exp16 = cfg.exp16 and q4.dtype != torch.float32 and q4.device.type == "cuda"
+    if lq == 0 or b * h == 0:
+        return out, lse
+    grid = (triton.cdiv(lq, t.block_m), b * h)
+    attention_fwd_kernel[grid](
+        q4, k4, v4, out, lse, _descriptor(q4, t.block_m, use_tma), _descriptor(k4, t.block_n, use_tma),
+        _descriptor(v4, t.block_n, use_tma), scale * LOG2E, lq, lk, lse.shape[-1],
+        HEAD_DIM=d, BLOCK_M=t.block_m, BLOCK_N=t.block_n, CAUSAL=causal, USE_TMA=use_tma, EXP16=exp16,
+        PREC=_prec(q4.dtype), num_warps=t.warps, num_stages=t.stages)
+    return out, lse
+
+
+def _backward(q4, k4, v4, out, lse, do4, causal: bool, scale: float, cfg: FlashConfig, dq=None, dk=None, dv=None):
+    """dQ, dK, dV from the saved output and log-sum-exp: P is recomputed tile by tile, never stored."""
+    b, h, lq, d = q4.shape
+    lk = k4.shape[2]
+    do4 = do4.contiguous()
+    dq = torch.empty_like(q4) if dq is None else dq
+    dk = torch.empty_like(k4) if dk is None else dk
+    dv = torch.empty_like(v4) if dv is None else dv
+    if lq == 0 or lk == 0 or b * h == 0:
+        return dq.zero_(), dk.zero_(), dv.zero_()
+    use_tma = cfg.use_tma and _has_tma(q4.device)
+    pad = lse.shape[-1]
+    delta = torch.empty((b, h, pad), device=q4.device, dtype=torch.float32)
+    lse2 = torch.empty_like(delta)
+    attention_bwd_prep_kernel[(pad // 64, b * h)](out, do4, lse, delta, lse2, lq, pad, HEAD_DIM=d, BLOCK=64)
+    prec = _prec(q4.dtype)
+    t = cfg.dkdv
+    dq_acc = torch.zeros((b, h, pad, d), device=q4.device, dtype=torch.float32) if cfg.atomic_dq else delta
+    attention_bwd_dkdv_kernel[(triton.cdiv(lk, t.block_n), b * h)](
+        q4, k4, v4, do4, dk, dv, dq_acc, lse2, delta, _descriptor(q4, t.block_m, use_tma),
+        _descriptor(k4, t.block_n, use_tma), _descriptor(v4, t.block_n, use_tma), _descriptor(do4, t.block_m, use_tma),
+        scale, scale * LOG2E, lq, lk, pad, HEAD_DIM=d, BLOCK_M=t.block_m, BLOCK_N=t.block_n, CAUSAL=causal,
+        USE_TMA=use_tma, ATOMIC_DQ=cfg.atomic_dq, PREC=prec, num_warps=t.warps, num_stages=t.stages)
+    if cfg.atomic_dq:
+        dq.copy_(dq_acc[:, :, :lq] * scale)
+        return dq, dk, dv
+    t = cfg.dq
+    attention_bwd_dq_kernel[(triton.cdiv(lq, t.block_m), b * h)](
+        q4, k4, v4, do4, dq, lse2, delta, _descriptor(q4, t.block_m, use_tma), _descriptor(k4, t.block_n, use_tma),
+        _descriptor(v4, t.block_n, use_tma), _descriptor(do4, t.block_m, use_tma), scale, scale * LOG2E, lq, lk, pad,
+        HEAD_DIM=d, BLOCK_M=t.block_m, BLOCK_N=t.block_n, CAUSAL=causal, USE_TMA=use_tma, PREC=prec,
+        num_warps=t.warps, num_stages=t.stages)
+    return dq, dk, dv
+
+
+class _FlashAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, causal, scale, config):
+        q4, k4, v4, scale = _prepare(q, k, v, scale)
+        cfg = config or default_config(q4.shape[-1], q4.dtype, q4.device)
+        out, lse = _forward(q4, k4, v4, causal, scale, cfg)
+        ctx.save_for_backward(q4, k4, v4, out, lse)  # O(N) memory: the output and one number per query
+        ctx.causal, ctx.scale, ctx.cfg, ctx.shapes = causal, scale, cfg, (q.shape, k.shape)
+        return out.view(q.shape)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        q4, k4, v4, out, lse = ctx.saved_tensors
+        dq, dk, dv = _backward(q4, k4, v4, out, lse, grad_out.reshape(out.shape), ctx.causal, ctx.scale, ctx.cfg)
+        q_shape, k_shape = ctx.shapes
+        return dq.view(q_shape), dk.view(k_shape), dv.view(k_shape), None, None, None
+
+
+def flash_attention(q, k, v, causal: bool = False, scale: Optional[float] = None, *, config=None) -> torch.Tensor:
+    """softmax(q k^T * scale [+ causal mask]) v, differentiable; scale defaults to 1/sqrt(d)."""
+    return _FlashAttention.apply(q, k, v, causal, scale, config)
+
+
+def flash_attention_forward(q, k, v, causal: bool = False, scale: Optional[float] = None, *, config=None):
+    """(output, lse): lse = natural-log logsumexp of each query's scaled scores, shape q.shape[:-1]."""
+    q4, k4, v4, scale = _prepare(q, k, v, scale)
+    cfg = config or default_config(q4.shape[-1], q4.dtype, q4.device)
+    out, lse = _forward(q4, k4, v4, causal, scale, cfg)
+    return out.view(q.shape), lse[..., : q4.shape[2]].reshape(q.shape[:-1])
+
+
+# ---------------------------------------------------------------------------------------------
+# 6. References: float64 (the truth), naive PyTorch (what flash replaces), PyTorch SDPA (what you'd use)
+# ---------------------------------------------------------------------------------------------
+def causal_visible(lq: int, lk: int, device=None) -> torch.Tensor:
+    """(Lq, Lk) bool: query i sees key j when j <= i + (Lk - Lq) (bottom-right aligned)."""
+    i = torch.arange(lq, device=device)[:, None]
+    j = torch.arange(lk, device=device)[None, :]
+    return j <= i + (lk - lq)
+
+
+def reference(q, k, v, causal: bool = False, scale: Optional[float] = None):
+    """(output, lse) in float64, differentiable; queries that see no key give output 0 and lse -inf."""
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    q64, k64, v64 = (x.to(torch.float64) for x in (q, k, v))
+    s = (q64 @ k64.transpose(-2, -1)) * scale
+    lq, lk = s.shape[-2], s.shape[-1]
+    if causal:
+        visible = causal_visible(lq, lk, s.device)
+        empty = ~visible.any(-1)  # rows that see nothing: softmax of them would be 0/0
+        s = s.masked_fill(~visible, float("-inf")).masked_fill(empty[:, None], 0.0)
+        lse = torch.logsumexp(s, -1).masked_fill(empty, float("-inf"))
+        p = torch.softmax(s, -1) * (~empty)[:, None].to(s.dtype)
+    else:
+        lse = torch.logsumexp(s, -1)
+        p = torch.softmax(s, -1)
+    return p @ v64, lse
+
+
+def naive_attention(q, k, v, causal: bool = False, scale: Optional[float] = None) -> torch.Tensor:
+    """Attention as three PyTorch ops: S = QK^T and P = softmax(S) are materialised, (B, H, Lq, Lk) each."""
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    s = torch.matmul(q * scale, k.transpose(-2, -1))  # (B, H, Lq, Lk) scores: written to HBM
+    if causal:
+        s.masked_fill_(~causal_visible(s.shape[-2], s.shape[-1], s.device), float("-inf"))
+    p = torch.softmax(s, dim=-1)  # (B, H, Lq, Lk) probabilities: read S, write P
+    del s
+    if causal and s_has_empty_rows(q.shape[-2], k.shape[-2]):
+        p = p.nan_to_num(0.0)
+    return torch.matmul(p, v)  # read P again
+
+
+def s_has_empty_rows(lq: int, lk: int) -> bool:
+    return lq > lk
+
+
+SDPA_BACKENDS = {"sdpa-flash": "FLASH_ATTENTION", "sdpa-cudnn": "CUDNN_ATTENTION", "sdpa-efficient": "EFFICIENT_ATTENTION"}
+
+
+def sdpa(q, k, v, causal: bool, backend: str):
+    """torch.nn.functional.scaled_dot_product_attention restricted to one backend (SDPA_BACKENDS key)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with sdpa_kernel([getattr(SDPBackend, SDPA_BACKENDS[backend])]):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)

@@ -1,0 +1,322 @@
+"""
+Recomputation: spend arithmetic to save memory traffic
+=====================================================
+
+What you will learn:
+- what a backward pass reads: the activations the forward pass stored, from device memory;
+- recomputation: store less in the forward pass and recompute it in the backward pass, from the
+  input, in registers. When the kernels are memory-bound the arithmetic is free and the pass is
+  faster: memory accesses, not FLOPs, set the time;
+- that this is the same trick as activation checkpointing, there used to save memory, here for speed.
+
+The experiment: out = sigmoid(sigmoid(sigmoid(x))), forward and backward, three ways:
+- autograd: three eager sigmoids; autograd saves each one's output for its backward (6 kernels,
+  15 accesses of an element-sized tensor per element);
+- stored: one fused forward kernel that writes s1, s2 and out, one fused backward kernel that reads
+  dout, s1 and s2 and writes dx (the lecture's count: 1 + 3 + 3 + 1 = 8 accesses);
+- recomputed: the forward kernel writes only out; the backward kernel reads dout and x and
+  recomputes s1, s2 and out on the fly (1 + 1 + 2 + 1 = 5 accesses).
+Model: time = accesses x bytes per element x elements / bandwidth + kernels x launch cost, so
+recomputing should be 8/5 = 1.6x faster than storing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+from labs import bench
+from labs.fusion import LAUNCH_US
+from labs.gpu import MiB, Target, free_memory_bytes
+from labs.lab import Headline, Lab
+from labs.params import ParamError, param
+
+BLOCK, NUM_WARPS = 2048, 8
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. The kernels
+# ---------------------------------------------------------------------------------------------
+@triton.jit
+def _load(ptr, offs, mask, F64: tl.constexpr):
+    """Load and widen: arithmetic in fp32 (fp64 when the tensors are fp64, as in the tests)."""
+    v = tl.load(ptr + offs, mask=mask)
+    if F64:
+        v = v.to(tl.float64)
+    else:
+        v = v.to(tl.float32)
+    return v
+
+
+@triton.jit
+def sigmoid3_forward_kernel(x_ptr, out_ptr, s1_ptr, s2_ptr, n, STORE: tl.constexpr, BLOCK: tl.constexpr,
+                            F64: tl.constexpr):
+    """out = sigmoid(sigmoid(sigmoid(x))); with STORE, also write s1 and s2 for the backward pass."""
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = _load(x_ptr, offs, mask, F64)  # read 1
+    s1 = tl.sigmoid(x)
+    s2 = tl.sigmoid(s1)
+    out = tl.sigmoid(s2)
+    tl.store(out_ptr + offs, out.to(out_ptr.dtype.element_ty), mask=mask)  # write 1
+    if STORE:  # the activations the backward pass will need: 2 more writes
+        tl.store(s1_ptr + offs, s1.to(s1_ptr.dtype.element_ty), mask=mask)
+        tl.store(s2_ptr + offs, s2.to(s2_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def sigmoid3_backward_kernel(dout_ptr, x_ptr, s1_ptr, s2_ptr, dx_ptr, n, RECOMPUTE: tl.constexpr,
+                             BLOCK: tl.constexpr, F64: tl.constexpr):
+    """dx = dout * out' * s2' * s1', where sigmoid'(.) = s (1 - s) of that sigmoid's output s."""
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    g = _load(dout_ptr, offs, mask, F64)  # read: the gradient arriving from above
+    if RECOMPUTE:  # read x and redo the forward in registers: 1 read instead of 2
+        s1 = tl.sigmoid(_load(x_ptr, offs, mask, F64))
+        s2 = tl.sigmoid(s1)
+    else:  # read the stored activations: 2 reads
+        s1 = _load(s1_ptr, offs, mask, F64)
+        s2 = _load(s2_ptr, offs, mask, F64)
+    out = tl.sigmoid(s2)  # cheaper to recompute from s2 than to store and read back
+    g = g * out * (1 - out)
+    g = g * s2 * (1 - s2)
+    g = g * s1 * (1 - s1)
+    tl.store(dx_ptr + offs, g.to(dx_ptr.dtype.element_ty), mask=mask)  # write: dx
+
+
+def _launch_args(x: torch.Tensor) -> dict:
+    return {"BLOCK": BLOCK, "F64": x.dtype == torch.float64, "num_warps": NUM_WARPS}
+
+
+def sigmoid3_forward(x: torch.Tensor, store: bool, out: Optional[torch.Tensor] = None,
+                     s1: Optional[torch.Tensor] = None, s2: Optional[torch.Tensor] = None) -> tuple:
+    """(out, s1, s2); s1 and s2 are None unless `store`."""
+    out = torch.empty_like(x) if out is None else out
+    if store:
+        s1 = torch.empty_like(x) if s1 is None else s1
+        s2 = torch.empty_like(x) if s2 is None else s2
+    grid = (triton.cdiv(x.numel(), BLOCK),)
+    sigmoid3_forward_kernel[grid](x, out, s1 if store else out, s2 if store else out, x.numel(), STORE=store,
+                                  **_launch_args(x))
+    return out, (s1 if store else None), (s2 if store else None)
+
+
+def sigmoid3_backward(dout: torch.Tensor, x: Optional[torch.Tensor] = None, s1: Optional[torch.Tensor] = None,
+                      s2: Optional[torch.Tensor] = None, dx: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """dx from x (recomputing) or from the stored s1 and s2."""
+    recompute = x is not None
+    dx = torch.empty_like(dout) if dx is None else dx
+    grid = (triton.cdiv(dout.numel(), BLOCK),)
+    sigmoid3_backward_kernel[grid](dout, x if recompute else dout, s1 if not recompute else dout,
+                                   s2 if not recompute else dout, dx, dout.numel(), RECOMPUTE=recompute,
+                                   **_launch_args(dout))
+    return dx
+
+
+class StackedSigmoids(torch.autograd.Function):
+    """sigmoid(sigmoid(sigmoid(x))) with Triton kernels; `recompute` picks what the backward reads."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, recompute: bool) -> torch.Tensor:
+        x = x.contiguous()
+        out, s1, s2 = sigmoid3_forward(x, store=not recompute)
+        ctx.recompute = recompute
+        # Saving the input costs nothing (it exists anyway); saving s1 and s2 is the activation memory.
+        ctx.save_for_backward(*((x,) if recompute else (s1, s2)))
+        return out
+
+    @staticmethod
+    def backward(ctx, dout: torch.Tensor):
+        saved = ctx.saved_tensors
+        dout = dout.contiguous()
+        if ctx.recompute:
+            return sigmoid3_backward(dout, x=saved[0]), None
+        return sigmoid3_backward(dout, s1=saved[0], s2=saved[1]), None
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. The three versions, and the float64 reference
+# ---------------------------------------------------------------------------------------------
+def sigmoid3_autograd(x: torch.Tensor) -> torch.Tensor:
+    return torch.sigmoid(torch.sigmoid(torch.sigmoid(x)))
+
+
+VARIANTS = {  # name -> forward function
+    "stored": lambda x: StackedSigmoids.apply(x, False),
+    "recomputed": lambda x: StackedSigmoids.apply(x, True),
+    "autograd": sigmoid3_autograd,
+}
+
+
+def forward_backward(forward, x: torch.Tensor, dout: torch.Tensor) -> tuple:
+    """(out, dx) for one training step's worth of this function (x must require grad)."""
+    out = forward(x)
+    (dx,) = torch.autograd.grad(out, x, dout)  # returns dx without accumulating into x.grad
+    return out, dx
+
+
+def reference(x: torch.Tensor, dout: torch.Tensor) -> tuple:
+    """(out, dx) by autograd in float64."""
+    x64 = x.detach().to(torch.float64).requires_grad_(True)
+    return tuple(t.detach() for t in forward_backward(sigmoid3_autograd, x64, dout.to(torch.float64)))
+
+
+# ---------------------------------------------------------------------------------------------
+# 3. The model
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Params:
+    dtypes: tuple = param(("fp32", "bf16"), "storage dtype of x, the activations and the gradients "
+                          "(arithmetic in fp32)", choices=("fp32", "bf16", "fp16"))
+    sizes_mib: tuple = param((16, 64, 256, 1024), "size of x (each activation and gradient is as large)",
+                             unit="MiB", min=1, max=8192, log=True)
+
+
+# name -> (kernels, accesses per element in forward, in backward, activations saved beyond x and out)
+MODEL = {
+    "stored": (2, 1 + 3, 3 + 1, 2),
+    "recomputed": (2, 1 + 1, 2 + 1, 0),
+    "autograd": (6, 3 * 2, 3 * 3, 2),  # 3 sigmoids (read, write); 3 sigmoid_backward (read 2, write)
+}
+
+
+def predict_ms(variant: str, nbytes: int, target: Target) -> float:
+    kernels, forward, backward, _ = MODEL[variant]
+    return (forward + backward) * nbytes / (target.ceilings.copy_tbps * 1e12) * 1e3 + kernels * LAUNCH_US * 1e-3
+
+
+def predict(params: Params, target: Target) -> list[dict]:
+    rows = []
+    for dtype in params.dtypes:
+        for size in params.sizes_mib:
+            nbytes = size * MiB
+            stored_ms = predict_ms("stored", nbytes, target)
+            for variant, (kernels, forward, backward, saved) in MODEL.items():
+                ms = predict_ms(variant, nbytes, target)
+                rows.append({"dtype": dtype, "size_mib": size, "variant": variant, "predicted_kernels": kernels,
+                             "accesses": forward + backward, "bytes_moved": (forward + backward) * nbytes,
+                             "predicted_ms": ms, "predicted_speedup": stored_ms / ms,
+                             "predicted_activation_bytes": saved * nbytes,
+                             "predicted_tbps": (forward + backward) * nbytes / (ms * 1e-3) / 1e12})
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# 4. The measurement
+# ---------------------------------------------------------------------------------------------
+CHECK_ELEMENTS = 1_000_003  # odd: the last program is partly masked
+
+
+def check(params: Params, target: Target) -> None:
+    """x, dout, out, s1, s2 and dx at the largest size, plus the timer's 256 MiB flush buffer."""
+    need = 6 * max(params.sizes_mib) * MiB + 256 * MiB
+    free = free_memory_bytes() if target.live else target.memory_bytes
+    if need > 0.9 * free:
+        largest = int((0.9 * free - 256 * MiB) / 6 / MiB)
+        raise ParamError(f"sizes_mib up to {max(params.sizes_mib)} needs {need / 1e9:.1f} GB (x, dout, out, two "
+                         f"activations, dx); this GPU has {free / 1e9:.1f} GB free. Choose sizes <= {largest} MiB.")
+
+
+def check_kernels(dtype: str, device: Optional[str] = None, n: int = CHECK_ELEMENTS) -> float:
+    """Every kernel (outputs poisoned with NaN) and every version end to end against float64 autograd.
+    Returns the largest relative error."""
+    x = bench.random_tensor((n,), dtype, device)
+    dout = bench.random_tensor((n,), dtype, device)
+    ref_out, ref_dx = reference(x, dout)
+    errors = []
+    nan = lambda: torch.full_like(x, float("nan"))  # noqa: E731 - a poisoned output
+    for store in (True, False):
+        out, s1, s2 = sigmoid3_forward(x, store, nan(), nan(), nan())
+        errors.append(bench.check_close(out, ref_out, dtype, f"forward kernel ({dtype}, store={store})"))
+        if store:
+            x64 = x.to(torch.float64)
+            errors.append(bench.check_close(s1, torch.sigmoid(x64), dtype, f"stored s1 ({dtype})"))
+            errors.append(bench.check_close(s2, torch.sigmoid(torch.sigmoid(x64)), dtype, f"stored s2 ({dtype})"))
+            dx = sigmoid3_backward(dout, s1=s1, s2=s2, dx=nan())
+        else:
+            dx = sigmoid3_backward(dout, x=x, dx=nan())
+        errors.append(bench.check_close(dx, ref_dx, dtype, f"backward kernel ({dtype}, recompute={not store})"))
+    for variant, forward in VARIANTS.items():
+        out, dx = forward_backward(forward, x.detach().clone().requires_grad_(True), dout)
+        errors.append(bench.check_close(out, ref_out, dtype, f"{variant}: forward ({dtype})"))
+        errors.append(bench.check_close(dx, ref_dx, dtype, f"{variant}: gradient ({dtype})"))
+    return max(errors)
+
+
+def activation_bytes(forward, x: torch.Tensor) -> int:
+    """Peak memory of the forward pass beyond what was allocated before it and the output itself:
+    what the forward keeps for the backward (torch.cuda.max_memory_allocated)."""
+    bench.sync()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    out = forward(x)
+    bench.sync()
+    peak = torch.cuda.max_memory_allocated()
+    held = peak - before - out.numel() * out.element_size()
+    del out
+    return int(held)
+
+
+def measure(params: Params, target: Target, progress):
+    total = len(params.dtypes) * len(params.sizes_mib) * len(VARIANTS)
+    done = 0
+    for dtype in params.dtypes:
+        progress(done / total, f"{dtype}: checking every kernel and gradient against float64 autograd")
+        err = check_kernels(dtype)
+        for size in params.sizes_mib:
+            n = size * MiB // bench.element_bytes(dtype)
+            x = bench.random_tensor((n,), dtype).requires_grad_(True)
+            dout = bench.random_tensor((n,), dtype)
+            stored_ms = None
+            for variant, forward in VARIANTS.items():  # "stored" first: the others' speed-up is against it
+                progress(done / total, f"{dtype}, {size} MiB: {variant}: activation memory and timing")
+                held = activation_bytes(forward, x)
+                ms = bench.time_ms(lambda: forward_backward(forward, x, dout))
+                stored_ms = ms if variant == "stored" else stored_ms
+                done += 1
+                accesses = sum(MODEL[variant][1:3])
+                yield {"dtype": dtype, "size_mib": size, "variant": variant, "measured_ms": ms,
+                       "measured_speedup": stored_ms / ms, "measured_activation_bytes": held,
+                       "measured_tbps": bench.tbps(accesses * size * MiB, ms), "check_rel_error": err}
+            del x, dout
+    progress(1.0, "done")
+
+
+def lesson_numbers(target: Target) -> dict:
+    nbytes = 1024 * MiB
+    ms = {v: predict_ms(v, nbytes, target) for v in MODEL}
+    return {
+        "gpu": target.name,
+        "bandwidth_tbps": f"{target.ceilings.copy_tbps:.2f}",
+        "ceilings_source": target.describe_ceilings(),
+        "stored_1gib_ms": f"{ms['stored']:.2f}",
+        "recomputed_1gib_ms": f"{ms['recomputed']:.2f}",
+        "autograd_1gib_ms": f"{ms['autograd']:.2f}",
+        "speedup": f"{ms['stored'] / ms['recomputed']:.2f}",
+        "autograd_speedup": f"{ms['autograd'] / ms['recomputed']:.2f}",
+    }
+
+
+LAB = Lab(
+    name="recompute",
+    title="Recomputation",
+    summary="Three stacked sigmoids, forward and backward: a backward pass that recomputes the activations "
+            "from x instead of reading them back moves 5/8 of the bytes and runs 1.6x faster.",
+    terms=("recomputation", "activation-checkpointing", "kernel-fusion", "memory-bound", "hbm",
+           "memory-bandwidth", "training-memory", "triton", "kernel", "arithmetic-intensity"),
+    Params=Params,
+    predict=predict,
+    measure=measure,
+    key=("dtype", "size_mib", "variant"),
+    metric="ms",
+    order=45,
+    check=check,
+    lesson_numbers=lesson_numbers,
+    headline=Headline("How many times faster is forward + backward (fp32, 1 GiB) when the backward pass "
+                      "recomputes the sigmoids instead of reading stored activations?", "x",
+                      {"dtype": "fp32", "size_mib": 1024, "variant": "recomputed"}, "speedup"),
+)

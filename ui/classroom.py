@@ -1,0 +1,144 @@
+"""Classroom features every page shares: instructor mode, predict-then-run, progress, uploads to compare."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+
+import streamlit as st
+
+from labs.params import ParamError
+from labs.results import Result
+
+MAX_UPLOAD_BYTES = 5_000_000
+
+
+# --- instructor mode ------------------------------------------------------------------------------
+def instructor_mode() -> bool:
+    """On with ?mode=instructor or the sidebar switch; enlarges text and charts for a projector."""
+    if "instructor" not in st.session_state:
+        st.session_state["instructor"] = st.query_params.get("mode") == "instructor"
+    on = st.sidebar.toggle("Instructor mode", key="instructor",
+                           help="Larger text and charts for a projector, and a warm-up of every lab on Home.")
+    if on:
+        st.markdown("<style>html, body, [class*='st-'] { font-size: 1.25rem !important; }"
+                    "h1 { font-size: 3.2rem !important; } .js-plotly-plot { zoom: 1.15; }</style>",
+                    unsafe_allow_html=True)
+    return on
+
+
+# --- progress: labs visited and predictions made, kept for the browser session -------------------
+def _progress() -> dict:
+    return st.session_state.setdefault("progress", {"visited": [], "predictions": []})
+
+
+def visit(lab_name: str) -> None:
+    visited = _progress()["visited"]
+    if lab_name not in visited:
+        visited.append(lab_name)
+
+
+def progress_download() -> None:
+    data = _progress()
+    st.sidebar.caption(f"Labs visited: {len(data['visited'])}; predictions made: {len(data['predictions'])}")
+    st.sidebar.download_button("Download my progress (JSON)", json.dumps(data, indent=1), "roofline-progress.json",
+                               "application/json", key="progress-download")
+
+
+# --- predict, then run -----------------------------------------------------------------------------
+def predict_first() -> bool:
+    """When on, a lab's results stay hidden until the learner predicts its headline number (or skips)."""
+    if "predict_first" not in st.session_state:
+        st.session_state["predict_first"] = st.query_params.get("predict") in ("1", "true", "yes")
+    return st.sidebar.toggle("Predict before results", key="predict_first",
+                             help="Hide each lab's charts until you have written down your prediction.")
+
+
+def _guess_key(lab, params_dict: dict) -> str:
+    return f"guess:{lab.name}:{json.dumps(params_dict, sort_keys=True)}"
+
+
+def must_predict_first(lab, params_dict: dict) -> bool:
+    """True while the predict-first switch is on and this lab's question has no answer yet."""
+    return (lab.headline is not None and st.session_state.get("predict_first", False)
+            and _guess_key(lab, params_dict) not in st.session_state)
+
+
+def prediction_panel(lab, params_dict: dict, model_rows: list, revealed_rows: list, revealed_label: str) -> None:
+    """The headline question: an input for the learner's guess, or the guess scored against model and measurement."""
+    headline = lab.headline
+    if headline is None:
+        return
+    key = _guess_key(lab, params_dict)
+    with st.container(border=True):
+        st.markdown(f"**Predict, then run.** {headline.question}")
+        guess = st.session_state.get(key)
+        if guess is None:
+            c1, c2, c3 = st.columns([2, 1, 1])
+            value = c1.number_input(f"Your prediction ({headline.unit})", value=None, placeholder="your guess",
+                                    key=f"input:{key}", min_value=-1e12, max_value=1e12)
+            if c2.button("Lock in", key=f"lock:{key}", disabled=value is None):
+                st.session_state[key] = value
+                _progress()["predictions"].append({"lab": lab.name, "question": headline.question, "guess": value,
+                                                   "unit": headline.unit, "params": params_dict,
+                                                   "time": _dt.datetime.now().isoformat(timespec="seconds")})
+                st.rerun()
+            if c3.button("Skip", key=f"skip:{key}"):
+                st.session_state[key] = "skipped"
+                st.rerun()
+            return
+        _score(lab, guess, model_rows, revealed_rows, revealed_label)
+
+
+def _score(lab, guess, model_rows, revealed_rows, revealed_label) -> None:
+    headline = lab.headline
+    _, predicted = headline.answer(model_rows)
+    measured, _ = headline.answer(revealed_rows) if revealed_rows else (None, None)
+    parts = [] if guess == "skipped" else [f"you: **{guess:.4g} {headline.unit}**"]
+    if predicted is not None:
+        parts.append(f"model: **{predicted:.4g}**")
+    if measured is not None:
+        parts.append(f"measured ({revealed_label}): **{measured:.4g}**")
+    st.markdown(" · ".join(parts) if parts else "No answer yet.")
+    if guess == "skipped":
+        return
+    if not measured:
+        st.caption("Run the lab (or show a recorded run) to score your guess.")
+        return
+    yours = 100 * abs(guess - measured) / abs(measured)
+    note = f"Your guess was {yours:.0f} % from the measurement"
+    if predicted:
+        model_err = 100 * abs(predicted - measured) / abs(measured)
+        note += f"; the model was {model_err:.0f} % from it." + (" You beat the model!" if yours < model_err else "")
+    st.caption(note)
+    for record in _progress()["predictions"]:
+        if record["lab"] == lab.name and record["guess"] == guess:
+            record.update(measured=measured, measured_on=revealed_label, model=predicted)
+
+
+# --- compare with an uploaded result file ----------------------------------------------------------
+def parse_upload(name: str, data: bytes, lab_name: str) -> Result:
+    """A learner's result file, validated: JSON or CSV written by Roofline for this lab."""
+    if len(data) > MAX_UPLOAD_BYTES:
+        raise ParamError(f"{name} is {len(data) / 1e6:.1f} MB; result files are at most {MAX_UPLOAD_BYTES / 1e6:.0f} MB.")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ParamError(f"{name} is not a text file; upload the JSON or CSV that Roofline wrote.") from None
+    result = Result.from_csv(text) if name.lower().endswith(".csv") else Result.from_json(text)
+    if result.lab != lab_name:
+        raise ParamError(f"{name} is a result of the '{result.lab}' lab, not of '{lab_name}'.")
+    result.meta["uploaded_as"] = name
+    return result
+
+
+def uploads(lab_name: str) -> list:
+    files = st.file_uploader("Compare with result files (JSON or CSV from Roofline's download buttons or CLI)",
+                             type=["json", "csv"], accept_multiple_files=True, key=f"upload:{lab_name}")
+    found = []
+    for f in files or []:
+        try:
+            found.append(parse_upload(f.name, f.getvalue(), lab_name))
+        except ParamError as exc:
+            st.error(str(exc))
+    return found
