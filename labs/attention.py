@@ -152,6 +152,19 @@ def _load_tile(ptr, desc, head_row, row0, rows_valid, ROWS: tl.constexpr, HEAD_D
 
 
 @triton.jit
+def _mma(a, b, acc, PREC: tl.constexpr):
+    """a @ b (+ acc) on the tensor cores, accumulated in fp32.
+
+    PREC is "ieee" for fp32 inputs (exact fp32 products, not TF32), "tf32" otherwise (ignored for 16-bit
+    inputs); "upcast" multiplies 16-bit inputs as fp32, which gives the same exact products: Triton's CPU
+    interpreter needs it because its bf16 dot is wrong.
+    """
+    if PREC == "upcast":
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
+    return tl.dot(a, b, acc, input_precision=PREC)
+
+
+@triton.jit
 def _exp2(x, EXP16: tl.constexpr, P_DTYPE: tl.constexpr):
     """2^x, returned in P_DTYPE. EXP16 uses the packed half-precision exp2 (two values per instruction)."""
     if EXP16:
@@ -176,7 +189,7 @@ def _fwd_key_tiles(acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, kv_row, off
     for start_n in range(lo, hi, BLOCK_N):
         start_n = tl.multiple_of(start_n, BLOCK_N)
         k = _load_tile(k_base, k_desc, kv_row, start_n, LK - start_n, BLOCK_N, HEAD_DIM, USE_TMA, MASKED)
-        qk = tl.dot(q, tl.trans(k), input_precision=PREC)  # (BLOCK_M, BLOCK_N) scores, fp32, never leave the chip
+        qk = _mma(q, tl.trans(k), None, PREC)  # (BLOCK_M, BLOCK_N) scores, fp32, never leave the chip
         if MASKED:  # the causal diagonal or the ragged end of the keys: masked scores are -inf
             cols = start_n + offs_n
             keep = cols[None, :] < LK
@@ -194,7 +207,7 @@ def _fwd_key_tiles(acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, kv_row, off
         l_i = l_i * alpha + tl.sum(p.to(tl.float32), 1)
         acc = acc * alpha[:, None]
         v = _load_tile(v_base, v_desc, kv_row, start_n, LK - start_n, BLOCK_N, HEAD_DIM, USE_TMA, MASKED)
-        acc = tl.dot(p.to(v.dtype), v, acc, input_precision=PREC)  # partial output += P_tile @ V_tile
+        acc = _mma(p.to(v.dtype), v, acc, PREC)  # partial output += P_tile @ V_tile
         m_i = m_new
     return acc, l_i, m_i
 
@@ -278,18 +291,18 @@ def _dkdv_query_tiles(dk, dv, k, v, q_base, do_base, q_desc, do_desc, LSE2, DELT
         offs_m = start_m + tl.arange(0, BLOCK_M)
         q = _load_tile(q_base, q_desc, q_row, start_m, LQ - start_m, BLOCK_M, HEAD_DIM, USE_TMA, True)
         lse2 = tl.load(LSE2 + lse_row + offs_m)  # padded: +inf past the end
-        qkT = tl.dot(k, tl.trans(q), input_precision=PREC)  # (BLOCK_N, BLOCK_M): S^T recomputed
+        qkT = _mma(k, tl.trans(q), None, PREC)  # (BLOCK_N, BLOCK_M): S^T recomputed
         pT = tl.math.exp2(qkT * qk_scale - lse2[None, :])  # P^T, exact (lse is the row's true normaliser)
         if MASKED:  # causal diagonal: key n is visible to query m when n <= m + shift
             pT = tl.where(offs_n[:, None] <= offs_m[None, :] + SHIFT, pT, 0.0)
         do = _load_tile(do_base, do_desc, q_row, start_m, LQ - start_m, BLOCK_M, HEAD_DIM, USE_TMA, True)
-        dv = tl.dot(pT.to(do.dtype), do, dv, input_precision=PREC)
+        dv = _mma(pT.to(do.dtype), do, dv, PREC)
         delta = tl.load(DELTA + lse_row + offs_m)
-        dpT = tl.dot(v, tl.trans(do), input_precision=PREC)  # dP^T = V dO^T
+        dpT = _mma(v, tl.trans(do), None, PREC)  # dP^T = V dO^T
         dsT = pT * (dpT - delta[None, :])  # softmax backward: dS = P * (dP - rowsum(dO * O))
-        dk = tl.dot(dsT.to(q.dtype), q, dk, input_precision=PREC)
+        dk = _mma(dsT.to(q.dtype), q, dk, PREC)
         if ATOMIC_DQ:  # FlashAttention-2's original: every key tile adds its share of dQ
-            dq = tl.dot(tl.trans(dsT.to(q.dtype)), k, input_precision=PREC)
+            dq = _mma(tl.trans(dsT.to(q.dtype)), k, None, PREC)
             tl.atomic_add(dq_base + offs_m[:, None] * HEAD_DIM + offs_d[None, :], dq, sem="relaxed")
     return dk, dv
 
@@ -347,7 +360,7 @@ def _dq_key_tiles(dq, q, do, lse2, delta, k_base, v_base, k_desc, v_desc, kv_row
         start_n = tl.multiple_of(start_n, BLOCK_N)
         k = _load_tile(k_base, k_desc, kv_row, start_n, LK - start_n, BLOCK_N, HEAD_DIM, USE_TMA, MASKED)
         v = _load_tile(v_base, v_desc, kv_row, start_n, LK - start_n, BLOCK_N, HEAD_DIM, USE_TMA, MASKED)
-        qk = tl.dot(q, tl.trans(k), input_precision=PREC)
+        qk = _mma(q, tl.trans(k), None, PREC)
         p = tl.math.exp2(qk * qk_scale - lse2[:, None])
         if MASKED:
             cols = start_n + offs_n
@@ -355,9 +368,9 @@ def _dq_key_tiles(dq, q, do, lse2, delta, k_base, v_base, k_desc, v_desc, kv_row
             if CAUSAL:
                 keep = keep & (cols[None, :] <= offs_m[:, None] + SHIFT)
             p = tl.where(keep, p, 0.0)
-        dp = tl.dot(do, tl.trans(v), input_precision=PREC)
+        dp = _mma(do, tl.trans(v), None, PREC)
         ds = p * (dp - delta[:, None])
-        dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=PREC)
+        dq = _mma(ds.to(k.dtype), k, dq, PREC)
     return dq
 
 
@@ -478,8 +491,10 @@ def _descriptor(x: torch.Tensor, rows: int, use_tma: bool):
     return TensorDescriptor(x, shape=[x.numel() // d, d], strides=[d, 1], block_shape=[rows, d])
 
 
-def _prec(dtype: torch.dtype) -> str:
-    return "ieee" if dtype == torch.float32 else "tf32"  # fp32 inputs: exact fp32 products, not TF32
+def _prec(x: torch.Tensor) -> str:
+    if x.dtype == torch.float32:
+        return "ieee"  # fp32 inputs: exact fp32 products, not TF32
+    return "upcast" if x.device.type != "cuda" else "tf32"
 
 
 def _lq_pad(lq: int) -> int:
@@ -502,7 +517,7 @@ def _forward(q4, k4, v4, causal: bool, scale: float, cfg: FlashConfig, out=None,
         q4, k4, v4, out, lse, _descriptor(q4, t.block_m, use_tma), _descriptor(k4, t.block_n, use_tma),
         _descriptor(v4, t.block_n, use_tma), scale * LOG2E, lq, lk, lse.shape[-1],
         HEAD_DIM=d, BLOCK_M=t.block_m, BLOCK_N=t.block_n, CAUSAL=causal, USE_TMA=use_tma, EXP16=exp16,
-        PREC=_prec(q4.dtype), num_warps=t.warps, num_stages=t.stages)
+        PREC=_prec(q4), num_warps=t.warps, num_stages=t.stages)
     return out, lse
 
 
@@ -521,7 +536,7 @@ def _backward(q4, k4, v4, out, lse, do4, causal: bool, scale: float, cfg: FlashC
     delta = torch.empty((b, h, pad), device=q4.device, dtype=torch.float32)
     lse2 = torch.empty_like(delta)
     attention_bwd_prep_kernel[(pad // 64, b * h)](out, do4, lse, delta, lse2, lq, pad, HEAD_DIM=d, BLOCK=64)
-    prec = _prec(q4.dtype)
+    prec = _prec(q4)
     t = cfg.dkdv
     dq_acc = torch.zeros((b, h, pad, d), device=q4.device, dtype=torch.float32) if cfg.atomic_dq else delta
     attention_bwd_dkdv_kernel[(triton.cdiv(lk, t.block_n), b * h)](
@@ -608,13 +623,9 @@ def naive_attention(q, k, v, causal: bool = False, scale: Optional[float] = None
         s.masked_fill_(~causal_visible(s.shape[-2], s.shape[-1], s.device), float("-inf"))
     p = torch.softmax(s, dim=-1)  # (B, H, Lq, Lk) probabilities: read S, write P
     del s
-    if causal and s_has_empty_rows(q.shape[-2], k.shape[-2]):
+    if causal and q.shape[-2] > k.shape[-2]:  # queries that see no key: softmax gave 0/0
         p = p.nan_to_num(0.0)
     return torch.matmul(p, v)  # read P again
-
-
-def s_has_empty_rows(lq: int, lk: int) -> bool:
-    return lq > lk
 
 
 SDPA_BACKENDS = {"sdpa-flash": "FLASH_ATTENTION", "sdpa-cudnn": "CUDNN_ATTENTION", "sdpa-efficient": "EFFICIENT_ATTENTION"}

@@ -334,7 +334,9 @@ def check(params: Params, target: Target) -> None:
 
 def short_kernel_name(name: str) -> str:
     """'void at::native::vectorized_elementwise_kernel<4, at::native::sin_kernel_cuda(...)...>' ->
-    'vectorized_elementwise_kernel[sin]'; Triton and other plain names are kept."""
+    'vectorized_elementwise_kernel[sin]'; Triton names and CPU operators ('aten::sin') are kept."""
+    if name.startswith("aten::"):
+        return name
     outer = re.sub(r"^void\s+", "", name).split("<")[0].split("(")[0].split("::")[-1].strip()
     for pattern in (r"at::native::(?:\w+::)*(\w+?)_kernel_cuda", r"CUDAFunctor_(\w+)", r"(\w+?)_kernel_impl",
                     r"at::native::(?:\w+::)*(\w+?)Functor", r"at::native::(?:\w+::)*(\w+?)_kernel"):

@@ -12,6 +12,7 @@ Recordings are Results written by the CLI on a real GPU to content/recorded/<gpu
 
 from __future__ import annotations
 
+import copy as _copy
 import csv
 import datetime as _dt
 import io
@@ -183,7 +184,7 @@ def save_recording(result: Result) -> Path:
         raise ParamError("Only live runs on a GPU can be recorded.")
     path = recording_path(key, result.lab)
     path.parent.mkdir(parents=True, exist_ok=True)
-    recorded = Result.from_dict(result.to_dict())
+    recorded = Result.from_dict(_copy.deepcopy(result.to_dict()))
     recorded.meta["kind"] = "recorded"
     path.write_text(recorded.to_json())
     return path
@@ -232,3 +233,19 @@ def _parse_cell(text: str):
         except ValueError:
             pass
     return text
+
+
+def normalised(result: Result, metric: str) -> Result:
+    """A copy whose measured_<metric> and predicted_<metric> are divided by the run's best measured value
+    (or best predicted value, for a model), so runs of different GPUs can be compared by shape."""
+    m, p = f"measured_{metric}", f"predicted_{metric}"
+    values = [r[m] for r in result.rows if _is_number(r.get(m))] or [r[p] for r in result.rows if _is_number(r.get(p))]
+    best = max((abs(v) for v in values), default=0)
+    copy = Result.from_dict(_copy.deepcopy(result.to_dict()))
+    if best > 0:
+        for row in copy.rows:
+            for col in (m, p):
+                if _is_number(row.get(col)):
+                    row[col] = row[col] / best
+    copy.meta["normalised_by"] = best
+    return copy

@@ -20,7 +20,7 @@ from labs import gpu as gpu_mod
 from labs import params as params_mod
 from labs import runner
 from labs.lab import Lab
-from labs.results import Result, list_recorded
+from labs.results import Result, list_recorded, normalised
 from ui import classroom, text
 
 
@@ -167,6 +167,13 @@ class LabPage:
         with panel:
             classroom.prediction_panel(self.lab, params_dict, model.rows, shown.rows if shown else [],
                                        shown.label if shown else "")
+        self.absolute = live or model  # the table and downloads always hold absolute numbers
+        if recorded and st.sidebar.radio("Overlay scale", ["absolute", "normalised"], key="scale",
+                                         horizontal=True) == "normalised":
+            st.caption(f"Normalised: every run's {self.lab.metric} is divided by that run's own best value, "
+                       "so GPUs of different speeds compare by shape. The table below stays absolute.")
+            live, model = (normalised(r, self.lab.metric) if r else None for r in (live, model))
+            recorded = [normalised(r, self.lab.metric) for r in recorded]
         return live, model, recorded
 
     def _live_panel(self, params):
@@ -213,6 +220,8 @@ class LabPage:
         return [r for r in recorded if r.label in chosen]
 
     def table_and_downloads(self, result: Result, title: str = "Numbers") -> None:
+        if result is not None and "normalised_by" in result.meta:
+            result = self.absolute
         if result is None or not result.rows:
             return
         st.subheader(title)

@@ -15,10 +15,11 @@
 // so the best we can hope for is copy bandwidth; what each rung loses is L2 transactions (naive)
 // or shared-memory cycles (bank conflicts).
 
-#include <torch/extension.h>
-#include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAStream.h>
+// Plain CUDA, no torch headers (so nvcc builds it in seconds): launchers take raw pointers and a
+// stream and return the launch status. labs/cuda/transpose.cpp wraps them for torch tensors.
+
 #include <cuda_runtime.h>
+#include <cstdint>
 
 namespace {
 
@@ -68,40 +69,24 @@ void launch_tiled(const float* in, float* out, int rows, int cols, cudaStream_t 
   transpose_tiled_kernel<TILE, ROWS, PAD><<<grid, block, 0, stream>>>(in, out, rows, cols);
 }
 
-void check_args(const torch::Tensor& in, const torch::Tensor& out) {
-  TORCH_CHECK(in.is_cuda() && out.is_cuda(), "transpose: tensors must be on the GPU");
-  TORCH_CHECK(in.scalar_type() == torch::kFloat32 && out.scalar_type() == torch::kFloat32,
-              "transpose: tensors must be float32");
-  TORCH_CHECK(in.dim() == 2 && in.is_contiguous() && out.is_contiguous(), "transpose: contiguous 2-D tensors only");
-  TORCH_CHECK(out.size(0) == in.size(1) && out.size(1) == in.size(0), "transpose: out must be in.T's shape");
-  TORCH_CHECK(in.size(0) < INT32_MAX && in.size(1) < INT32_MAX, "transpose: each side must be < 2^31");
-}
-
 }  // namespace
 
-void transpose_naive(torch::Tensor in, torch::Tensor out) {
-  check_args(in, out);
-  const int rows = in.size(0), cols = in.size(1);
+int transpose_naive_launch(const float* in, float* out, int rows, int cols, void* stream) {
   const dim3 block(WARP, 8);
   const dim3 grid((cols + WARP - 1) / WARP, (rows + 7) / 8);
-  transpose_naive_kernel<<<grid, block, 0, at::cuda::getCurrentCUDAStream()>>>(
-      in.data_ptr<float>(), out.data_ptr<float>(), rows, cols);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  transpose_naive_kernel<<<grid, block, 0, (cudaStream_t)stream>>>(in, out, rows, cols);
+  return (int)cudaGetLastError();
 }
 
-// tile in {32, 64}, rows_per_block in {8, 16, 32} (<= tile), pad in {0, 1}
-void transpose_tiled(torch::Tensor in, torch::Tensor out, int64_t tile, int64_t rows_per_block, bool pad) {
-  check_args(in, out);
-  const int rows = in.size(0), cols = in.size(1);
-  const float* src = in.data_ptr<float>();
-  float* dst = out.data_ptr<float>();
-  cudaStream_t s = at::cuda::getCurrentCUDAStream();
+// tile in {32, 64}, rows_per_block in {8, 16, 32} (<= tile), pad in {0, 1}; returns -1 for other shapes
+int transpose_tiled_launch(const float* in, float* out, int rows, int cols, int tile, int rows_per_block, int pad,
+                           void* stream) {
+  cudaStream_t s = (cudaStream_t)stream;
 #define ROOFLINE_TILED(T, R)                                     \
   if (tile == T && rows_per_block == R) {                        \
-    if (pad) launch_tiled<T, R, 1>(src, dst, rows, cols, s);     \
-    else launch_tiled<T, R, 0>(src, dst, rows, cols, s);         \
-    C10_CUDA_KERNEL_LAUNCH_CHECK();                              \
-    return;                                                      \
+    if (pad) launch_tiled<T, R, 1>(in, out, rows, cols, s);      \
+    else launch_tiled<T, R, 0>(in, out, rows, cols, s);          \
+    return (int)cudaGetLastError();                              \
   }
   ROOFLINE_TILED(32, 8)
   ROOFLINE_TILED(32, 16)
@@ -109,16 +94,17 @@ void transpose_tiled(torch::Tensor in, torch::Tensor out, int64_t tile, int64_t 
   ROOFLINE_TILED(64, 16)
   ROOFLINE_TILED(64, 32)
 #undef ROOFLINE_TILED
-  TORCH_CHECK(false, "transpose_tiled: unsupported tile ", tile, " x rows_per_block ", rows_per_block);
+  return -1;
 }
 
 // The L2 fetch granularity limit (bytes): how much the L2 may fetch from DRAM on a miss. A value > 0
-// sets it first (a hint to the driver); the value in force is returned.
-int64_t l2_fetch_granularity(int64_t set_bytes) {
+// sets it first (a hint to the driver). Returns the value in force, or -(CUDA error code).
+int64_t l2_fetch_granularity_bytes(int64_t set_bytes) {
   if (set_bytes > 0) {
-    C10_CUDA_CHECK(cudaDeviceSetLimit(cudaLimitMaxL2FetchGranularity, (size_t)set_bytes));
+    cudaError_t err = cudaDeviceSetLimit(cudaLimitMaxL2FetchGranularity, (size_t)set_bytes);
+    if (err != cudaSuccess) return -(int64_t)err;
   }
   size_t value = 0;
-  C10_CUDA_CHECK(cudaDeviceGetLimit(&value, cudaLimitMaxL2FetchGranularity));
-  return (int64_t)value;
+  cudaError_t err = cudaDeviceGetLimit(&value, cudaLimitMaxL2FetchGranularity);
+  return err == cudaSuccess ? (int64_t)value : -(int64_t)err;
 }

@@ -1,0 +1,551 @@
+"""
+Launch overhead: the fixed price of asking the GPU to do anything
+=================================================================
+
+What you will learn:
+- every kernel launched from Python costs a few microseconds of CPU work (the interpreter, PyTorch's
+  dispatcher, the CUDA driver) before the GPU sees it; for a tiny tensor that fixed price is larger
+  than the work itself, and a chain of K tiny ops costs about K times it;
+- launches are queued: the CPU runs ahead of the GPU, so back-to-back launches cost the enqueue time,
+  not a round trip; a `.item()` or a synchronize in the loop makes every op wait for the GPU and back;
+- a CUDA graph records the chain once and replays it with one launch, leaving only the GPU's own
+  per-kernel cost; fusing the chain into one kernel removes even that;
+- Horace He's three regimes: for a given op, small tensors are overhead-bound, large ones memory- or
+  compute-bound, and the boundaries are where the launch cost equals the bytes or FLOPs term.
+
+The model's launch figures are measured on this machine by probes at the start of every run (and
+kept with the recording), never assumed: per-launch cost of a PyTorch op and of a Triton kernel,
+graph replay, the GPU's per-kernel cost inside a graph, and a launch + `.item()` round trip.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import triton
+import triton.language as tl
+
+from labs import bench
+from labs.gpu import MiB, Target, free_memory_bytes
+from labs.lab import Headline, Lab
+from labs.params import ParamError, param
+
+# The chain: K ops on a small fp32 tensor, alternately y = y * A and y = y + B. With A = -1, B = 0.5
+# the values stay bounded for any K and (inputs on a 1/256 grid) every step is exact in fp32.
+A, B = -1.0, 0.5
+VARIANTS = ("eager", "graph", "fused", "eager+item")
+OPS = ("add", "matmul")
+
+
+# ---------------------------------------------------------------------------------------------
+# The chain, four ways
+# ---------------------------------------------------------------------------------------------
+def chain_eager(x: torch.Tensor, y: torch.Tensor, k: int, sync_each: bool = False) -> torch.Tensor:
+    """K PyTorch ops, each one kernel launch; with sync_each, a .item() after every op (a round trip)."""
+    torch.mul(x, A, out=y)  # op 1 reads x, so every call starts afresh
+    first = y[:1]
+    if sync_each:
+        first.item()
+    for i in range(1, k):
+        if i % 2:
+            y.add_(B)
+        else:
+            y.mul_(A)
+        if sync_each:
+            first.item()  # copy one value to the CPU: waits until the GPU has finished this op
+    return y
+
+
+@triton.jit
+def fused_chain_kernel(x_ptr, y_ptr, n, pairs, odd, a, b, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    y = tl.load(x_ptr + offs, mask=mask)  # one read
+    for _ in range(pairs):  # all K ops in registers
+        y = y * a
+        y = y + b
+    if odd:
+        y = y * a
+    tl.store(y_ptr + offs, y, mask=mask)  # one write
+
+
+FUSED_BLOCK = 1024
+
+
+def chain_fused(x: torch.Tensor, y: torch.Tensor, k: int) -> torch.Tensor:
+    """The same K ops as one Triton kernel: one launch, one read and one write per element."""
+    grid = (triton.cdiv(x.numel(), FUSED_BLOCK),)
+    fused_chain_kernel[grid](x, y, x.numel(), k // 2, k % 2, A, B, BLOCK=FUSED_BLOCK, num_warps=4)
+    return y
+
+
+def chain_reference(x: torch.Tensor, k: int) -> torch.Tensor:
+    y = x.double() * A
+    for i in range(1, k):
+        y = y + B if i % 2 else y * A
+    return y
+
+
+def grid_input(n: int, device=None) -> torch.Tensor:
+    """Fresh normal values on a 1/256 grid (exact through the chain)."""
+    return torch.round(bench.random_tensor((n,), "fp32", device) * 256) / 256
+
+
+# ---------------------------------------------------------------------------------------------
+# Timing launch-bound work (bench.time_ms flushes the L2 with a large memset before each call; the
+# CPU enqueues the next launches while that runs, which hides exactly the cost this lab is about)
+# ---------------------------------------------------------------------------------------------
+def per_call_us(fn, budget_ms: float = 20.0, batches: int = 5) -> float:
+    """Median wall time of one call of `fn` when called back to back, in microseconds."""
+    fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    fn()
+    torch.cuda.synchronize()
+    single = time.perf_counter() - t0
+    reps = max(1, min(20_000, int(budget_ms * 1e-3 / batches / max(single, 1e-7))))
+    samples = []
+    for _ in range(batches):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        torch.cuda.synchronize()
+        samples.append((time.perf_counter() - t0) / reps)
+    return statistics.median(samples) * 1e6
+
+
+def capture(fn) -> torch.cuda.CUDAGraph:
+    """Record fn's kernels into a CUDA graph (warm-up on a side stream, as capture requires)."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(2):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    torch.cuda.synchronize()
+    return graph
+
+
+# ---------------------------------------------------------------------------------------------
+# Probes: the launch costs the model uses, measured on this machine
+# ---------------------------------------------------------------------------------------------
+PROBES = {  # name -> what it measures
+    "eager_add": "one PyTorch op (add_ on 1 element), launched back to back",
+    "eager_matmul": "one PyTorch bf16 matmul (16 x 16), launched back to back",
+    "eager_triton": "one Triton kernel (the fused chain on 1 element), launched back to back",
+    "graph_replay": "one replay of a CUDA graph holding a single tiny kernel, back to back",
+    "graph_kernel": "one tiny kernel inside a replayed CUDA graph of 256 (GPU-side cost per kernel)",
+    "round_trip": "one PyTorch op followed by .item() (launch, wait for the GPU, copy back)",
+}
+# Used only until this GPU has been measured (here or in a committed recording); flagged as assumed.
+ASSUMED = {"eager_add": 5.0, "eager_matmul": 10.0, "eager_triton": 15.0, "graph_replay": 5.0,
+           "graph_kernel": 1.5, "round_trip": 20.0}
+PROBE_OPS = 256  # ops per timed call in the probes (amortises the Python loop around them)
+_PROBED: dict = {}  # gpu key -> probe figures measured in this process
+
+
+def _probe_path(gpu_key: str) -> Path:
+    base = os.environ.get("ROOFLINE_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "roofline")
+    return Path(base) / "launch" / f"{gpu_key}.json"
+
+
+def run_probes(step) -> dict:
+    """Measure every figure in PROBES, in microseconds."""
+    t = torch.zeros(1, device="cuda")
+    out = {}
+
+    def ops_add():
+        for _ in range(PROBE_OPS):
+            t.add_(1.0)
+
+    step("probe: PyTorch launch cost")
+    out["eager_add"] = per_call_us(ops_add) / PROBE_OPS
+    step("probe: bf16 matmul launch cost")
+    dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    m16 = torch.randn(16, 16, device="cuda", dtype=dtype)
+    m_out = torch.empty_like(m16)
+
+    def ops_matmul():
+        for _ in range(PROBE_OPS // 4):
+            torch.matmul(m16, m16, out=m_out)
+
+    out["eager_matmul"] = per_call_us(ops_matmul) / (PROBE_OPS // 4)
+    step("probe: Triton launch cost")
+    t_out = torch.empty_like(t)
+
+    def ops_triton():
+        for _ in range(PROBE_OPS // 4):
+            chain_fused(t, t_out, 1)
+
+    out["eager_triton"] = per_call_us(ops_triton) / (PROBE_OPS // 4)
+    step("probe: CUDA graph replay and per-kernel cost")
+    one = capture(lambda: t.add_(1.0))
+    out["graph_replay"] = per_call_us(one.replay)
+    many = capture(ops_add)
+    out["graph_kernel"] = per_call_us(many.replay) / PROBE_OPS
+    step("probe: launch + .item() round trip")
+
+    def ops_round_trip():
+        for _ in range(PROBE_OPS // 8):
+            t.add_(1.0)
+            t.item()
+
+    out["round_trip"] = per_call_us(ops_round_trip, budget_ms=40) / (PROBE_OPS // 8)
+    del one, many
+    return out
+
+
+def remember_probes(gpu_key: str, figures: dict, gpu_name: str) -> None:
+    _PROBED[gpu_key] = dict(figures)
+    path = _probe_path(gpu_key)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        stamp = time.strftime("%Y-%m-%d", time.gmtime())
+        path.write_text(json.dumps({"gpu": gpu_name, "date": stamp, "us": figures}, indent=1) + "\n")
+    except OSError:
+        pass  # a read-only cache only loses the figures for later sessions
+
+
+def launch_costs(target: Target) -> dict:
+    """The launch figures (us) the model uses for this GPU, and where they come from ('source')."""
+    if target.key in _PROBED:
+        return {**_PROBED[target.key], "source": "measured in this run"}
+    path = _probe_path(target.key)
+    if path.exists():
+        try:
+            data = json.loads(path.read_text())
+            if set(PROBES) <= set(data["us"]):
+                return {**{k: float(data["us"][k]) for k in PROBES},
+                        "source": f"measured on this machine ({data.get('gpu', target.name)}, {data.get('date', '')})"}
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    from labs.results import list_recorded  # the committed runs of this lab hold their probes
+
+    for rec in list_recorded("launch"):
+        if rec.meta.get("gpu", {}).get("key") != target.key:
+            continue
+        found = {r["variant"]: r["measured_us"] for r in rec.rows
+                 if r.get("experiment") == "probe" and isinstance(r.get("measured_us"), (int, float))}
+        if set(PROBES) <= set(found):
+            return {**{k: float(found[k]) for k in PROBES}, "source": f"recorded ({rec.label})"}
+    return {**ASSUMED, "source": "assumed: not measured on this GPU yet (run the lab to measure it)"}
+
+
+# ---------------------------------------------------------------------------------------------
+# The model
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Params:
+    experiments: tuple = param(("chain", "regimes"), "which experiments to run", choices=("chain", "regimes"))
+    ks: tuple = param(tuple(2**i for i in range(9)), "chain: number of tiny ops K", unit="ops", min=1, max=4096)
+    variants: tuple = param(VARIANTS, "chain: how the K ops are run", choices=VARIANTS)
+    elements: int = param(4096, "chain: elements of the small fp32 tensor", unit="elements", min=1,
+                          max=1_048_576, log=True)
+    ops: tuple = param(OPS, "regimes: which ops to sweep over tensor sizes", choices=OPS)
+    add_max_mib: int = param(256, "regimes: largest tensor for the add (sizes x4 from 1 element)", unit="MiB",
+                             min=1, max=4096, log=True)
+    matmul_max_n: int = param(4096, "regimes: largest bf16 matmul n x n (sizes x2 from 16)", unit="n", min=16,
+                              max=16384, log=True)
+
+
+def memory_us(nbytes: float, target: Target) -> float:
+    return nbytes / (target.ceilings.copy_tbps * 1e12) * 1e6
+
+
+def chain_us(variant: str, k: int, n: int, costs: dict, target: Target) -> float:
+    """Predicted time of one chain call: launch-bound terms from the probes, the bytes from the ceilings."""
+    kernel = costs["graph_kernel"] + memory_us(8 * n, target)  # one tiny op on the GPU: read + write n floats
+    if variant == "eager":  # the CPU queues launches; the slower of CPU and GPU sets the pace
+        return k * max(costs["eager_add"], kernel)
+    if variant == "graph":  # one replay launches all K kernels; the GPU still runs them one by one
+        return max(costs["graph_replay"], k * kernel)
+    if variant == "fused":  # one launch, one read and one write, K FLOPs per element in registers
+        flops_us = k * n / (target.ceilings.fma_tflops * 1e12) * 1e6
+        return max(costs["eager_triton"], kernel + flops_us)
+    if variant == "eager+item":  # every op waits for the GPU and back
+        return k * (costs["round_trip"] + memory_us(8 * n, target))
+    raise ParamError(f"unknown variant {variant!r}; choose from {', '.join(VARIANTS)}")
+
+
+def per_op_us(variant: str, n: int, costs: dict, target: Target) -> float:
+    """What one more op adds to a long chain (the slope of chain_us in K)."""
+    kernel = costs["graph_kernel"] + memory_us(8 * n, target)
+    return {"eager": max(costs["eager_add"], kernel), "graph": kernel,
+            "fused": n / (target.ceilings.fma_tflops * 1e12) * 1e6,
+            "eager+item": costs["round_trip"] + memory_us(8 * n, target)}[variant]
+
+
+def matmul_dtype(target: Target) -> str:
+    rates = target.ceilings.matmul_tflops
+    return "bf16" if rates.get("bf16") else "fp16"
+
+
+def regime_sizes(params: Params, op: str) -> list:
+    if op == "add":  # elements: 1, 4, 16, ... up to add_max_mib of fp32
+        top = params.add_max_mib * MiB // 4
+        return [4**i for i in range(32) if 4**i <= top]
+    return [2**i for i in range(4, 15) if 2**i <= params.matmul_max_n]  # matmul: n = 16, 32, ...
+
+
+def op_work(op: str, size: int, target: Target) -> tuple:
+    """(bytes moved, FLOPs, peak TFLOP/s) of one call."""
+    if op == "add":  # y = x + 1 in fp32: read 4 bytes, write 4 bytes, 1 FLOP per element
+        return 8 * size, size, target.ceilings.fma_tflops / 2  # an add is half an FMA's FLOPs per instruction
+    dtype = matmul_dtype(target)
+    nbytes = 3 * size * size * bench.element_bytes(dtype)  # read A and B, write C, once each
+    return nbytes, 2 * size**3, target.ceilings.matmul_tflops.get(dtype) or target.ceilings.fma_tflops
+
+
+def regime_terms(op: str, size: int, costs: dict, target: Target) -> dict:
+    """The three costs of one eager call, in us: launch overhead, memory traffic, arithmetic."""
+    nbytes, flops, peak = op_work(op, size, target)
+    overhead = costs["eager_add"] if op == "add" else costs["eager_matmul"]
+    return {"overhead": overhead, "memory": memory_us(nbytes, target),
+            "compute": flops / (peak * 1e12) * 1e6}
+
+
+def regime_us(terms: dict, costs: dict) -> float:
+    """The CPU's launch runs ahead of the GPU, whose own time is a fixed per-kernel cost plus the roofline."""
+    return max(terms["overhead"], costs["graph_kernel"] + max(terms["memory"], terms["compute"]))
+
+
+def model_rows(params: Params, target: Target, costs: dict) -> list[dict]:
+    """predict() for given launch figures (pure: tests pass their own)."""
+    rows = []
+    n = params.elements
+    if "chain" in params.experiments:
+        for variant in params.variants:
+            for k in params.ks:
+                rows.append({"experiment": "chain", "variant": variant, "k": k, "size": n,
+                             "predicted_us": chain_us(variant, k, n, costs, target),
+                             "predicted_per_op_us": chain_us(variant, k, n, costs, target) / k})
+            rows.append({"experiment": "fit", "variant": variant, "k": None, "size": n,
+                         "predicted_us": per_op_us(variant, n, costs, target)})
+    if "regimes" in params.experiments:
+        for op in params.ops:
+            for size in regime_sizes(params, op):
+                terms = regime_terms(op, size, costs, target)
+                nbytes, flops, _ = op_work(op, size, target)
+                rows.append({"experiment": "regimes", "variant": op, "k": None, "size": size, "bytes_moved": nbytes,
+                             "flops": flops, "predicted_us": regime_us(terms, costs),
+                             "predicted_regime": max(terms, key=terms.get),
+                             **{f"predicted_{name}_us": v for name, v in terms.items()}})
+    return rows
+
+
+def predict(params: Params, target: Target) -> list[dict]:
+    costs = launch_costs(target)
+    rows = model_rows(params, target, costs)
+    for row in rows:
+        row["launch_figures"] = costs["source"]
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# The measurement
+# ---------------------------------------------------------------------------------------------
+def check(params: Params, target: Target) -> None:
+    need = 0
+    if "regimes" in params.experiments:
+        if "add" in params.ops:
+            need = max(need, 2 * params.add_max_mib * MiB)
+        if "matmul" in params.ops:
+            need = max(need, 2 * 3 * params.matmul_max_n**2 * 2 + params.matmul_max_n**2 * 8 * 3)  # + fp64 check
+    free = free_memory_bytes() if target.live else target.memory_bytes
+    if need > 0.6 * free:
+        raise ParamError(f"The largest regime sizes need {need / 1e9:.1f} GB; this GPU has {free / 1e9:.1f} GB free. "
+                         "Lower add_max_mib or matmul_max_n.")
+    if target.live and "regimes" in params.experiments and "matmul" in params.ops \
+            and not target.ceilings.matmul_tflops.get(matmul_dtype(target)):
+        raise ParamError("This GPU has no measured bf16 or fp16 matmul rate; calibrate it on the Your GPU page, "
+                         "or choose ops = add.")
+
+
+def _check_chain(variant: str, k: int, n: int) -> float:
+    """Run one variant on fresh data (output poisoned first) and compare with float64."""
+    size = n if n % 2 else n + 1  # an odd size: the last Triton program is partly masked
+    x = grid_input(size)
+    y = torch.full_like(x, float("nan"))
+    if variant == "fused":
+        chain_fused(x, y, k)
+    else:
+        chain_eager(x, y, k, sync_each=variant == "eager+item")
+    return bench.check_close(y, chain_reference(x, k), "fp32", f"chain ({variant}, K={k})")
+
+
+def _measure_chain(params: Params, step):
+    n = params.elements
+    x, y = grid_input(n), torch.empty(n, device="cuda")
+    measured = {v: {} for v in params.variants}
+    for variant in params.variants:
+        for k in params.ks:
+            step(f"chain, {variant}, K = {k}: checking, then timing")
+            if variant == "graph":
+                graph = capture(lambda: chain_eager(x, y, k))
+                x.copy_(grid_input(n))  # fresh input in the buffer the graph reads
+                y.fill_(float("nan"))
+                graph.replay()
+                err = bench.check_close(y, chain_reference(x, k), "fp32", f"chain (graph, K={k})")
+                us = per_call_us(graph.replay)
+                del graph
+            else:
+                err = _check_chain(variant, k, n)
+                if variant == "fused":
+                    us = per_call_us(lambda: chain_fused(x, y, k))
+                else:
+                    sync_each = variant == "eager+item"
+                    us = per_call_us(lambda: chain_eager(x, y, k, sync_each), budget_ms=40 if sync_each else 20)
+            measured[variant][k] = us
+            yield {"experiment": "chain", "variant": variant, "k": k, "size": n, "measured_us": us,
+                   "measured_per_op_us": us / k, "check_rel_error": err}
+    for variant, points in measured.items():  # what one more op costs: least-squares slope over K
+        if len(points) >= 2:
+            ks, ts = list(points), list(points.values())
+            mk, mt = sum(ks) / len(ks), sum(ts) / len(ts)
+            var = sum((k - mk) ** 2 for k in ks)
+            slope = sum((k - mk) * (t - mt) for k, t in zip(ks, ts)) / var if var else float("nan")
+            yield {"experiment": "fit", "variant": variant, "k": None, "size": n, "measured_us": slope}
+
+
+def _rotating(op: str, size: int, l2_bytes: int) -> list:
+    """Enough separate input/output sets that back-to-back calls do not find their data in the L2."""
+    dtype = "fp32" if op == "add" else ("bf16" if torch.cuda.is_bf16_supported() else "fp16")
+    per_call = 8 * size if op == "add" else 3 * size * size * bench.element_bytes(dtype)
+    copies = max(1, min(64, -(-2 * max(l2_bytes, 1) // per_call)))
+    sets = []
+    for _ in range(copies):
+        if op == "add":
+            x = bench.random_tensor((size,), "fp32")
+            sets.append((x, torch.empty_like(x)))
+        else:
+            a, b = bench.random_tensor((size, size), dtype), bench.random_tensor((size, size), dtype)
+            sets.append((a, b, torch.empty_like(a)))
+    return sets
+
+
+def _call(op: str, s: tuple):
+    if op == "add":
+        torch.add(s[0], 1.0, out=s[1])
+    else:
+        torch.matmul(s[0], s[1], out=s[2])
+
+
+def _measure_regimes(params: Params, target: Target, step):
+    for op in params.ops:
+        for size in regime_sizes(params, op):
+            step(f"regimes, {op}, size {size}: checking, then timing")
+            sets = _rotating(op, size, target.l2_bytes)
+            first = sets[0]
+            first[-1].fill_(float("nan"))
+            _call(op, first)
+            if op == "add":
+                err = bench.check_close(first[1], first[0].double() + 1, "fp32", f"add ({size})")
+            else:
+                err = bench.check_close(first[2], first[0].double() @ first[1].double(),
+                                        "bf16" if first[0].dtype == torch.bfloat16 else "fp16", f"matmul ({size})")
+
+            def eager():
+                for s in sets:
+                    _call(op, s)
+
+            eager_us = per_call_us(eager) / len(sets)
+            graph = capture(eager)
+            gpu_us = per_call_us(graph.replay) / len(sets)
+            del graph
+            nbytes, flops, peak = op_work(op, size, target)
+            bw_frac = nbytes / (gpu_us * 1e-6) / (target.ceilings.copy_tbps * 1e12)
+            fl_frac = flops / (gpu_us * 1e-6) / (peak * 1e12)
+            if eager_us > 2 * gpu_us:  # more than half the eager time disappears without launches
+                regime = "overhead"
+            else:
+                regime = "memory" if bw_frac >= fl_frac else "compute"
+            yield {"experiment": "regimes", "variant": op, "k": None, "size": size, "measured_us": eager_us,
+                   "measured_gpu_us": gpu_us, "measured_tbps": nbytes / (eager_us * 1e-6) / 1e12,
+                   "measured_tflops": flops / (eager_us * 1e-6) / 1e12, "measured_regime": regime,
+                   "measured_overhead_share": max(0.0, 1 - gpu_us / eager_us), "check_rel_error": err}
+            del sets, first
+        torch.cuda.empty_cache()
+
+
+def measure(params: Params, target: Target, progress):
+    points = 5  # probes
+    if "chain" in params.experiments:
+        points += len(params.variants) * len(params.ks)
+    if "regimes" in params.experiments:
+        points += sum(len(regime_sizes(params, op)) for op in params.ops)
+    done = [0]
+
+    def step(message: str) -> None:
+        progress(min(done[0] / points, 1.0), message)
+        done[0] += 1
+
+    figures = run_probes(step)
+    remember_probes(target.key, figures, target.name)
+    for name, us in figures.items():
+        yield {"experiment": "probe", "variant": name, "k": None, "size": None, "measured_us": us,
+               "what": PROBES[name]}
+    if "chain" in params.experiments:
+        yield from _measure_chain(params, step)
+    if "regimes" in params.experiments:
+        yield from _measure_regimes(params, target, step)
+    progress(1.0, "done")
+
+
+def lesson_numbers(target: Target) -> dict:
+    costs = launch_costs(target)
+    p = Params()
+    n = p.elements
+    add_boundary = costs["eager_add"] * 1e-6 * target.ceilings.copy_tbps * 1e12 / 8  # elements where memory = launch
+    dtype = matmul_dtype(target)
+    peak = target.ceilings.matmul_tflops.get(dtype) or target.ceilings.fma_tflops
+    mm_boundary = (costs["eager_matmul"] * 1e-6 * peak * 1e12 / 2) ** (1 / 3)
+    return {
+        "gpu": target.name,
+        "launch_source": costs["source"],
+        "eager_us": f"{costs['eager_add']:.1f}",
+        "triton_us": f"{costs['eager_triton']:.1f}",
+        "matmul_launch_us": f"{costs['eager_matmul']:.1f}",
+        "graph_kernel_us": f"{costs['graph_kernel']:.2f}",
+        "graph_replay_us": f"{costs['graph_replay']:.1f}",
+        "round_trip_us": f"{costs['round_trip']:.1f}",
+        "chain_elements": n,
+        "chain_eager_64_us": f"{chain_us('eager', 64, n, costs, target):.0f}",
+        "chain_graph_64_us": f"{chain_us('graph', 64, n, costs, target):.0f}",
+        "chain_fused_64_us": f"{chain_us('fused', 64, n, costs, target):.0f}",
+        "chain_item_64_us": f"{chain_us('eager+item', 64, n, costs, target):.0f}",
+        "add_boundary_mib": f"{add_boundary * 4 / MiB:.1f}",
+        "matmul_boundary_n": f"{mm_boundary:.0f}",
+        "matmul_dtype": dtype,
+        "bandwidth_tbps": f"{target.ceilings.copy_tbps:.2f}",
+    }
+
+
+LAB = Lab(
+    name="launch",
+    title="Launch overhead",
+    summary="Every kernel launch costs microseconds before any work starts: time a chain of tiny ops eager, "
+            "as a CUDA graph and fused, and find where each op leaves the overhead-bound regime.",
+    terms=("launch-overhead", "overhead-bound", "kernel", "cuda-graph", "kernel-fusion", "memory-bound",
+           "compute-bound", "cuda-runtime-api", "triton", "torch-compile", "roofline"),
+    Params=Params,
+    predict=predict,
+    measure=measure,
+    key=("experiment", "variant", "k", "size"),
+    metric="us",
+    order=45,
+    check=check,
+    lesson_numbers=lesson_numbers,
+    headline=Headline("A loop of 64 tiny element-wise PyTorch ops on a 4096-element tensor: how many microseconds "
+                      "does it take, launched one after another?", "us",
+                      {"experiment": "chain", "variant": "eager", "k": 64}, "us"),
+)

@@ -1,0 +1,254 @@
+"""
+The matmul ladder: from one thread per output to cuBLAS
+=======================================================
+
+What you will learn:
+- the naive kernel (one thread per element of C) asks global memory for every input element N times;
+- shared-memory tiling (TILE x TILE tiles copied once per step) cuts those requests to N / TILE, yet
+  barely changes the time: the re-reads of the naive kernel already hit in the L1/L2 caches, and both
+  kernels issue two load instructions (global or shared) for every multiply-add;
+- what is left between these kernels and the library: each thread computing many outputs from
+  registers, and the tensor cores (the Triton kernel of labs/matmul.py has both);
+- each rung as a share of cuBLAS at one size and dtype.
+
+The kernels: naive and tiled CUDA C++ (labs/cuda/matmul.cu, built with torch's load_inline, FP32
+arithmetic on the CUDA cores for every input dtype), the Triton kernel of the matmul lab, and cuBLAS.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from labs import bench, cuda, matmul
+from labs.gpu import Target, free_memory_bytes
+from labs.lab import Headline, Lab
+from labs.params import ParamError, param
+
+CUDA_DTYPES = ("fp32", "tf32", "fp16", "bf16")
+NAIVE_BLOCK = 16  # the naive kernel's 16 x 16 thread blocks
+
+
+# ---------------------------------------------------------------------------------------------
+# The kernels (CUDA C++ in labs/cuda/matmul.cu; Triton and cuBLAS from labs/matmul.py)
+# ---------------------------------------------------------------------------------------------
+def extension():
+    """The compiled CUDA kernels (built once per machine, then cached by torch)."""
+    return cuda.build("roofline_matmul_ladder", "matmul.cu",
+                      "void matmul_naive(torch::Tensor a, torch::Tensor b, torch::Tensor c);\n"
+                      "void matmul_tiled(torch::Tensor a, torch::Tensor b, torch::Tensor c, int64_t tile);\n",
+                      ("matmul_naive", "matmul_tiled"))
+
+
+def cuda_matmul(kernel: str, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """Run 'naive' or 'tiledT' on row-major a, b into out."""
+    ext = extension()
+    if kernel == "naive":
+        ext.matmul_naive(a, b, out)
+    else:
+        ext.matmul_tiled(a, b, out, int(kernel[len("tiled"):]))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The model
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Params:
+    n: int = param(4096, "square size N (M = N = K)", unit="elements", min=64, max=16384)
+    dtypes: tuple = param(("fp32", "bf16"), "input dtypes (the CUDA C++ kernels compute in FP32 on CUDA cores)",
+                          choices=CUDA_DTYPES)
+    tiles: tuple = param((8, 16, 32), "TILE sizes of the shared-memory kernel", choices=(8, 16, 32))
+
+
+def kernels(params: Params) -> list[str]:
+    return ["naive"] + [f"tiled{t}" for t in params.tiles] + ["triton", "cublas"]
+
+
+def requested_bytes(kernel: str, n: int, dtype: str) -> float:
+    """Bytes the kernel asks global memory for (cache hits included). Naive: each of the N^2 threads
+    reads a row of A and a column of B, so 2 N^3 elements; tiled: N / TILE times less."""
+    e = bench.element_bytes(dtype)
+    if kernel == "naive":
+        return 2.0 * n**3 * e
+    if kernel.startswith("tiled"):
+        return 2.0 * n**3 * e / int(kernel[len("tiled"):])
+    if kernel == "triton":
+        cfg = matmul.DEFAULT_CONFIGS[dtype]
+        return float(n * n * e * (math.ceil(n / cfg.block_n) + math.ceil(n / cfg.block_m)))
+    return float("nan")
+
+
+def load_instructions_per_fma(kernel: str) -> float:
+    """Warp-wide load instructions per warp-wide FMA. Naive: one load of A (the same address for a
+    whole row of threads: a broadcast) and one of B (consecutive addresses) per multiply-add.
+    Tiled: the same two loads, now from shared memory, plus, once per TILE steps, one global load and
+    one shared store of each input."""
+    if kernel == "naive":
+        return 2.0
+    tile = int(kernel[len("tiled"):])
+    return 2.0 + 4.0 / tile
+
+
+def predict_cuda(kernel: str, n: int, dtype: str, target: Target) -> dict:
+    """Time = the larger of the FMA work on the CUDA cores and the load instructions an SM can issue
+    (one warp-wide load per clock), plus the fixed cost of a launch."""
+    shape = matmul.sm_shape(target.compute_capability)
+    clock = matmul.clock_hz(target)
+    warp_fmas = n**3 / 32  # warp-wide multiply-adds in all
+    fma_s = n**3 / (target.sm_count * shape.fp32_lanes * clock)
+    load_s = warp_fmas * load_instructions_per_fma(kernel) / (target.sm_count * matmul.LSU_INSTR_PER_CLOCK * clock)
+    total = max(fma_s, load_s) + matmul.FIXED_US * 1e-6
+    return {"predicted_ms": total * 1e3, "predicted_tflops": 2.0 * n**3 / total / 1e12,
+            "bound": "load instructions" if load_s > fma_s else "FMA"}
+
+
+def predict(params: Params, target: Target) -> list[dict]:
+    rows = []
+    n = params.n
+    for dtype in params.dtypes:
+        cublas = matmul.roofline_tflops(n, dtype, target)
+        for kernel in kernels(params):
+            row = {"dtype": dtype, "kernel": kernel, "n": n,
+                   "arithmetic": "CUDA cores, FP32" if kernel == "naive" or kernel.startswith("tiled")
+                   else ("CUDA cores, FP32" if dtype == "fp32" else "tensor cores"),
+                   "requested_bytes": requested_bytes(kernel, n, dtype)}
+            if kernel == "cublas":
+                row.update({"predicted_tflops": cublas, "bound": "measured ceiling"})
+                if cublas:
+                    row["predicted_ms"] = 2.0 * n**3 / (cublas * 1e12) * 1e3
+            elif kernel == "triton":
+                p = matmul.predict_point(n, dtype, matmul.DEFAULT_CONFIGS[dtype], target)
+                row.update({k: p.get(k) for k in ("predicted_ms", "predicted_tflops", "bound", "path", "config")})
+            else:
+                row.update(predict_cuda(kernel, n, dtype, target))
+            if row.get("predicted_tflops") and cublas:
+                row["predicted_pct_of_cublas"] = 100.0 * row["predicted_tflops"] / cublas
+            if row.get("predicted_ms") and row["requested_bytes"] == row["requested_bytes"]:
+                row["predicted_request_tbps"] = bench.tbps(row["requested_bytes"], row["predicted_ms"])
+            rows.append(row)
+    return rows
+
+
+def check(params: Params, target: Target) -> None:
+    support = matmul.dtype_support(target)
+    for dtype in params.dtypes:
+        if support.get(dtype):
+            raise ParamError(support[dtype])
+    free = free_memory_bytes() if target.live else target.memory_bytes
+    for dtype in params.dtypes:
+        # A, B, B transposed (cuBLAS and Triton read B in their preferred layout), C, L2 flush buffer
+        need = matmul.bytes_needed(params.n, dtype) + params.n**2 * bench.element_bytes(dtype)
+        if need > 0.9 * free:
+            raise ParamError(f"N = {params.n} in {dtype} needs {need / 1e9:.1f} GB; this GPU has {free / 1e9:.1f} GB "
+                             f"free. Choose a smaller n.")
+
+
+# ---------------------------------------------------------------------------------------------
+# The measurement
+# ---------------------------------------------------------------------------------------------
+PROBE = (333, 347, 351)  # odd sizes: every edge block is partial
+
+
+def _check_cuda_kernel(kernel: str, dtype: str) -> float:
+    m, n, k = PROBE
+    a, b = bench.random_tensor((m, k), dtype), bench.random_tensor((k, n), dtype)
+    out = torch.full((m, n), float("nan"), device=a.device, dtype=a.dtype)
+    cuda_matmul(kernel, a, b, out)
+    # FP32 arithmetic: fp32 tolerance for fp32/tf32 storage, the 16-bit output rounding otherwise
+    return bench.check_close(out, matmul.reference(a, b), "fp32" if dtype in ("fp32", "tf32") else dtype,
+                             f"{kernel} CUDA matmul ({dtype}, {m}x{n}x{k})")
+
+
+def measure(params: Params, target: Target, progress):
+    n = params.n
+    names = kernels(params)
+    total = len(params.dtypes) * len(names)
+    done = 0
+    no_cuda = cuda.why_unavailable()
+    if not no_cuda:
+        progress(0.0, "building the CUDA C++ kernels (about a minute the first time, cached afterwards)")
+        extension()
+    for dtype in params.dtypes:
+        config = matmul.DEFAULT_CONFIGS[dtype]
+        a, b_kmajor = matmul.operands(n, n, n, dtype)  # B in the layout cuBLAS and Triton prefer
+        b = b_kmajor.contiguous()  # the same values, row-major, for the CUDA C++ kernels
+        out = torch.empty((n, n), device=a.device, dtype=matmul.out_dtype(dtype))
+        cublas_tflops = None
+        for kernel in ["cublas"] + [k for k in names if k != "cublas"]:  # cuBLAS first: the others are % of it
+            progress(done / total, f"{dtype}, N = {n}: {kernel}")
+            done += 1
+            row = {"dtype": dtype, "kernel": kernel, "n": n}
+            if kernel == "cublas":
+                with bench.tf32(dtype == "tf32"):
+                    c = matmul.cublas_matmul(a, b_kmajor, dtype, out.fill_(float("nan")))
+                    err = matmul.check_sampled(c, a, b_kmajor, dtype, f"cuBLAS ({dtype}, N={n})")
+                    ms = bench.time_ms(lambda: matmul.cublas_matmul(a, b_kmajor, dtype, out), 10, 50)
+            elif kernel == "triton":
+                params_like = matmul.Params(dtypes=(dtype,), sizes=(n,), kernels=("triton",))
+                kind = "tma" if matmul.load_path(n, dtype, target.compute_capability) == "tma" else "ptr"
+                matmul.probe_check(dtype, params_like, kind)
+                out.fill_(float("nan"))
+                _, path, _ = matmul.triton_matmul(a, b_kmajor, dtype, out, config)
+                err = matmul.check_sampled(out, a, b_kmajor, dtype, f"Triton ({dtype}, N={n})")
+                ms = bench.time_ms(lambda: matmul.triton_matmul(a, b_kmajor, dtype, out, config), 10, 50)
+                row["path"] = path
+            else:
+                if no_cuda:
+                    row["note"] = no_cuda
+                    yield row
+                    continue
+                _check_cuda_kernel(kernel, dtype)
+                out.fill_(float("nan"))
+                cuda_matmul(kernel, a, b, out)
+                err = matmul.check_sampled(out, a, b, "fp32" if dtype in ("fp32", "tf32") else dtype,
+                                           f"{kernel} ({dtype}, N={n})")
+                ms = bench.time_ms(lambda: cuda_matmul(kernel, a, b, out), 10, 50)
+            tflops = bench.tflops(2.0 * n**3, ms)
+            if kernel == "cublas":
+                cublas_tflops = tflops
+            row.update({"measured_ms": ms, "measured_tflops": tflops, "check_rel_error": err})
+            req = requested_bytes(kernel, n, dtype)
+            if req == req:
+                row["measured_request_tbps"] = bench.tbps(req, ms)
+            if cublas_tflops:
+                row["measured_pct_of_cublas"] = 100.0 * tflops / cublas_tflops
+            yield row
+        del a, b, b_kmajor, out
+    progress(1.0, "done")
+
+
+def lesson_numbers(target: Target) -> dict:
+    n = 4096
+    naive = predict_cuda("naive", n, "fp32", target)
+    tiled = predict_cuda("tiled32", n, "fp32", target)
+    return {
+        "gpu": target.name,
+        "fma_tflops": f"{target.ceilings.fma_tflops:.1f}",
+        "naive_tflops": f"{naive['predicted_tflops']:.1f}",
+        "tiled_tflops": f"{tiled['predicted_tflops']:.1f}",
+        "naive_request_tbps": f"{bench.tbps(requested_bytes('naive', n, 'fp32'), naive['predicted_ms']):.0f}",
+        "copy_tbps": f"{target.ceilings.copy_tbps:.2f}",
+    }
+
+
+LAB = Lab(
+    name="matmul_ladder",
+    title="Matmul ladder: naive, tiled, Triton, cuBLAS",
+    summary="Four rungs of matrix multiplication at one size, from one thread per output to cuBLAS, each as a "
+            "share of the library, with the global-memory requests tiling saves.",
+    terms=("matmul", "tiling", "shared-memory", "global-memory", "l1-cache", "coalescing", "cuda-core",
+           "tensor-core", "cublas", "triton", "thread-block", "load-store-unit", "registers", "fma"),
+    Params=Params,
+    predict=predict,
+    measure=measure,
+    key=("dtype", "kernel"),
+    metric="tflops",
+    order=21,
+    check=check,
+    lesson_numbers=lesson_numbers,
+    headline=Headline("What share of cuBLAS will the shared-memory tiled kernel (TILE = 32) reach in fp32 at "
+                      "N = 4096?", "% of cuBLAS", {"dtype": "fp32", "kernel": "tiled32"}, "pct_of_cublas"),
+)

@@ -1,0 +1,189 @@
+"""The fusion lab: kernels against float64 (Triton's interpreter on CPU), the model by hand, the page."""
+
+import math
+import time
+
+import pytest
+import torch
+
+from labs import bench, fusion, runner
+from labs.gpu import MiB, Ceilings, Target, live_target
+from labs.lab import noop_progress
+from labs.params import ParamError, from_strings
+
+# A made-up GPU with round numbers, so the model can be checked by hand.
+ROUND = Target("round GPU", "round-gpu", 100, 50_000_000, 80 * 10**9, "9.0",
+               Ceilings(copy_tbps=4.0, fma_tflops=64.0), None, live=False)
+
+
+# --- kernels (interpreter on CPU, the real thing on a GPU) -------------------------------------------
+@pytest.mark.parametrize("b", [1.0, -1.0])  # b = -1 gives -cos 2x: a kernel that just wrote 1.0 would fail
+def test_sin2_cos2_kernel_matches_float64(device, b):
+    x = torch.randn(5003, device=device) * 3
+    out = torch.full_like(x, float("nan"))
+    fusion.sin2_cos2(x, b, out)
+    bench.check_close(out, fusion.reference_sincos(x, b), "fp32", "fused sin^2 + b cos^2")
+
+
+def test_sincos_identity_holds_in_every_version(device):
+    x = torch.randn(1001, device=device)
+    ones = torch.ones(1001, dtype=torch.float64)
+    bench.check_close(fusion.sin2_cos2(x), ones, "fp32", "triton")
+    bench.check_close(fusion.sincos_eager(x), ones, "fp32", "eager")
+
+
+@pytest.mark.parametrize("ops", [1, 2, 7, 8, 19])  # below, at and across the unroll factor of 8
+def test_chain_kernel_and_eager_match_float64(device, ops):
+    x = torch.randn(4097, device=device)
+    ref = fusion.reference_chain(x, ops)
+    out = torch.full_like(x, float("nan"))
+    bench.check_close(fusion.affine_chain(x, ops, out), ref, "fp32", f"fused chain of {ops}")
+    bench.check_close(fusion.chain_eager(x, ops), ref, "fp32", f"eager chain of {ops}")
+
+
+def test_chain_reference_is_the_recurrence():
+    x = torch.randn(11, dtype=torch.float64)
+    y = x.clone()
+    for _ in range(5):
+        y = fusion.A * y + fusion.B
+    assert torch.allclose(fusion.reference_chain(x, 5), y)
+
+
+@pytest.mark.parametrize("n_cols", [1, 7, 100, 1025])
+def test_online_softmax_rows_in_registers(device, n_cols):
+    x = torch.randn(3, n_cols, device=device) * 4
+    out = torch.full_like(x, float("nan"))
+    fusion.online_softmax(x, out)
+    bench.check_close(out, fusion.reference_softmax(x), "fp32", f"softmax, {n_cols} columns")
+
+
+@pytest.mark.parametrize("n_cols", [65, 100, 257])
+def test_online_softmax_streams_long_rows(device, n_cols):
+    # chunks of 32 columns: the online max and sum, the rescaling and the masked last chunk all run
+    assert fusion.softmax_config(n_cols, row_max=64, chunk=32)[1] > 1
+    x = torch.randn(4, n_cols, device=device) * 6
+    x[1, -1] = 40.0  # the row's max in the last, partly masked chunk: earlier sums must be rescaled
+    x[2, 0] = 40.0  # ... and in the first
+    out = torch.full_like(x, float("nan"))
+    fusion.online_softmax(x, out, row_max=64, chunk=32)
+    bench.check_close(out, fusion.reference_softmax(x), "fp32", f"streamed softmax, {n_cols} columns")
+
+
+def test_decomposed_softmax_matches_float64(device):
+    x = torch.randn(5, 333, device=device)
+    bench.check_close(fusion.softmax_decomposed(x), fusion.reference_softmax(x), "fp32", "decomposed")
+
+
+# --- counting kernels ----------------------------------------------------------------------------
+def test_profiler_counts_the_models_eager_kernels(device):
+    x = torch.randn(1001, device=device)
+    names = fusion.launched_kernels(lambda: fusion.sincos_eager(x))
+    assert len(names) == fusion.SINCOS["eager"][0] == 5
+    assert "sin" in names[0] and "cos" in names[2]
+    assert len(fusion.launched_kernels(lambda: fusion.chain_eager(x, 6))) == 6
+
+
+def test_short_kernel_names():
+    sin = ("void at::native::vectorized_elementwise_kernel<4, at::native::sin_kernel_cuda(at::TensorIteratorBase&)::"
+           "{lambda()#2}::operator()() const::{lambda()#1}::operator()() const::{lambda(float)#1}, "
+           "std::array<char*, 2ul> >(int, at::native::sin_kernel_cuda(at::TensorIteratorBase&)::{lambda()#2})")
+    add = ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, "
+           "std::array<char*, 3ul> >(int, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul>)")
+    assert fusion.short_kernel_name(sin) == "vectorized_elementwise_kernel[sin]"
+    assert fusion.short_kernel_name(add) == "vectorized_elementwise_kernel[add]"
+    assert fusion.short_kernel_name("triton_poi_fused_add_cos_pow_sin_0") == "triton_poi_fused_add_cos_pow_sin_0"
+    assert fusion.summarize_kernels(["aten::add"] * 3 + ["aten::sin"]) == "aten::add x3, aten::sin"
+
+
+def test_torch_compile_failure_becomes_a_reason():
+    def data_dependent(x):  # fullgraph=True cannot trace a branch on a tensor's value
+        if x.sum() > 0:
+            return x * 2
+        return x
+
+    start = time.time()
+    compiled, reason = fusion.try_compile(data_dependent, torch.randn(8))
+    assert compiled is None and reason.startswith("torch.compile failed here (")
+    assert time.time() - start < 60
+
+
+# --- the model, checked by hand ----------------------------------------------------------------
+def _row(rows, **where):
+    (row,) = [r for r in rows if all(r.get(k) == v for k, v in where.items())]
+    return row
+
+
+def test_sincos_model_by_hand():
+    rows = fusion.predict(fusion.Params(experiments=("sincos",), sizes_mib=(1024,)), ROUND)
+    gib = 2**30
+    eager = _row(rows, variant="eager")
+    assert eager["bytes_moved"] == 11 * gib and eager["predicted_kernels"] == 5
+    assert eager["predicted_ms"] == pytest.approx(11 * gib / 4e12 * 1e3 + 5 * 0.003)  # 2.9528 + 0.015 ms
+    for variant in ("triton", "compiled", "copy"):
+        assert _row(rows, variant=variant)["predicted_ms"] == pytest.approx(2 * gib / 4e12 * 1e3 + 0.003)
+    assert _row(rows, variant="copy")["size_over_l2"] == pytest.approx(gib / 50e6)
+
+
+def test_chain_model_by_hand():
+    rows = fusion.predict(fusion.Params(experiments=("chain",), chain_ops=(16, 128), chain_mib=256), ROUND)
+    n = 256 * MiB // 4
+    memory_ms = 8 * n / 4e12 * 1e3  # 0.1342 ms
+    # ridge: 64 TFLOP/s / 4 TB/s = 16 FLOP/byte; x 8 bytes per element / 2 FLOPs per op = 64 ops
+    assert fusion.chain_ridge_ops(ROUND) == pytest.approx(64)
+    assert _row(rows, variant="triton", ops=16)["predicted_ms"] == pytest.approx(memory_ms + 0.003)
+    assert _row(rows, variant="triton", ops=128)["predicted_ms"] == pytest.approx(2 * n * 128 / 64e12 * 1e3 + 0.003)
+    assert _row(rows, variant="triton", ops=128)["bound"] == "compute"
+    assert _row(rows, variant="eager", ops=16)["predicted_ms"] == pytest.approx(16 * (memory_ms + 0.003))
+
+
+def test_softmax_model_by_hand():
+    rows = fusion.predict(fusion.Params(experiments=("softmax",), softmax_cols=(4096,), softmax_mib=256), ROUND)
+    size = 256 * MiB
+    assert fusion.softmax_shape(fusion.Params(softmax_mib=256), 4096) == (16384, 4096)
+    assert _row(rows, variant="eager_decomposed")["predicted_ms"] == pytest.approx(8 * size / 4e12 * 1e3 + 0.015)
+    assert _row(rows, variant="triton_online")["predicted_ms"] == pytest.approx(2 * size / 4e12 * 1e3 + 0.003)
+
+
+def test_default_prediction_rows_have_unique_keys():
+    rows = fusion.predict(fusion.Params(), ROUND)
+    keys = [tuple(r[k] for k in fusion.LAB.key) for r in rows]
+    assert len(keys) == len(set(keys)) == 6 * 4 + 2 * 9 + 4 * 3
+    assert all(math.isfinite(r["predicted_ms"]) and r["predicted_ms"] > 0 for r in rows)
+    headline = runner.model(fusion.LAB, fusion.Params(), ROUND)
+    assert fusion.LAB.headline.answer(headline.rows)[1] == pytest.approx(11 * 2**30 / 4e12 * 1e3 + 0.015)
+
+
+def test_bad_input_is_refused_in_words():
+    with pytest.raises(ParamError, match="chain_ops"):
+        from_strings(fusion.Params, {"chain_ops": "0"})
+    with pytest.raises(ParamError, match="experiments"):
+        from_strings(fusion.Params, {"experiments": "sincos,matmul"})
+    small = Target("small", "small", 10, 4 * MiB, 4 * 10**9, "8.0", Ceilings(1.0, 10.0), None, live=False)
+    with pytest.raises(ParamError, match="GB free"):
+        fusion.check(fusion.Params(sizes_mib=(1024,)), small)
+    fusion.check(fusion.Params(experiments=("softmax",), softmax_mib=64), small)  # fits
+
+
+def test_lesson_numbers_fill_the_lesson():
+    import re
+    from pathlib import Path
+
+    numbers = fusion.lesson_numbers(ROUND)
+    text = (Path(__file__).resolve().parent.parent / "content" / "labs" / "fusion.md").read_text()
+    wanted = set(re.findall(r"\{\{(\w+)\}\}", text))
+    assert wanted and wanted <= set(numbers)
+    assert numbers["ridge_ops"] == "64"
+
+
+# --- on a GPU: the whole lab on small sizes -------------------------------------------------------
+@pytest.mark.gpu
+def test_measure_small_run_on_gpu():
+    params = fusion.Params(sizes_mib=(1, 64), compile=False, chain_ops=(1, 3), chain_mib=8,
+                           softmax_cols=(1000, 20000), softmax_mib=16)
+    rows = list(fusion.measure(params, live_target(), noop_progress))
+    assert len(rows) == 2 * 3 + 2 * 2 + 2 * 3
+    assert all(r["measured_ms"] > 0 for r in rows)
+    eager = [r for r in rows if r["experiment"] == "sincos" and r["variant"] == "eager"]
+    assert all(r["measured_kernels"] == 5 for r in eager)
+    chain = [r for r in rows if r["experiment"] == "chain" and r["variant"] == "eager"]
+    assert [r["measured_kernels"] for r in chain] == [1, 3]

@@ -1,0 +1,99 @@
+"""The recomputation lab: forward and backward against float64 autograd, the model by hand, the page."""
+
+import pytest
+import torch
+
+from labs import bench, recompute, runner
+from labs.gpu import MiB, Ceilings, Target, live_target
+from labs.lab import noop_progress
+from labs.params import ParamError
+
+ROUND = Target("round GPU", "round-gpu", 100, 50_000_000, 80 * 10**9, "9.0",
+               Ceilings(copy_tbps=4.0, fma_tflops=64.0), None, live=False)
+
+
+# --- kernels and gradients ------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", ["fp64", "fp32", "bf16"])
+def test_every_kernel_and_version_matches_float64_autograd(device, dtype):
+    # forward and backward kernels with NaN-poisoned outputs, stored s1/s2, and all three versions
+    # end to end, each against autograd in float64, at the dtype's tolerance (1e-12 in fp64)
+    assert recompute.check_kernels(dtype, device, n=4099) <= bench.TOLERANCE[dtype]
+
+
+@pytest.mark.parametrize("recompute_in_backward", [False, True])
+def test_gradcheck_against_finite_differences(device, recompute_in_backward):
+    x = torch.randn(13, dtype=torch.float64, device=device, requires_grad=True)
+    fn = lambda t: recompute.StackedSigmoids.apply(t, recompute_in_backward)  # noqa: E731
+    assert torch.autograd.gradcheck(fn, (x,), eps=1e-6, atol=1e-8)
+
+
+def test_what_each_version_saves_for_backward(device):
+    x = torch.randn(1001, device=device, requires_grad=True)
+    stored = recompute.VARIANTS["stored"](x).grad_fn.saved_tensors
+    assert len(stored) == 2 and all(t.data_ptr() != x.data_ptr() for t in stored)  # s1 and s2: new memory
+    (kept,) = recompute.VARIANTS["recomputed"](x).grad_fn.saved_tensors
+    assert kept.data_ptr() == x.data_ptr()  # only the input, which exists anyway
+
+
+def test_gradient_does_not_accumulate_into_x(device):
+    x = torch.randn(100, device=device, requires_grad=True)
+    recompute.forward_backward(recompute.VARIANTS["recomputed"], x, torch.ones_like(x))
+    assert x.grad is None
+
+
+# --- the model, by hand ------------------------------------------------------------------------------
+def test_model_by_hand():
+    rows = recompute.predict(recompute.Params(dtypes=("fp32",), sizes_mib=(1024,)), ROUND)
+    by = {r["variant"]: r for r in rows}
+    access_ms = 2**30 / 4e12 * 1e3  # one pass over 1 GiB at 4 TB/s: 0.2684 ms
+    assert by["stored"]["accesses"] == 8 and by["recomputed"]["accesses"] == 5 and by["autograd"]["accesses"] == 15
+    assert by["stored"]["predicted_ms"] == pytest.approx(8 * access_ms + 2 * 0.003)
+    assert by["recomputed"]["predicted_ms"] == pytest.approx(5 * access_ms + 2 * 0.003)
+    assert by["autograd"]["predicted_ms"] == pytest.approx(15 * access_ms + 6 * 0.003)
+    assert by["recomputed"]["predicted_speedup"] == pytest.approx((8 * access_ms + 0.006) / (5 * access_ms + 0.006))
+    assert by["recomputed"]["predicted_speedup"] == pytest.approx(8 / 5, rel=0.01)
+    assert by["stored"]["predicted_activation_bytes"] == 2 * 2**30
+    assert by["recomputed"]["predicted_activation_bytes"] == 0
+
+
+def test_headline_and_keys():
+    result = runner.model(recompute.LAB, recompute.Params(), ROUND)
+    keys = [tuple(r[k] for k in recompute.LAB.key) for r in result.rows]
+    assert len(keys) == len(set(keys)) == 2 * 4 * 3
+    measured, predicted = recompute.LAB.headline.answer(result.rows)
+    assert measured is None and predicted == pytest.approx(1.6, rel=0.01)
+
+
+def test_too_large_is_refused():
+    small = Target("small", "small", 10, 4 * MiB, 8 * 10**9, "8.0", Ceilings(1.0, 10.0), None, live=False)
+    with pytest.raises(ParamError, match="Choose sizes <="):
+        recompute.check(recompute.Params(sizes_mib=(2048,)), small)
+    recompute.check(recompute.Params(sizes_mib=(512,)), small)
+
+
+def test_lesson_numbers_fill_the_lesson():
+    import re
+    from pathlib import Path
+
+    numbers = recompute.lesson_numbers(ROUND)
+    text = (Path(__file__).resolve().parent.parent / "content" / "labs" / "recompute.md").read_text()
+    wanted = set(re.findall(r"\{\{(\w+)\}\}", text))
+    assert wanted and wanted <= set(numbers)
+    assert numbers["speedup"] == "1.60"
+
+
+# --- on a GPU ------------------------------------------------------------------------------------------
+@pytest.mark.gpu
+def test_activation_memory_on_gpu():
+    x = bench.random_tensor((64 * MiB // 4,), "fp32").requires_grad_(True)
+    stored = recompute.activation_bytes(recompute.VARIANTS["stored"], x)
+    assert stored == pytest.approx(2 * 64 * MiB, rel=0.01)
+    assert recompute.activation_bytes(recompute.VARIANTS["recomputed"], x) < MiB
+
+
+@pytest.mark.gpu
+def test_measure_small_run_on_gpu():
+    rows = list(recompute.measure(recompute.Params(sizes_mib=(8,)), live_target(), noop_progress))
+    assert len(rows) == 2 * 3
+    assert all(r["measured_ms"] > 0 for r in rows)
+    assert [r["measured_speedup"] for r in rows if r["variant"] == "stored"] == [1.0, 1.0]
