@@ -637,3 +637,469 @@ def sdpa(q, k, v, causal: bool, backend: str):
 
     with sdpa_kernel([getattr(SDPBackend, SDPA_BACKENDS[backend])]):
         return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+
+# ---------------------------------------------------------------------------------------------
+# 7. The model: FLOPs, exponentials, bytes, memory, time
+# ---------------------------------------------------------------------------------------------
+IMPLS = ("naive", "ours", "sdpa-flash", "sdpa-cudnn", "sdpa-efficient")
+MODES = ("fwd", "fwd+bwd")
+MASKS = ("full", "causal")
+# special-function units (exp2, log2, rcp) per FP32 lane of an SM, by compute capability (CUDA C
+# Programming Guide, arithmetic instruction throughput): 16 per SM per clock against 64 FP32 lanes on
+# V100 and A100, 128 on every later GPU. The exp rate is then the measured FMA rate times this ratio.
+SFU_PER_FP32_LANE = {"7.0": 16 / 64, "8.0": 16 / 64}
+EXP_PER_SFU_CLOCK_PACKED = 1  # the packed bf16x2 exp2 is measured, not assumed: see the page
+
+
+def _sum_clamped(t0: int, t1: int, hi: int) -> int:
+    """sum over t = t0..t1 of min(max(t, 0), hi)."""
+    if t1 < t0:
+        return 0
+    a, b = max(t0, 1), min(t1, hi)
+    total = (a + b) * (b - a + 1) // 2 if b >= a else 0
+    return total + max(0, t1 - max(t0, hi + 1) + 1) * hi
+
+
+def visible_pairs(lq: int, lk: int, causal: bool) -> int:
+    """(query, key) pairs whose score counts: Lq*Lk, or about half of it with the causal mask."""
+    if not causal:
+        return lq * lk
+    return _sum_clamped(lk - lq + 1, lk, lk)  # query i sees clamp(i + Lk - Lq + 1, 0, Lk) keys
+
+
+def attention_flops(mode: str, b: int, h: int, lq: int, lk: int, d: int, causal: bool) -> float:
+    """The conventional count: 4*B*H*pairs*d forward (QK^T and PV), 2.5 times that backward."""
+    fwd = 4.0 * b * h * visible_pairs(lq, lk, causal) * d
+    return fwd if mode == "fwd" else 3.5 * fwd
+
+
+def exp_rate(target: Target) -> float:
+    """Exponentials per second: the FP32 lane rate (half the FMA FLOP rate) times the SFU share."""
+    ratio = SFU_PER_FP32_LANE.get(str(target.compute_capability), 16 / 128)
+    return target.ceilings.fma_tflops * 1e12 / 2 * ratio
+
+
+def matmul_rate(target: Target, dtype: str) -> float:
+    rates = target.ceilings.matmul_tflops
+    return (rates.get(dtype) or rates.get("fp16") or target.ceilings.fma_tflops) * 1e12
+
+
+def _nbytes(dtype: str) -> int:
+    return {"fp32": 4, "fp16": 2, "bf16": 2}[dtype]
+
+
+@dataclass(frozen=True)
+class Shape:
+    b: int
+    h: int
+    lq: int
+    lk: int
+    d: int
+    causal: bool
+    dtype: str
+
+    @property
+    def e(self) -> int:
+        return _nbytes(self.dtype)
+
+    @property
+    def q_bytes(self) -> int:  # also dO, O, dQ
+        return self.b * self.h * self.lq * self.d * self.e
+
+    @property
+    def kv_bytes(self) -> int:  # one of K, V, dK, dV
+        return self.b * self.h * self.lk * self.d * self.e
+
+    @property
+    def s_bytes(self) -> int:  # one (B, H, Lq, Lk) matrix in the input dtype
+        return self.b * self.h * self.lq * self.lk * self.e
+
+    @property
+    def lse_bytes(self) -> int:  # one float32 per query, rows padded to LSE_ALIGN
+        return self.b * self.h * _lq_pad(self.lq) * 4
+
+
+def _config_for(shape: Shape) -> FlashConfig:
+    """The tiles the kernels use on a GPU for this shape (the model counts the work of these tiles)."""
+    dev = torch.device("cuda") if torch.cuda.is_available() else None
+    if dev is None:
+        return _HOPPER_MODEL_CONFIG(shape.d, shape.dtype)
+    return default_config(shape.d, bench.torch_dtype(shape.dtype), dev)
+
+
+def _HOPPER_MODEL_CONFIG(d: int, dtype: str) -> FlashConfig:  # noqa: N802 - what default_config picks on sm_90
+    if dtype == "fp32":
+        return FlashConfig(Tiles(64, 32, 4, 2), Tiles(32, 64, 4, 2), Tiles(64, 32, 4, 2), use_tma=True)
+    if d <= 64:
+        return FlashConfig(Tiles(128, 128, 8, 3), Tiles(64, 128, 8, 2), Tiles(128, 64, 8, 2), use_tma=True)
+    return FlashConfig(Tiles(128, 128, 8, 2), Tiles(64, 128, 8, 2), Tiles(128, 64, 8, 2), use_tma=True)
+
+
+def _tile_elements(shape: Shape, t: Tiles) -> int:
+    """Scores computed by the tensor cores: every visited tile in full (masked diagonal tiles included)."""
+    c = tile_counts(shape.lq, shape.lk, t.block_m, t.block_n, shape.causal)
+    return shape.b * shape.h * (c["full"] + c["masked"]) * t.block_m * t.block_n
+
+
+def _kernel_time(mma_flops: float, exps: float, hbm_bytes: float, shape: Shape, target: Target) -> dict:
+    """One kernel: tensor-core time plus exponential time (they do not overlap in this schedule),
+    or the memory time if that is longer."""
+    mma_s = mma_flops / matmul_rate(target, shape.dtype)
+    exp_s = exps / exp_rate(target)
+    mem_s = hbm_bytes / (target.ceilings.copy_tbps * 1e12)
+    return {"mma_s": mma_s, "exp_s": exp_s, "mem_s": mem_s, "s": max(mma_s + exp_s, mem_s)}
+
+
+def _kv_rereads(shape: Shape, t: Tiles, target: Target) -> tuple[float, float]:
+    """(bytes of K and V the query tiles request, bytes that reach HBM).
+
+    Every query tile streams the K and V rows it sees. Consecutive programs work on the same head, so
+    the L2 serves the repeats when the heads in flight fit in it; then K and V come from HBM once.
+    """
+    elems = _tile_elements(shape, t)
+    requested = 2 * elems / t.block_m * shape.d * shape.e  # each visited tile loads BLOCK_N rows of K and of V
+    q_tiles = -(-shape.lq // t.block_m)
+    heads_in_flight = max(1, -(-target.sm_count // q_tiles))
+    fits = heads_in_flight * 2 * shape.lk * shape.d * shape.e <= target.l2_bytes
+    return requested, (2 * shape.kv_bytes if fits else requested)
+
+
+def flash_model(shape: Shape, mode: str, target: Target, cfg: Optional[FlashConfig] = None) -> dict:
+    """Predicted time, HBM bytes and peak memory of our kernels."""
+    cfg = cfg or _config_for(shape)
+    d = shape.d
+    elems = _tile_elements(shape, cfg.fwd)
+    requested, kv_hbm = _kv_rereads(shape, cfg.fwd, target)
+    fwd_bytes = 2 * shape.q_bytes + kv_hbm + shape.lse_bytes  # Q in, O out, K and V, lse out
+    k_fwd = _kernel_time(2 * 2 * d * elems, elems, fwd_bytes, shape, target)
+    out = {"predicted_hbm_bytes": fwd_bytes, "predicted_l2_request_bytes": requested + 2 * shape.q_bytes,
+           "predicted_mma_ms": k_fwd["mma_s"] * 1e3, "predicted_exp_ms": k_fwd["exp_s"] * 1e3,
+           "predicted_mem_ms": k_fwd["mem_s"] * 1e3, "predicted_ms": k_fwd["s"] * 1e3,
+           "predicted_peak_bytes": shape.q_bytes + shape.lse_bytes}
+    if mode == "fwd":
+        return out
+    e_kv = _tile_elements(shape, cfg.dkdv)
+    matmuls = 5 if cfg.atomic_dq else 4  # S^T, dV, dP^T, dK (and dQ)
+    _, kv_hbm_b = _kv_rereads(shape, cfg.dkdv, target)
+    kv_bytes = 2 * shape.q_bytes + 2 * shape.kv_bytes * 2 + 2 * shape.lse_bytes  # Q, dO; K, V in, dK, dV out
+    k_kv = _kernel_time(matmuls * 2 * d * e_kv, e_kv, kv_bytes, shape, target)
+    t_s = k_kv["s"]
+    mma_s, exp_s = k_kv["mma_s"], k_kv["exp_s"]
+    hbm = fwd_bytes + kv_bytes + 2 * shape.q_bytes  # + the prep kernel reading O and dO
+    if not cfg.atomic_dq:
+        e_q = _tile_elements(shape, cfg.dq)
+        q_bytes = 3 * shape.q_bytes + kv_hbm_b + 2 * shape.lse_bytes  # Q, dO in, dQ out, K and V
+        k_q = _kernel_time(3 * 2 * d * e_q, e_q, q_bytes, shape, target)  # S, dP, dQ
+        t_s += k_q["s"]
+        mma_s, exp_s = mma_s + k_q["mma_s"], exp_s + k_q["exp_s"]
+        hbm += q_bytes
+    prep_s = (2 * shape.q_bytes + 3 * shape.lse_bytes) / (target.ceilings.copy_tbps * 1e12)
+    out.update({"predicted_ms": (k_fwd["s"] + t_s + prep_s) * 1e3, "predicted_hbm_bytes": hbm,
+                "predicted_mma_ms": (k_fwd["mma_s"] + mma_s) * 1e3, "predicted_exp_ms": (k_fwd["exp_s"] + exp_s) * 1e3,
+                "predicted_peak_bytes": flash_peak_bytes(shape, mode, cfg)})
+    return out
+
+
+def flash_peak_bytes(shape: Shape, mode: str, cfg: Optional[FlashConfig] = None) -> int:
+    """Memory our kernels allocate beyond the inputs (and dO): grows as N, never N^2."""
+    fwd = shape.q_bytes + shape.lse_bytes  # O and the log-sum-exp
+    if mode == "fwd":
+        return fwd
+    cfg = cfg or _config_for(shape)
+    extra = 0
+    if cfg.atomic_dq:  # the float32 dQ accumulator and its scaled copy
+        extra = shape.b * shape.h * (_lq_pad(shape.lq) + shape.lq) * shape.d * 4
+    return fwd + 2 * shape.lse_bytes + shape.q_bytes + 2 * shape.kv_bytes + extra  # delta, lse2, dQ, dK, dV
+
+
+def naive_ops(shape: Shape, mode: str) -> list[dict]:
+    """The PyTorch ops of naive attention with their FLOPs and bytes (each is one kernel, or two)."""
+    q, kv, s, mm = shape.q_bytes, shape.kv_bytes, shape.s_bytes, 2.0 * shape.b * shape.h * shape.lq * shape.lk * shape.d
+    mask = shape.lq * shape.lk  # one bool per (query, key)
+    ops = [{"op": "q * scale", "flops": 0, "bytes": 2 * q},
+           {"op": "S = Q K^T", "flops": mm, "bytes": q + kv + s}]
+    if shape.causal:
+        ops.append({"op": "mask S", "flops": 0, "bytes": 2 * s + 3 * mask})
+    ops += [{"op": "P = softmax(S)", "flops": 0, "bytes": 2 * s},
+            {"op": "O = P V", "flops": mm, "bytes": s + kv + q}]
+    if mode == "fwd":
+        return ops
+    ops += [{"op": "dP = dO V^T", "flops": mm, "bytes": q + kv + s},
+            {"op": "dV = P^T dO", "flops": mm, "bytes": s + q + kv},
+            {"op": "dS = softmax'(P, dP)", "flops": 0, "bytes": 3 * s}]
+    if shape.causal:
+        ops.append({"op": "mask dS", "flops": 0, "bytes": 2 * s + mask})
+    ops += [{"op": "dQ = dS K", "flops": mm, "bytes": s + kv + q},
+            {"op": "dK = dS^T Q", "flops": mm, "bytes": s + q + kv},
+            {"op": "dq * scale", "flops": 0, "bytes": 2 * q}]
+    return ops
+
+
+def naive_peak_bytes(shape: Shape, mode: str) -> int:
+    """Memory naive attention allocates beyond its inputs: two (B, H, Lq, Lk) matrices forward (S while
+    softmax writes P), three with autograd (P, dP and dS alive in the softmax backward)."""
+    mask = 2 * shape.lq * shape.lk if shape.causal else 0
+    if mode == "fwd":
+        return 2 * shape.s_bytes + mask // 2 * 2
+    return 3 * shape.s_bytes + mask // 2 + 2 * shape.q_bytes + shape.kv_bytes  # + q*scale, O, dV
+
+
+def naive_model(shape: Shape, mode: str, target: Target) -> dict:
+    ops = naive_ops(shape, mode)
+    peak, bw = matmul_rate(target, shape.dtype), target.ceilings.copy_tbps * 1e12
+    seconds = sum(max(o["flops"] / peak, o["bytes"] / bw) for o in ops)  # each op on its own roofline
+    return {"predicted_ms": seconds * 1e3, "predicted_hbm_bytes": sum(o["bytes"] for o in ops),
+            "predicted_mma_ms": sum(o["flops"] for o in ops) / peak * 1e3,
+            "predicted_mem_ms": sum(o["bytes"] for o in ops) / bw * 1e3,
+            "predicted_peak_bytes": naive_peak_bytes(shape, mode)}
+
+
+# ---------------------------------------------------------------------------------------------
+# 8. The lab: parameters, prediction, measurement
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Params:
+    seq_lens: tuple = param((1024, 2048, 4096, 8192, 16384), "sequence lengths N (queries = keys)", unit="tokens",
+                            min=1, max=262144)
+    head_dims: tuple = param((64,), "head dimension d", choices=HEAD_DIMS)
+    masks: tuple = param(("full", "causal"), "attention masks", choices=MASKS)
+    dtypes: tuple = param(("bf16",), "input dtype (accumulation is fp32)", choices=("bf16", "fp16", "fp32"))
+    impls: tuple = param(IMPLS, "implementations", choices=IMPLS)
+    modes: tuple = param(MODES, "forward alone, or forward and backward", choices=MODES)
+    batch: int = param(4, "batch size B", min=1, max=1024)
+    heads: int = param(16, "heads H", min=1, max=1024)
+
+
+def _shape(params: Params, n: int, d: int, mask: str, dtype: str) -> Shape:
+    return Shape(params.batch, params.heads, n, n, d, mask == "causal", dtype)
+
+
+def _row_key(impl, mode, mask, dtype, d, n) -> dict:
+    return {"impl": impl, "mode": mode, "causal": mask == "causal", "dtype": dtype, "head_dim": d, "seq_len": n}
+
+
+def predict(params: Params, target: Target) -> list[dict]:
+    rows = []
+    for dtype in params.dtypes:
+        for d in params.head_dims:
+            for mask in params.masks:
+                for n in params.seq_lens:
+                    shape = _shape(params, n, d, mask, dtype)
+                    for mode in params.modes:
+                        flops = attention_flops(mode, shape.b, shape.h, n, n, d, shape.causal)
+                        for impl in ("naive", "ours"):
+                            if impl not in params.impls:
+                                continue
+                            m = naive_model(shape, mode, target) if impl == "naive" else flash_model(shape, mode, target)
+                            rows.append(_row_key(impl, mode, mask, dtype, d, n) | {"flops": flops} | m |
+                                        {"predicted_tflops": flops / (m["predicted_ms"] * 1e-3) / 1e12})
+    return rows
+
+
+CHECK_LQ, CHECK_LK = 1000, 1000  # odd sizes: the last tiles are ragged
+CHECK_BH = (1, 2)
+
+
+def _free_bytes(target: Target) -> int:
+    return free_memory_bytes() if target.live else target.memory_bytes
+
+
+def check(params: Params, target: Target) -> None:
+    """Refuse what cannot run at all: a dtype this GPU lacks, or inputs that do not fit even for flash."""
+    if "bf16" in params.dtypes and target.live and not torch.cuda.is_bf16_supported():
+        raise ParamError("This GPU has no bf16 support: choose fp16 or fp32.")
+    n, d = max(params.seq_lens), max(params.head_dims)
+    e = max(_nbytes(t) for t in params.dtypes)
+    shape = Shape(params.batch, params.heads, n, n, d, False, "fp32" if e == 4 else "bf16")
+    need = 4 * shape.q_bytes + flash_peak_bytes(shape, "fwd+bwd", _HOPPER_MODEL_CONFIG(d, shape.dtype))
+    free = _free_bytes(target)
+    if need > 0.9 * free:
+        raise ParamError(f"N = {n} with B = {params.batch}, H = {params.heads}, d = {d} needs {need / 1e9:.1f} GB "
+                         f"even for FlashAttention (Q, K, V, dO and the gradients); this GPU has {free / 1e9:.1f} GB "
+                         f"free. Choose a smaller N, batch or heads.")
+
+
+def _poisoned(like: torch.Tensor) -> torch.Tensor:
+    return torch.full_like(like, float("nan"))
+
+
+def _check_ours(dtype: str, d: int, causal: bool, mode: str) -> float:
+    """Our kernels on fresh random input of odd length, outputs poisoned with NaN, against float64."""
+    b, h = CHECK_BH
+    q, k, v = (bench.random_tensor((b, h, n, d), dtype) for n in (CHECK_LQ, CHECK_LK, CHECK_LK))
+    ref_out, ref_lse = reference(q, k, v, causal)
+    cfg = default_config(d, q.dtype, q.device)
+    out, lse = _poisoned(q), torch.full((b, h, _lq_pad(CHECK_LQ)), float("nan"), device=q.device)
+    _forward(q, k, v, causal, 1 / math.sqrt(d), cfg, out, lse)
+    what = f"our FlashAttention ({dtype}, d={d}, {'causal' if causal else 'full'})"
+    err = bench.check_close(out, ref_out, dtype, f"{what} output")
+    fin = torch.isfinite(ref_lse)
+    err = max(err, bench.check_close(lse[..., :CHECK_LQ][fin], ref_lse[fin], dtype, f"{what} log-sum-exp"))
+    if mode == "fwd+bwd":
+        do = bench.random_tensor(q.shape, dtype)
+        grads = _backward(q, k, v, out, lse, do, causal, 1 / math.sqrt(d), cfg, _poisoned(q), _poisoned(k), _poisoned(v))
+        qr, kr, vr = (x.detach().to(torch.float64).requires_grad_() for x in (q, k, v))
+        refs = torch.autograd.grad(reference(qr, kr, vr, causal)[0], (qr, kr, vr), do.to(torch.float64))
+        for name, g, r in zip(("dQ", "dK", "dV"), grads, refs):
+            err = max(err, bench.check_close(g, r, dtype, f"{what} {name}"))
+    return err
+
+
+def _impl_fn(impl: str, causal: bool):
+    if impl == "ours":
+        return lambda q, k, v: flash_attention(q, k, v, causal)
+    if impl == "naive":
+        return lambda q, k, v: naive_attention(q, k, v, causal)
+    return lambda q, k, v: sdpa(q, k, v, causal, impl)
+
+
+def _check_reference_impl(impl: str, dtype: str, d: int, causal: bool, mode: str) -> float:
+    """A library implementation against float64 (its outputs are its own: they cannot be poisoned)."""
+    b, h = CHECK_BH
+    q, k, v = (bench.random_tensor((b, h, CHECK_LQ, d), dtype).requires_grad_() for _ in range(3))
+    fn = _impl_fn(impl, causal)
+    out = fn(q, k, v)
+    ref = reference(q, k, v, causal)[0]
+    what = f"{impl} ({dtype}, d={d}, {'causal' if causal else 'full'})"
+    err = bench.check_close(out, ref, dtype, what)
+    if mode == "fwd+bwd":
+        do = bench.random_tensor(q.shape, dtype)
+        grads = torch.autograd.grad(out, (q, k, v), do)
+        refs = torch.autograd.grad(ref, (q, k, v), do.to(torch.float64))
+        for name, g, r in zip(("dQ", "dK", "dV"), grads, refs):
+            err = max(err, bench.check_close(g, r.to(g.dtype), dtype, f"{what} {name}"))
+    return err
+
+
+def _peak_bytes(fn) -> int:
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    result = fn()
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - base
+    del result
+    return int(peak)
+
+
+def _unavailable_reason(impl: str, dtype: str, d: int, causal: bool) -> Optional[str]:
+    """Why a library backend cannot run this case (None if it can): asked on a tiny input."""
+    if impl in ("naive", "ours"):
+        return None
+    try:
+        q = bench.random_tensor((1, 1, 128, d), dtype)
+        sdpa(q, q, q, causal, impl)
+        return None
+    except RuntimeError as exc:
+        return str(exc).split("\n")[0][:160]
+
+
+def measure(params: Params, target: Target, progress):
+    cases = [(dtype, d, mask) for dtype in params.dtypes for d in params.head_dims for mask in params.masks]
+    total = len(cases) * len(params.seq_lens) * len(params.impls) * len(params.modes)
+    done, checked, unavailable = 0, {}, {}
+    for dtype in params.dtypes:
+        for d in params.head_dims:
+            for n in params.seq_lens:
+                q, k, v, do = (bench.random_tensor((params.batch, params.heads, n, d), dtype) for _ in range(4))
+                q.requires_grad_(), k.requires_grad_(), v.requires_grad_()
+                for mask in params.masks:
+                    causal = mask == "causal"
+                    shape = _shape(params, n, d, mask, dtype)
+                    for impl in params.impls:
+                        if (impl, dtype, d, causal) not in unavailable:
+                            unavailable[(impl, dtype, d, causal)] = _unavailable_reason(impl, dtype, d, causal)
+                        for mode in params.modes:
+                            key = _row_key(impl, mode, mask, dtype, d, n)
+                            label = f"{impl} {mode}, {mask}, {dtype}, d={d}, N={n}"
+                            done += 1
+                            frac = (done - 1) / total
+                            why = unavailable[(impl, dtype, d, causal)]
+                            if why:
+                                yield key | {"note": f"unavailable: {why}"}
+                                continue
+                            row = dict(key)
+                            if impl == "naive":
+                                need = naive_peak_bytes(shape, mode)
+                                free = free_memory_bytes()
+                                if need > 0.9 * free:
+                                    progress(frac, f"{label}: refused ({need / 1e9:.1f} GB needed)")
+                                    yield key | {"predicted_peak_bytes": need,
+                                                 "note": f"refused: naive attention would need {need / 1e9:.1f} GB "
+                                                         f"for its N x N matrices; {free / 1e9:.1f} GB are free"}
+                                    continue
+                            if (impl, dtype, d, causal, mode) not in checked:
+                                progress(frac, f"{label}: checking against float64")
+                                check_fn = _check_ours if impl == "ours" else \
+                                    lambda *a: _check_reference_impl(impl, *a)
+                                checked[(impl, dtype, d, causal, mode)] = check_fn(dtype, d, causal, mode)
+                            fn = _impl_fn(impl, causal)
+                            run = (lambda: fn(q, k, v)) if mode == "fwd" else \
+                                (lambda: torch.autograd.grad(fn(q, k, v), (q, k, v), do))
+                            progress(frac, f"{label}: timing")
+                            run()  # compile, cuDNN plans, cuBLAS workspace: before the memory baseline
+                            peak = _peak_bytes(run)
+                            ms = bench.time_ms(run, warmup_ms=10, rep_ms=50)
+                            flops = attention_flops(mode, shape.b, shape.h, n, n, d, causal)
+                            row |= {"measured_ms": ms, "measured_tflops": bench.tflops(flops, ms),
+                                    "measured_peak_bytes": peak, "check_rel_error": checked[(impl, dtype, d, causal, mode)]}
+                            if impl in ("naive", "ours"):
+                                predicted = naive_peak_bytes(shape, mode) if impl == "naive" else \
+                                    flash_peak_bytes(shape, mode)
+                                row["memory_error_pct"] = 100.0 * (peak - predicted) / predicted
+                            yield row
+                del q, k, v, do
+    progress(1.0, "done")
+
+
+def lesson_numbers(target: Target) -> dict:
+    c = target.ceilings
+    mm = matmul_rate(target, "bf16")
+    ex = exp_rate(target)
+    shape64 = Shape(4, 16, 8192, 8192, 64, False, "bf16")
+    shape128 = Shape(4, 16, 8192, 8192, 128, False, "bf16")
+    f64 = flash_model(shape64, "fwd", target)
+    f128 = flash_model(shape128, "fwd", target)
+    big = Shape(4, 16, 16384, 16384, 64, False, "bf16")
+    return {
+        "gpu": target.name,
+        "ceilings_source": target.describe_ceilings(),
+        "bf16_matmul_tflops": f"{mm / 1e12:.0f}",
+        "exp_per_s": f"{ex / 1e12:.2f}",
+        "mma_per_exp": f"{mm / ex:.0f}",
+        "exp_share_d64_pct": f"{100 * f64['predicted_exp_ms'] / f64['predicted_ms']:.0f}",
+        "exp_share_d128_pct": f"{100 * f128['predicted_exp_ms'] / f128['predicted_ms']:.0f}",
+        "predicted_d64_tflops": f"{attention_flops('fwd', 4, 16, 8192, 8192, 64, False) / f64['predicted_ms'] / 1e9:.0f}",
+        "predicted_d128_tflops": f"{attention_flops('fwd', 4, 16, 8192, 8192, 128, False) / f128['predicted_ms'] / 1e9:.0f}",
+        "s_gb_16k": f"{big.s_bytes / 1e9:.1f}",
+        "naive_fwd_gb_16k": f"{naive_peak_bytes(big, 'fwd') / 1e9:.1f}",
+        "naive_train_gb_16k": f"{naive_peak_bytes(big, 'fwd+bwd') / 1e9:.1f}",
+        "flash_fwd_mb_16k": f"{flash_peak_bytes(big, 'fwd', _HOPPER_MODEL_CONFIG(64, 'bf16')) / 1e6:.0f}",
+        "memory_gb": f"{target.memory_bytes / 1e9:.0f}",
+        "l2_mb": f"{target.l2_bytes / 1e6:.0f}",
+        "copy_tbps": f"{c.copy_tbps:.2f}",
+        "ridge_bf16": f"{mm / (c.copy_tbps * 1e12):.0f}",
+    }
+
+
+LAB = Lab(
+    name="attention",
+    title="FlashAttention",
+    summary="Attention without the N x N matrix: tiles, the online softmax and recomputation, in our own "
+            "Triton FlashAttention-2 measured against naive PyTorch and PyTorch's SDPA backends.",
+    terms=("attention", "softmax", "online-softmax", "flash-attention", "tiling", "kernel-fusion", "recomputation",
+           "shared-memory", "hbm", "l2-cache", "tensor-core", "sfu", "memory-bound", "compute-bound",
+           "arithmetic-intensity", "bf16", "accumulation", "triton", "tma", "training-memory"),
+    Params=Params,
+    predict=predict,
+    measure=measure,
+    key=("impl", "mode", "causal", "dtype", "head_dim", "seq_len"),
+    metric="tflops",
+    order=60,
+    check=check,
+    lesson_numbers=lesson_numbers,
+    headline=Headline("What TFLOP/s will our FlashAttention forward reach at N = 8192 (bf16, d = 64, no mask)?",
+                      "TFLOP/s", {"impl": "ours", "mode": "fwd", "causal": False, "dtype": "bf16", "head_dim": 64,
+                                  "seq_len": 8192}, "tflops"),
+)

@@ -46,7 +46,11 @@ except ImportError:  # pragma: no cover - every supported Triton has it
 # current NVIDIA GPUs; it only matters for small tensors (below ~1 MiB it is most of the time).
 LAUNCH_US = 3.0
 
-BLOCK, NUM_WARPS = 4096, 8  # elementwise kernels: 16 fp32 per thread -> 16-byte loads, independent work
+# Launch shapes, measured on an H200 (scripts/fusion_gpu.py): sin^2 + cos^2 runs closest to the byte
+# floor with small programs (8 elements per thread); the chain's arithmetic likes 16 independent
+# elements per thread.
+SINCOS_BLOCK, SINCOS_WARPS = 1024, 4
+CHAIN_BLOCK, CHAIN_WARPS = 4096, 8
 UNROLL = 8  # multiply-adds per loop trip in the chain kernel
 
 
@@ -98,19 +102,19 @@ def online_softmax_kernel(x_ptr, y_ptr, n_cols, stride_x, stride_y, BLOCK: tl.co
         e = tl.exp(x - tl.max(x, axis=0))  # masked lanes: exp(-inf) = 0
         tl.store(y_row + cols, e / tl.sum(e, axis=0), mask=mask)
     else:
-        # Pass 1, online: every lane keeps its own running max m and sum l of exp(x - m). When a new
-        # value raises the max, the old sum is rescaled by exp(m_old - m_new), so nothing is re-read.
-        m = tl.full((BLOCK,), -float("inf"), tl.float32)
-        l = tl.zeros((BLOCK,), tl.float32)
+        # Pass 1, online: a running max m and a running sum l of exp(x - m) over the chunks. When a
+        # chunk raises the max, the sum so far is rescaled by exp(m_old - m_new): nothing is re-read.
+        m = tl.full([], -float("inf"), tl.float32)
+        l = tl.full([], 0.0, tl.float32)
         for c in range(CHUNKS):
             offs = c * BLOCK + cols
             x = tl.load(x_row + offs, mask=offs < n_cols, other=-float("inf"),
                         eviction_policy="evict_last").to(tl.float32)  # ask the L2 to keep it for pass 2
-            m_new = tl.maximum(m, x)
-            l = l * tl.exp(m - m_new) + tl.exp(x - m_new)
+            m_new = tl.maximum(m, tl.max(x, axis=0))
+            l = l * tl.exp(m - m_new) + tl.sum(tl.exp(x - m_new), axis=0)
             m = m_new
-        row_max = tl.max(m, axis=0)  # combine the lanes: one max, one rescaled sum
-        row_sum = tl.sum(l * tl.exp(m - row_max), axis=0)
+        row_max = m
+        row_sum = l
         # Pass 2: normalise. Newest chunks first, since they are the likeliest still in the L2.
         for c in range(CHUNKS):
             offs = (CHUNKS - 1 - c) * BLOCK + cols
@@ -120,14 +124,11 @@ def online_softmax_kernel(x_ptr, y_ptr, n_cols, stride_x, stride_y, BLOCK: tl.co
 
 
 # The launchers: allocate (or take) the output, pick the grid, launch.
-def _grid(n: int) -> tuple:
-    return (triton.cdiv(n, BLOCK),)
-
-
 def sin2_cos2(x: torch.Tensor, b: float = 1.0, out: Optional[torch.Tensor] = None) -> torch.Tensor:
     """The fused kernel for sin(x)^2 + b cos(x)^2 (b = 1 is the lesson's identity)."""
     out = torch.empty_like(x) if out is None else out
-    sin2_cos2_kernel[_grid(x.numel())](x, out, x.numel(), b, BLOCK=BLOCK, FAST=x.is_cuda, num_warps=NUM_WARPS)
+    grid = (triton.cdiv(x.numel(), SINCOS_BLOCK),)
+    sin2_cos2_kernel[grid](x, out, x.numel(), b, BLOCK=SINCOS_BLOCK, FAST=x.is_cuda, num_warps=SINCOS_WARPS)
     return out
 
 
@@ -138,13 +139,13 @@ B_SCALAR = torch.tensor(B)  # b as a 0-dim CPU tensor: eager PyTorch passes it t
 def affine_chain(x: torch.Tensor, ops: int, out: Optional[torch.Tensor] = None) -> torch.Tensor:
     """The fused chain: `ops` multiply-adds per element in one kernel."""
     out = torch.empty_like(x) if out is None else out
-    affine_chain_kernel[_grid(x.numel())](x, out, x.numel(), ops, A, B, BLOCK=BLOCK, UNROLL=UNROLL,
-                                          num_warps=NUM_WARPS)
+    grid = (triton.cdiv(x.numel(), CHAIN_BLOCK),)
+    affine_chain_kernel[grid](x, out, x.numel(), ops, A, B, BLOCK=CHAIN_BLOCK, UNROLL=UNROLL, num_warps=CHAIN_WARPS)
     return out
 
 
-SOFTMAX_ROW_MAX = 8192  # rows up to this many columns are held in registers
-SOFTMAX_CHUNK = 4096  # longer rows are streamed in chunks of this many columns
+SOFTMAX_ROW_MAX = 16384  # rows up to this many columns are held in registers (16 warps at the top)
+SOFTMAX_CHUNK = 8192  # longer rows are streamed in chunks of this many columns
 
 
 def softmax_config(n_cols: int, row_max: int = SOFTMAX_ROW_MAX, chunk: int = SOFTMAX_CHUNK) -> tuple:
@@ -337,29 +338,40 @@ def short_kernel_name(name: str) -> str:
     'vectorized_elementwise_kernel[sin]'; Triton names and CPU operators ('aten::sin') are kept."""
     if name.startswith("aten::"):
         return name
-    outer = re.sub(r"^void\s+", "", name).split("<")[0].split("(")[0].split("::")[-1].strip()
-    for pattern in (r"at::native::(?:\w+::)*(\w+?)_kernel_cuda", r"CUDAFunctor_(\w+)", r"(\w+?)_kernel_impl",
-                    r"at::native::(?:\w+::)*(\w+?)Functor", r"at::native::(?:\w+::)*(\w+?)_kernel"):
-        found = re.search(pattern, name)
+    plain = re.sub(r"^void\s+", "", name.replace("(anonymous namespace)::", ""))
+    outer = plain.split("<")[0].split("(")[0].split("::")[-1].strip()
+    for pattern in (r"at::native::(?:\w+::)*(\w+?)_kernel_cuda", r"CUDAFunctor(?:OnSelf|OnOther)?_(\w+?)\b",
+                    r"(\w+?)_kernel_impl", r"at::native::(?:\w+::)*(\w+?)Functor", r"at::native::(?:\w+::)*(\w+?)_kernel"):
+        found = re.search(pattern, plain)
         if found and found.group(1) != outer:
             return f"{outer}[{found.group(1)}]"
     return outer or name[:60]
 
 
-def summarize_kernels(names: list) -> str:
-    """Short names in launch order, runs of the same kernel folded: 'a, b x3, a'."""
+def _us(us: float) -> str:
+    return f"{us / 1000:.2f} ms" if us >= 1000 else f"{us:.1f} us"
+
+
+def summarize_kernels(kernels: list) -> str:
+    """Short names and times in launch order, runs of the same kernel folded:
+    'a 12.0 us, b x3 (36.1 us), a 11.8 us'."""
     parts: list = []
-    for name in map(short_kernel_name, names):
+    for name, us in kernels:
+        name = short_kernel_name(name)
         if parts and parts[-1][0] == name:
             parts[-1][1] += 1
+            parts[-1][2] += us
         else:
-            parts.append([name, 1])
-    return ", ".join(name if count == 1 else f"{name} x{count}" for name, count in parts)
+            parts.append([name, 1, us])
+    return ", ".join(f"{name} {_us(us)}" if count == 1 else f"{name} x{count} ({_us(us)})" for name, count, us in parts)
 
 
 def launched_kernels(fn: Callable[[], object]) -> list:
-    """What one call of `fn` runs, read with torch.profiler: the GPU kernels (and copies) on a GPU;
-    on a CPU, the top-level aten operators (each would be a kernel on a GPU)."""
+    """What one call of `fn` runs, read with torch.profiler, as (name, microseconds) in launch order:
+    the GPU kernels (and copies) on a GPU; on a CPU, the top-level aten operators (each would be a
+    kernel on a GPU)."""
+    import warnings
+
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
@@ -367,19 +379,30 @@ def launched_kernels(fn: Callable[[], object]) -> list:
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     fn()  # compile and warm up outside the profile
     bench.sync()
-    with profile(activities=activities) as prof:
-        fn()
-        bench.sync()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the profiler's notes about its own cycles
+        with profile(activities=activities) as prof:
+            fn()
+            bench.sync()
+        events = list(prof.events())
     if cuda:
-        return [e.name for e in prof.events() if e.device_type == DeviceType.CUDA]
-    return [e.name for e in prof.events() if e.cpu_parent is None and e.name.startswith("aten::")]
+        picked = [e for e in events if e.device_type == DeviceType.CUDA]
+    else:
+        picked = [e for e in events if e.cpu_parent is None and e.name.startswith("aten::")]
+    picked.sort(key=lambda e: e.time_range.start)
+    return [(e.name, float(e.time_range.elapsed_us())) for e in picked]
 
 
 def try_compile(fn: Callable, *example) -> tuple:
-    """(compiled fn, "") or (None, why not). torch.compile needs a working compiler tool chain
-    (a C compiler, and Triton on a GPU); when anything fails the lab reports why and goes on."""
+    """(compiled fn, "") or (None, why not), compiled for the shapes of `example`.
+
+    Static shapes (one compile per size) let Inductor assume what Triton kernels like (sizes
+    divisible by 16, so wide vector loads). torch.compile needs a working tool chain (a C compiler,
+    and Triton on a GPU); when anything fails the lab reports why and goes on.
+    """
     try:
-        compiled = torch.compile(fn, fullgraph=True, dynamic=True)
+        torch._dynamo.reset()  # forget earlier sizes: this call compiles for these shapes afresh
+        compiled = torch.compile(fn, fullgraph=True, dynamic=False)
         compiled(*example)  # compilation happens at the first call
         return compiled, ""
     except Exception as exc:  # noqa: BLE001 - any failure in the compiler stack becomes a note
@@ -393,10 +416,19 @@ def _poisoned_check(run: Callable[[torch.Tensor], object], out: torch.Tensor, re
     return bench.check_close(out, ref, "fp32", what)
 
 
-def _measured(ms: float, nbytes: float, nbytes_useful: float, names: list) -> dict:
+def _check_ones(out: torch.Tensor, what: str) -> float:
+    """sin^2 + cos^2 = 1 exactly: ||out - 1|| / ||1|| without a float64 copy of a large output."""
+    err = (torch.linalg.vector_norm(out - 1.0) / math.sqrt(out.numel())).item()
+    if not err <= bench.TOLERANCE["fp32"]:
+        raise bench.KernelMismatch(f"{what}: relative error {err:.3g} exceeds the fp32 tolerance")
+    return err
+
+
+def _measured(ms: float, nbytes: float, nbytes_useful: float, kernels: list) -> dict:
+    """The timed rates, and what torch.profiler saw in one call at the same size."""
     return {"measured_ms": ms, "measured_tbps": bench.tbps(nbytes, ms),
-            "measured_effective_tbps": bench.tbps(nbytes_useful, ms), "measured_kernels": len(names),
-            "kernel_names": summarize_kernels(names)}
+            "measured_effective_tbps": bench.tbps(nbytes_useful, ms), "measured_kernels": len(kernels),
+            "profiled_kernel_ms": sum(us for _, us in kernels) / 1e3, "kernel_names": summarize_kernels(kernels)}
 
 
 def _points(params: Params) -> int:
@@ -421,57 +453,51 @@ def measure(params: Params, target: Target, progress):
     if "chain" in params.experiments:
         yield from _measure_chain(params, step, done)
     if "softmax" in params.experiments:
-        yield from _measure_softmax(params, step, done)
+        yield from _measure_softmax(params, target, step, done)
     progress(1.0, "done")
+
+
+def _time_and_profile(run: Callable[[], object]) -> tuple:
+    """(median ms, [(kernel, us)] of one profiled call)."""
+    return bench.time_ms(run), launched_kernels(run)
 
 
 def _measure_sincos(params: Params, step, done):
     probe = bench.random_tensor((CHECK_ELEMENTS,), "fp32")
     ref, out = reference_sincos(probe), torch.empty_like(probe)
-    step("sin^2 + cos^2: checking the Triton kernel against float64 (b = 1, and b = -1 which gives -cos 2x)")
+    step("sin^2 + cos^2: checking the kernels against float64 (b = 1, and b = -1 which gives -cos 2x)")
     _poisoned_check(lambda o: sin2_cos2(probe, 1.0, o), out, ref, "fused sin^2 + cos^2")
     _poisoned_check(lambda o: sin2_cos2(probe, -1.0, o), out, reference_sincos(probe, -1.0), "fused sin^2 - cos^2")
     bench.check_close(sincos_eager(probe), ref, "fp32", "eager sin^2 + cos^2")
-    runs = {"eager": sincos_eager, "triton": lambda x: sin2_cos2(x),
-            "copy": lambda x: torch.empty_like(x).copy_(x)}
-    notes = {}
+    note = ""
     if params.compile:
-        step("sin^2 + cos^2: compiling with torch.compile (the first compile can take tens of seconds)")
-        compiled, reason = try_compile(sincos_eager, probe)
-        if compiled is None:
-            notes["compiled"] = reason
-        else:
+        step("sin^2 + cos^2: compiling with torch.compile (the first compile takes a few seconds)")
+        compiled, note = try_compile(sincos_eager, probe)
+        if compiled is not None:
             bench.check_close(compiled(probe), ref, "fp32", "torch.compile sin^2 + cos^2")
-            runs["compiled"] = compiled
-    names = {}
-    for variant in SINCOS:
-        if variant in runs:
-            step(f"sin^2 + cos^2: counting the kernels of {variant} with torch.profiler")
-            names[variant] = launched_kernels(lambda: runs[variant](probe))
     del probe, ref, out
     for size in params.sizes_mib:
         n = size * MiB // F32
         x = bench.random_tensor((n,), "fp32")
+        runs = {"eager": lambda: sincos_eager(x), "triton": lambda: sin2_cos2(x),
+                "copy": lambda: torch.empty_like(x).copy_(x)}
+        if params.compile and not note:
+            step(f"sin^2 + cos^2, {size} MiB: compiling with torch.compile for this size")
+            compiled, note = try_compile(sincos_eager, x)
+            if compiled is not None:
+                _check_ones(compiled(x), f"torch.compile sin^2 + cos^2 ({size} MiB)")
+                runs["compiled"] = lambda: compiled(x)
         for variant, (kernels, moves) in SINCOS.items():
             if variant == "compiled" and not params.compile:
                 continue
-            step(f"sin^2 + cos^2, {size} MiB: timing {variant}")
+            step(f"sin^2 + cos^2, {size} MiB: timing {variant}, then one call under torch.profiler")
             done[0] += 1
             if variant not in runs:
-                yield _row("sincos", variant, size, measured_ms=None, note=notes.get(variant, ""))
+                yield _row("sincos", variant, size, measured_ms=None, note=note)
                 continue
-            try:
-                ms = bench.time_ms(lambda: runs[variant](x))
-            except torch.cuda.OutOfMemoryError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - a compiled variant may fail on a new size
-                if variant != "compiled":
-                    raise
-                yield _row("sincos", variant, size, measured_ms=None,
-                           note=f"torch.compile failed at this size ({type(exc).__name__})")
-                continue
-            yield _row("sincos", variant, size, **_measured(ms, moves * n * F32, 2 * n * F32, names[variant]))
-        del x
+            ms, profiled = _time_and_profile(runs[variant])
+            yield _row("sincos", variant, size, **_measured(ms, moves * n * F32, 2 * n * F32, profiled))
+        del x, runs
 
 
 def _measure_chain(params: Params, step, done):
@@ -485,19 +511,19 @@ def _measure_chain(params: Params, step, done):
         ref = reference_chain(probe, ops)
         _poisoned_check(lambda o: affine_chain(probe, ops, o), out, ref, f"fused chain of {ops}")
         bench.check_close(chain_eager(probe, ops), ref, "fp32", f"eager chain of {ops}")
-        names = {"eager": launched_kernels(lambda: chain_eager(probe, ops)),
-                 "triton": launched_kernels(lambda: affine_chain(probe, ops, out))}
         for variant, run in (("eager", lambda: chain_eager(x, ops)), ("triton", lambda: affine_chain(x, ops, y))):
-            step(f"chain of {ops}: timing {variant}")
-            ms = bench.time_ms(run)
+            step(f"chain of {ops}: timing {variant}, then one call under torch.profiler")
+            ms, profiled = _time_and_profile(run)
             done[0] += 1
             moved = 2 * n * F32 * (ops if variant == "eager" else 1)
-            yield _row("chain", variant, params.chain_mib, ops, **_measured(ms, moved, 2 * n * F32, names[variant]),
+            yield _row("chain", variant, params.chain_mib, ops, **_measured(ms, moved, 2 * n * F32, profiled),
                        measured_tflops=bench.tflops(2.0 * n * ops, ms))
     del x, y
 
 
-def _measure_softmax(params: Params, step, done):
+def _measure_softmax(params: Params, target: Target, step, done):
+    runs = {"eager_decomposed": softmax_decomposed, "torch_softmax": lambda t: torch.softmax(t, dim=1),
+            "triton_online": online_softmax}
     for n_cols in params.softmax_cols:
         rows, cols = softmax_shape(params, n_cols)
         # Check on an odd number of rows, and on one column fewer when that runs the same kernel
@@ -509,16 +535,14 @@ def _measure_softmax(params: Params, step, done):
         _poisoned_check(lambda o: online_softmax(probe, o), out, ref, f"online softmax ({check_cols} columns)")
         bench.check_close(softmax_decomposed(probe), ref, "fp32", "eager decomposed softmax")
         bench.check_close(torch.softmax(probe, dim=1), ref, "fp32", "torch.softmax")
-        runs = {"eager_decomposed": softmax_decomposed, "torch_softmax": lambda t: torch.softmax(t, dim=1),
-                "triton_online": online_softmax}
-        names = {v: launched_kernels(lambda: run(probe)) for v, run in runs.items()}
         x = bench.random_tensor((rows, cols), "fp32")
         for variant, (kernels, moves) in SOFTMAX.items():
-            step(f"softmax, {n_cols} columns x {rows} rows: timing {variant}")
-            ms = bench.time_ms(lambda: runs[variant](x))
+            step(f"softmax, {n_cols} columns x {rows} rows: timing {variant}, then one call under torch.profiler")
+            ms, profiled = _time_and_profile(lambda: runs[variant](x))
             done[0] += 1
             yield _row("softmax", variant, params.softmax_mib, n_cols=n_cols,
-                       **_measured(ms, moves * x.numel() * F32, 2 * x.numel() * F32, names[variant]))
+                       **_measured(ms, moves * x.numel() * F32, 2 * x.numel() * F32, profiled),
+                       fraction_of_copy=bench.tbps(2 * x.numel() * F32, ms) / target.ceilings.copy_tbps)
         del x
 
 

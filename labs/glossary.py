@@ -73,16 +73,17 @@ SECTION_BY_SLUG = {s.slug: s for s in SECTIONS}
 # The labs an entry can point at ("try it live"); the page shows a link when pages/<lab>.py exists.
 LABS: dict[str, str] = {
     "roofline": "Roofline",
-    "matmul": "Matrix multiplication",
     "coalescing": "Coalescing",
+    "matmul": "Matmul: tiles, waves and alignment",
+    "matmul_ladder": "Matmul ladder: naive, tiled, Triton, cuBLAS",
     "hierarchy": "Memory hierarchy",
-    "precision": "Precision",
+    "precision": "Lower precision",
     "divergence": "Warp divergence",
-    "launch": "Launch overhead",
     "fusion": "Kernel fusion",
+    "launch": "Launch overhead",
     "recompute": "Recomputation",
-    "attention": "Attention",
-    "inference": "LLM inference",
+    "attention": "FlashAttention",
+    "inference": "Inference: prefill vs decode",
 }
 
 
@@ -183,7 +184,7 @@ def _fmt(x) -> str:
     if isinstance(x, bool) or not isinstance(x, (int, float)):
         return str(x)
     if float(x).is_integer():
-        return f"{int(x):d}"
+        return f"{int(x):,d}" if abs(x) >= 10000 else f"{int(x):d}"
     return f"{x:g}"
 
 
@@ -534,7 +535,7 @@ def quoted_gpu_numbers(text: str) -> list[tuple[str, str, float, str]]:
     """(sentence, GPU rows named, value, unit) for each number with a datasheet unit in a sentence
     that names H100, H200 or A100."""
     out = []
-    for sentence in re.split(r"(?<=[.!?;:])\s+|\n+", text):
+    for sentence in re.split(r"(?<=[.!?])\s+|\n+", text):
         rows = [r for pattern, names in _GPU_NAMES.items() if re.search(pattern, sentence) for r in names]
         if not rows:
             continue
@@ -676,6 +677,16 @@ def memory_hierarchy(gpu: str = "H100 SXM") -> list[dict]:
          "note": "one direction of a x16 link; latency of order a microsecond",
          "sources": [_PCIE_SRC]},
     ]
+
+
+def human_bytes(n: float) -> str:
+    """Bytes as datasheets write them: decimal MB and GB (34.6 MB, 80 GB); on-chip SRAM in KB of 1024."""
+    if n < 1e6 and n % 1024 == 0:
+        return f"{n / 1024:g} KB"
+    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if n >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{n:.0f} bytes"
 
 
 # Entries that show a diagram under their text.

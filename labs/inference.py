@@ -52,14 +52,9 @@ from labs.params import ParamError, param
 FLUSH_BYTES = 512 * 2**20
 
 
-@functools.lru_cache(maxsize=1)
-def _flush_buffer() -> torch.Tensor:
-    return torch.ones(FLUSH_BYTES // 4, device="cuda", dtype=torch.float32)
-
-
 def time_ms(fn, warmup_ms: float = 10, rep_ms: float = 60) -> float:
     """Median time of one call of `fn` (ms), CUDA events around each call, the L2 emptied by a read before it."""
-    flush = _flush_buffer()
+    flush = torch.empty(FLUSH_BYTES // 4, device="cuda", dtype=torch.float32)  # contents do not matter: only read
     fn()
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -165,13 +160,14 @@ def sum_splits_kernel(part_ptr, out_ptr, numel, splits, BLOCK: tl.constexpr):
 
 
 SKINNY_MAX_M = 64  # the Triton kernel's range; larger M is compute work, which cuBLAS does best
-SKINNY = {"BLOCK_N": 64, "BLOCK_K": 256, "num_warps": 4, "num_stages": 4, "programs_per_sm": 4}
-SKINNY_WIDE_M = {"BLOCK_K": 128, "num_stages": 4}  # for BLOCK_M = 64: smaller K tiles fit shared memory
+# The best of eight tile shapes timed by scripts/inference_gpu.py on an H200 (8192 x 8192, M = 1..64): 3.2 TB/s
+# at M = 1, where cuBLAS reaches 3.6 TB/s.
+SKINNY = {"BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 6, "programs_per_sm": 2}
 SUM_BLOCK = 1024
 
 
 def skinny_config(m: int) -> dict:
-    return SKINNY | (SKINNY_WIDE_M if next_pow2(m) > 32 else {})
+    return SKINNY
 
 
 def skinny_splits(m: int, n: int, k: int, sms: int, config: dict | None = None) -> tuple[int, int]:
@@ -241,7 +237,7 @@ def decode_attention_kernel(q_ptr, k_ptr, v_ptr, part_ptr, lse_ptr,
                             BLOCK_T: tl.constexpr, UPCAST: tl.constexpr):
     bh = tl.program_id(0)  # (sequence, K/V head)
     split = tl.program_id(1)  # slice of the context
-    b = bh // n_kv_heads
+    b = (bh // n_kv_heads).to(tl.int64)  # 64-bit offsets: a long cache of many sequences passes 2^31 elements
     hk = bh % n_kv_heads
     offs_g = tl.arange(0, BLOCK_G)
     offs_d = tl.arange(0, HEAD_DIM)
@@ -536,8 +532,8 @@ class Params:
     d_ff: int = param(14336, "block: MLP hidden size", min=16, max=65536)
     block_context: int = param(1024, "block: cached tokens per sequence", unit="tokens", min=1, max=1_048_576)
     block_batch: tuple = param(tuple(2**i for i in range(9)), "block: sequences decoded at once", min=1, max=4096)
-    block_gemm: str = param("auto", f"block: GEMM kernel (auto: triton up to M = {SKINNY_MAX_M}, then cuBLAS)",
-                            choices=("auto", "cublas", "triton"))
+    block_gemm: str = param("cublas", f"block: GEMM kernel (triton: batch <= {SKINNY_MAX_M} only; auto: triton "
+                            "up to 64, then cuBLAS)", choices=("cublas", "triton", "auto"))
     block_attention: str = param("triton", "block: attention kernel", choices=("triton", "sdpa"))
     usd_per_gpu_hour: float = param(2.5, "rent of one GPU, for the cost per token", unit="$/h", min=0.0, max=1000.0)
 
@@ -567,9 +563,10 @@ def check_shapes(p: Params) -> None:
 # The model
 # ---------------------------------------------------------------------------------------------
 # The fixed cost of a kernel, measured with scripts/inference_gpu.py on an H200 and re-measured by every
-# run (the `launch` rows): an empty kernel timed alone by `time_ms`, and one more kernel inside a CUDA graph.
+# run (the `launch` rows): the smallest kernel that touches memory (it reads one number that is not in the L2
+# and writes one back) timed alone by `time_ms`, and each extra such kernel inside a CUDA graph.
 LAUNCH_ALONE_MS = 0.0040
-GRAPH_NODE_MS = 0.0015
+GRAPH_NODE_MS = 0.0019
 
 
 def matmul_tflops(target: Target, dtype: str) -> float:
@@ -787,21 +784,25 @@ CHECK_SEQUENCES = 2  # attention is checked on the first sequences of the timed 
 
 
 @triton.jit
-def empty_kernel(x_ptr):
-    """Does (almost) nothing: its time is the fixed cost of a kernel."""
-    tl.store(x_ptr + tl.program_id(0), 1.0)
+def touch_kernel(x_ptr, offset):
+    """The smallest kernel that touches memory: read one number, write it back plus one. Its time is the
+    fixed cost every kernel pays (launch, one trip to memory, completion)."""
+    tl.store(x_ptr + offset, tl.load(x_ptr + offset) + 1.0)
+
+
+TOUCH_STRIDE = 4096  # 16 KB apart: every kernel of a graph reads a line that no other kernel brought into the L2
 
 
 def measure_launch(progress):
-    x = torch.zeros(1, device="cuda")
-    progress(0.0, "fixed cost of a kernel: timing an empty kernel")
-    alone = time_ms(lambda: empty_kernel[(1,)](x))
+    x = torch.zeros(34 * TOUCH_STRIDE, device="cuda")
+    progress(0.0, "fixed cost of a kernel: timing the smallest kernel that touches memory")
+    alone = time_ms(lambda: touch_kernel[(1,)](x, 0))
     yield {"experiment": "launch", "kernel": "alone", "measured_ms": alone}
 
     def many(count):
         def run():
-            for _ in range(count):
-                empty_kernel[(1,)](x)
+            for i in range(count):
+                touch_kernel[(1,)](x, i * TOUCH_STRIDE)
         return run
 
     node = (graph_time_ms(many(33)) - graph_time_ms(many(1))) / 32

@@ -49,7 +49,7 @@ OPS = ("add", "matmul")
 def chain_eager(x: torch.Tensor, y: torch.Tensor, k: int, sync_each: bool = False) -> torch.Tensor:
     """K PyTorch ops, each one kernel launch; with sync_each, a .item() after every op (a round trip)."""
     torch.mul(x, A, out=y)  # op 1 reads x, so every call starts afresh
-    first = y[:1]
+    first = y[:1] if sync_each else None
     if sync_each:
         first.item()
     for i in range(1, k):
@@ -140,16 +140,17 @@ def capture(fn) -> torch.cuda.CUDAGraph:
 # Probes: the launch costs the model uses, measured on this machine
 # ---------------------------------------------------------------------------------------------
 PROBES = {  # name -> what it measures
-    "eager_add": "one PyTorch op (add_ on 1 element), launched back to back",
+    "eager_add": "one PyTorch op (in-place add on 1 element), launched back to back",
     "eager_matmul": "one PyTorch bf16 matmul (16 x 16), launched back to back",
-    "eager_triton": "one Triton kernel (the fused chain on 1 element), launched back to back",
+    "eager_triton": "one launch of the fused Triton kernel (K = 1, on the chain's tensor), back to back",
     "graph_replay": "one replay of a CUDA graph holding a single tiny kernel, back to back",
-    "graph_kernel": "one tiny kernel inside a replayed CUDA graph of 256 (GPU-side cost per kernel)",
-    "round_trip": "one PyTorch op followed by .item() (launch, wait for the GPU, copy back)",
+    "graph_kernel": "one more tiny kernel inside a replayed CUDA graph (slope of 16 vs 256 kernels)",
+    "graph_fixed": "the GPU-side cost of one graph replay itself (intercept of 16 vs 256 kernels)",
+    "round_trip": "one op on the chain's tensor followed by .item() of its first value (a round trip)",
 }
 # Used only until this GPU has been measured (here or in a committed recording); flagged as assumed.
-ASSUMED = {"eager_add": 5.0, "eager_matmul": 10.0, "eager_triton": 15.0, "graph_replay": 5.0,
-           "graph_kernel": 1.5, "round_trip": 20.0}
+ASSUMED = {"eager_add": 5.0, "eager_matmul": 10.0, "eager_triton": 15.0, "graph_replay": 4.0,
+           "graph_kernel": 1.5, "graph_fixed": 1.5, "round_trip": 20.0}
 PROBE_OPS = 256  # ops per timed call in the probes (amortises the Python loop around them)
 _PROBED: dict = {}  # gpu key -> probe figures measured in this process
 
@@ -159,49 +160,43 @@ def _probe_path(gpu_key: str) -> Path:
     return Path(base) / "launch" / f"{gpu_key}.json"
 
 
-def run_probes(step) -> dict:
-    """Measure every figure in PROBES, in microseconds."""
+def _repeat(op, times: int):
+    def ops():
+        for _ in range(times):
+            op()
+    return ops
+
+
+def run_probes(step, n: int = 4096) -> dict:
+    """Measure every figure in PROBES, in microseconds (n: elements of the chain's tensor)."""
     t = torch.zeros(1, device="cuda")
     out = {}
-
-    def ops_add():
-        for _ in range(PROBE_OPS):
-            t.add_(1.0)
-
     step("probe: PyTorch launch cost")
-    out["eager_add"] = per_call_us(ops_add) / PROBE_OPS
+    out["eager_add"] = per_call_us(_repeat(lambda: t.add_(1.0), PROBE_OPS)) / PROBE_OPS
     step("probe: bf16 matmul launch cost")
     dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
     m16 = torch.randn(16, 16, device="cuda", dtype=dtype)
     m_out = torch.empty_like(m16)
-
-    def ops_matmul():
-        for _ in range(PROBE_OPS // 4):
-            torch.matmul(m16, m16, out=m_out)
-
-    out["eager_matmul"] = per_call_us(ops_matmul) / (PROBE_OPS // 4)
+    out["eager_matmul"] = per_call_us(_repeat(lambda: torch.matmul(m16, m16, out=m_out), 64)) / 64
     step("probe: Triton launch cost")
-    t_out = torch.empty_like(t)
-
-    def ops_triton():
-        for _ in range(PROBE_OPS // 4):
-            chain_fused(t, t_out, 1)
-
-    out["eager_triton"] = per_call_us(ops_triton) / (PROBE_OPS // 4)
+    x, y = grid_input(n), torch.empty(n, device="cuda")
+    out["eager_triton"] = per_call_us(_repeat(lambda: chain_fused(x, y, 1), 64)) / 64
     step("probe: CUDA graph replay and per-kernel cost")
     one = capture(lambda: t.add_(1.0))
     out["graph_replay"] = per_call_us(one.replay)
-    many = capture(ops_add)
-    out["graph_kernel"] = per_call_us(many.replay) / PROBE_OPS
+    few, many = capture(_repeat(lambda: t.add_(1.0), 16)), capture(_repeat(lambda: t.add_(1.0), PROBE_OPS))
+    few_us, many_us = per_call_us(few.replay), per_call_us(many.replay)
+    out["graph_kernel"] = (many_us - few_us) / (PROBE_OPS - 16)
+    out["graph_fixed"] = max(0.0, few_us - 16 * out["graph_kernel"])
     step("probe: launch + .item() round trip")
+    first = y[:1]
 
-    def ops_round_trip():
-        for _ in range(PROBE_OPS // 8):
-            t.add_(1.0)
-            t.item()
+    def op_and_read():
+        y.add_(B)
+        first.item()
 
-    out["round_trip"] = per_call_us(ops_round_trip, budget_ms=40) / (PROBE_OPS // 8)
-    del one, many
+    out["round_trip"] = per_call_us(_repeat(op_and_read, 32), budget_ms=40) / 32
+    del one, few, many
     return out
 
 
@@ -252,7 +247,7 @@ class Params:
     elements: int = param(4096, "chain: elements of the small fp32 tensor", unit="elements", min=1,
                           max=1_048_576, log=True)
     ops: tuple = param(OPS, "regimes: which ops to sweep over tensor sizes", choices=OPS)
-    add_max_mib: int = param(256, "regimes: largest tensor for the add (sizes x4 from 1 element)", unit="MiB",
+    add_max_mib: int = param(256, "regimes: largest tensor for the add (sizes x2 from 1 element)", unit="MiB",
                              min=1, max=4096, log=True)
     matmul_max_n: int = param(4096, "regimes: largest bf16 matmul n x n (sizes x2 from 16)", unit="n", min=16,
                               max=16384, log=True)
@@ -268,7 +263,7 @@ def chain_us(variant: str, k: int, n: int, costs: dict, target: Target) -> float
     if variant == "eager":  # the CPU queues launches; the slower of CPU and GPU sets the pace
         return k * max(costs["eager_add"], kernel)
     if variant == "graph":  # one replay launches all K kernels; the GPU still runs them one by one
-        return max(costs["graph_replay"], k * kernel)
+        return max(costs["graph_replay"], costs["graph_fixed"] + k * kernel)
     if variant == "fused":  # one launch, one read and one write, K FLOPs per element in registers
         flops_us = k * n / (target.ceilings.fma_tflops * 1e12) * 1e6
         return max(costs["eager_triton"], kernel + flops_us)
@@ -281,7 +276,7 @@ def per_op_us(variant: str, n: int, costs: dict, target: Target) -> float:
     """What one more op adds to a long chain (the slope of chain_us in K)."""
     kernel = costs["graph_kernel"] + memory_us(8 * n, target)
     return {"eager": max(costs["eager_add"], kernel), "graph": kernel,
-            "fused": n / (target.ceilings.fma_tflops * 1e12) * 1e6,
+        "fused": n / (target.ceilings.fma_tflops * 1e12) * 1e6,
             "eager+item": costs["round_trip"] + memory_us(8 * n, target)}[variant]
 
 
@@ -291,15 +286,15 @@ def matmul_dtype(target: Target) -> str:
 
 
 def regime_sizes(params: Params, op: str) -> list:
-    if op == "add":  # elements: 1, 4, 16, ... up to add_max_mib of fp32
+    if op == "add":  # elements: 1, 2, 4, ... up to add_max_mib of fp32
         top = params.add_max_mib * MiB // 4
-        return [4**i for i in range(32) if 4**i <= top]
+        return [2**i for i in range(40) if 2**i <= top]
     return [2**i for i in range(4, 15) if 2**i <= params.matmul_max_n]  # matmul: n = 16, 32, ...
 
 
 def op_work(op: str, size: int, target: Target) -> tuple:
     """(bytes moved, FLOPs, peak TFLOP/s) of one call."""
-    if op == "add":  # y = x + 1 in fp32: read 4 bytes, write 4 bytes, 1 FLOP per element
+    if op == "add":  # x += 1 in fp32: read 4 bytes, write 4 bytes, 1 FLOP per element
         return 8 * size, size, target.ceilings.fma_tflops / 2  # an add is half an FMA's FLOPs per instruction
     dtype = matmul_dtype(target)
     nbytes = 3 * size * size * bench.element_bytes(dtype)  # read A and B, write C, once each
@@ -329,8 +324,9 @@ def model_rows(params: Params, target: Target, costs: dict) -> list[dict]:
                 rows.append({"experiment": "chain", "variant": variant, "k": k, "size": n,
                              "predicted_us": chain_us(variant, k, n, costs, target),
                              "predicted_per_op_us": chain_us(variant, k, n, costs, target) / k})
-            rows.append({"experiment": "fit", "variant": variant, "k": None, "size": n,
-                         "predicted_us": per_op_us(variant, n, costs, target)})
+            if variant != "fused":  # the fused chain has no per-op launch to fit
+                rows.append({"experiment": "fit", "variant": variant, "k": None, "size": n,
+                             "predicted_us": per_op_us(variant, n, costs, target)})
     if "regimes" in params.experiments:
         for op in params.ops:
             for size in regime_sizes(params, op):
@@ -409,7 +405,7 @@ def _measure_chain(params: Params, step):
             yield {"experiment": "chain", "variant": variant, "k": k, "size": n, "measured_us": us,
                    "measured_per_op_us": us / k, "check_rel_error": err}
     for variant, points in measured.items():  # what one more op costs: least-squares slope over K
-        if len(points) >= 2:
+        if len(points) >= 2 and variant != "fused":
             ks, ts = list(points), list(points.values())
             mk, mt = sum(ks) / len(ks), sum(ts) / len(ts)
             var = sum((k - mk) ** 2 for k in ks)
@@ -417,16 +413,19 @@ def _measure_chain(params: Params, step):
             yield {"experiment": "fit", "variant": variant, "k": None, "size": n, "measured_us": slope}
 
 
+ROTATE_FROM_BYTES = MiB  # below this the launch dwarfs the kernel, wherever its data sits
+
+
 def _rotating(op: str, size: int, l2_bytes: int) -> list:
-    """Enough separate input/output sets that back-to-back calls do not find their data in the L2."""
+    """Input/output sets to cycle through, enough that back-to-back calls do not find their data in the
+    L2 (one set for tiny tensors: extra sets only add CPU work, and the launch dominates there anyway)."""
     dtype = "fp32" if op == "add" else ("bf16" if torch.cuda.is_bf16_supported() else "fp16")
     per_call = 8 * size if op == "add" else 3 * size * size * bench.element_bytes(dtype)
-    copies = max(1, min(64, -(-2 * max(l2_bytes, 1) // per_call)))
+    copies = 1 if per_call < ROTATE_FROM_BYTES else max(1, min(128, -(-2 * max(l2_bytes, 1) // per_call)))
     sets = []
     for _ in range(copies):
-        if op == "add":
-            x = bench.random_tensor((size,), "fp32")
-            sets.append((x, torch.empty_like(x)))
+        if op == "add":  # in place, like the chain's ops: reads and writes each element once
+            sets.append((bench.random_tensor((size,), "fp32"),))
         else:
             a, b = bench.random_tensor((size, size), dtype), bench.random_tensor((size, size), dtype)
             sets.append((a, b, torch.empty_like(a)))
@@ -435,7 +434,7 @@ def _rotating(op: str, size: int, l2_bytes: int) -> list:
 
 def _call(op: str, s: tuple):
     if op == "add":
-        torch.add(s[0], 1.0, out=s[1])
+        s[0].add_(1.0)
     else:
         torch.matmul(s[0], s[1], out=s[2])
 
@@ -446,11 +445,14 @@ def _measure_regimes(params: Params, target: Target, step):
             step(f"regimes, {op}, size {size}: checking, then timing")
             sets = _rotating(op, size, target.l2_bytes)
             first = sets[0]
-            first[-1].fill_(float("nan"))
-            _call(op, first)
             if op == "add":
-                err = bench.check_close(first[1], first[0].double() + 1, "fp32", f"add ({size})")
+                before = first[0].double()
+                _call(op, first)
+                err = bench.check_close(first[0], before + 1, "fp32", f"add ({size})")
+                del before
             else:
+                first[2].fill_(float("nan"))
+                _call(op, first)
                 err = bench.check_close(first[2], first[0].double() @ first[1].double(),
                                         "bf16" if first[0].dtype == torch.bfloat16 else "fp16", f"matmul ({size})")
 
@@ -489,7 +491,7 @@ def measure(params: Params, target: Target, progress):
         progress(min(done[0] / points, 1.0), message)
         done[0] += 1
 
-    figures = run_probes(step)
+    figures = run_probes(step, params.elements)
     remember_probes(target.key, figures, target.name)
     for name, us in figures.items():
         yield {"experiment": "probe", "variant": name, "k": None, "size": None, "measured_us": us,
@@ -517,6 +519,7 @@ def lesson_numbers(target: Target) -> dict:
         "matmul_launch_us": f"{costs['eager_matmul']:.1f}",
         "graph_kernel_us": f"{costs['graph_kernel']:.2f}",
         "graph_replay_us": f"{costs['graph_replay']:.1f}",
+        "graph_fixed_us": f"{costs['graph_fixed']:.1f}",
         "round_trip_us": f"{costs['round_trip']:.1f}",
         "chain_elements": n,
         "chain_eager_64_us": f"{chain_us('eager', 64, n, costs, target):.0f}",

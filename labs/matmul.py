@@ -56,28 +56,34 @@ def _tile_of(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: t
     return tile_m, tile_n
 
 
-@triton.jit(do_not_specialize=["M", "N", "K"])
+@triton.jit
 def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
                   stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                  GROUP_M: tl.constexpr, VEC: tl.constexpr, FP32_MODE: tl.constexpr, UPCAST: tl.constexpr = False):
-    """Pointer path: any strides. VEC = elements every row start is known to be a multiple of, so the
-    compiler may load VEC elements at once (16 bytes at best); with VEC = 1 it loads element by element."""
+                  GROUP_M: tl.constexpr, B_KMAJOR: tl.constexpr, FP32_MODE: tl.constexpr,
+                  UPCAST: tl.constexpr = False):
+    """Pointer path: any strides. Triton knows an integer argument is a multiple of 16 when it is one
+    (it compiles a variant for that case); only then can it prove that a row starts on a 16-byte
+    boundary and load 16 bytes at a time. Otherwise it loads element by element."""
     tile_m, tile_n = _tile_of(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     rows = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)  # [BLOCK_M] rows of C (and A) of this tile
     cols = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)  # [BLOCK_N] columns of C (and B)
     ks = tl.arange(0, BLOCK_K)  # [BLOCK_K]
-    # Rows and columns past the edge read row/column 0 instead: no mask needed along M and N, and
-    # those results are never stored. Only the K tail needs a mask (its products must be zero).
-    a_rows = tl.multiple_of(tl.where(rows < M, rows, 0) * stride_am, VEC)
-    b_cols = tl.multiple_of(tl.where(cols < N, cols, 0) * stride_bn, VEC)
-    a_ptrs = a_ptr + a_rows[:, None] + ks[None, :] * stride_ak  # [BLOCK_M, BLOCK_K]
-    b_ptrs = b_ptr + ks[:, None] * stride_bk + b_cols[None, :]  # [BLOCK_K, BLOCK_N]
+    # Rows of A past the edge read row 0 instead: no mask along M (those results are never stored).
+    # A row of A is contiguous along K, so this keeps the loads contiguous.
+    a_ptrs = a_ptr + tl.where(rows < M, rows, 0)[:, None] * stride_am + ks[None, :] * stride_ak
+    if B_KMAJOR:  # B stored as [N, K]: contiguous along K, so columns past the edge can read column 0
+        b_ptrs = b_ptr + ks[:, None] * stride_bk + tl.where(cols < N, cols, 0)[None, :] * stride_bn
+    else:  # B row-major: contiguous along N; keep it so (vector loads) and mask the columns past the edge
+        b_ptrs = b_ptr + ks[:, None] * stride_bk + cols[None, :] * stride_bn
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)  # FP32 accumulators, in registers
     for k in range(0, tl.cdiv(K, BLOCK_K)):
-        k_left = K - k * BLOCK_K
-        a = tl.load(a_ptrs, mask=ks[None, :] < k_left, other=0.0)
-        b = tl.load(b_ptrs, mask=ks[:, None] < k_left, other=0.0)
+        k_left = K - k * BLOCK_K  # the last step may be partial: its missing products must be zero
+        a = tl.load(a_ptrs, mask=ks[None, :] < k_left, other=0.0)  # [BLOCK_M, BLOCK_K]
+        if B_KMAJOR:
+            b = tl.load(b_ptrs, mask=ks[:, None] < k_left, other=0.0)  # [BLOCK_K, BLOCK_N]
+        else:
+            b = tl.load(b_ptrs, mask=(ks[:, None] < k_left) & (cols[None, :] < N), other=0.0)
         if UPCAST:  # only under Triton's CPU interpreter, whose bf16 arithmetic is broken
             a, b = a.to(tl.float32), b.to(tl.float32)
         if FP32_MODE == 1:  # fp32: true FP32 products (CUDA cores)
@@ -139,11 +145,13 @@ class TileConfig:
                 f"w{self.num_warps} s{self.num_stages}")
 
 
-# Fixed configs per dtype, chosen from measurements on an H100/H200 (scripts/matmul_gpu.py).
+# Fixed configs per dtype, chosen from measurements on an H200 (scripts/matmul_gpu.py; Triton 3.6):
+# bf16 128x256x64 w8 s3 reached 0.95x cuBLAS at N = 4096 and 8192 (128x128x64: 0.82-0.85x),
+# fp8 128x128x128 w4 s4 1.08x (128x256x128: 0.96x).
 DEFAULT_CONFIGS = {
     "fp16": TileConfig(128, 256, 64, 8, 8, 3),
     "bf16": TileConfig(128, 256, 64, 8, 8, 3),
-    "fp8": TileConfig(128, 256, 128, 8, 8, 3),
+    "fp8": TileConfig(128, 128, 128, 8, 4, 4),
     "tf32": TileConfig(128, 128, 32, 8, 8, 3),
     "fp32": TileConfig(128, 128, 32, 8, 8, 3),
 }
@@ -151,15 +159,16 @@ DEFAULT_CONFIGS = {
 AUTOTUNE_CONFIGS = {
     16: [TileConfig(128, 256, 64, 8, 8, 3), TileConfig(128, 128, 64, 8, 4, 4), TileConfig(128, 128, 64, 8, 8, 4),
          TileConfig(256, 128, 64, 8, 8, 3), TileConfig(64, 128, 64, 8, 4, 4)],
-    8: [TileConfig(128, 256, 128, 8, 8, 3), TileConfig(128, 128, 128, 8, 4, 4), TileConfig(256, 128, 128, 8, 8, 3),
+    8: [TileConfig(128, 128, 128, 8, 4, 4), TileConfig(128, 256, 128, 8, 8, 3), TileConfig(256, 128, 128, 8, 8, 3),
         TileConfig(64, 128, 128, 8, 4, 4)],
     32: [TileConfig(128, 128, 32, 8, 8, 3), TileConfig(128, 128, 32, 8, 4, 4), TileConfig(128, 64, 32, 8, 4, 4),
          TileConfig(64, 64, 32, 8, 4, 4)],
 }
 
-# Hopper's tensor cores read a transposed operand from shared memory only for 16-bit types, so for
-# 8- and 32-bit inputs B is stored transposed (N x K, "column-major"), as cuBLAS's fp8 path requires too.
-KMAJOR_B = ("fp8", "tf32", "fp32")
+# Hopper's tensor cores read a transposed operand from shared memory only for 16-bit types, so for fp8
+# and tf32 B is stored transposed (N x K, "column-major"; cuBLAS's fp8 path requires it too). The ieee
+# fp32 path runs on the CUDA cores and is faster with B row-major (measured on an H200: 45 vs 6 TFLOP/s).
+KMAJOR_B = ("fp8", "tf32")
 
 
 def out_dtype(dtype: str) -> torch.dtype:
@@ -176,29 +185,19 @@ def pow2_dividing(n: int, cap: int = 1 << 30) -> int:
     return min(n & -n, cap) if n > 0 else cap
 
 
-def vec_elements(dtype: str, *strides: int) -> int:
-    """Elements per vector load the pointer path can prove safe: every row start must be a multiple
-    of it, and a vector is at most 16 bytes."""
-    e = bench.element_bytes(dtype)
-    g = 0
-    for s in strides:
-        g = math.gcd(g, s)
-    return pow2_dividing(g, cap=max(1, 16 // e))
-
-
 def tma_supported(compute_capability: str) -> bool:
     return _cc(compute_capability) >= (9, 0)
 
 
 def load_path(n: int, dtype: str, compute_capability: str, tma: str = "auto", k: Optional[int] = None) -> str:
-    """Which way the Triton kernel loads its tiles at this size: 'tma', or 'vecB' for pointer loads of
-    B bytes at a time (16 = full vectors, 1 or 2 = element by element)."""
+    """Which way the Triton kernel loads its tiles at this size: 'tma' (rows start on 16-byte boundaries,
+    Hopper or newer), 'vec16' (pointer loads of 16 bytes: N and K multiples of 16 elements, which is all
+    Triton can prove), or 'vecE' with E the element size in bytes (element by element)."""
     k = n if k is None else k
     e = bench.element_bytes(dtype)
-    aligned = (n * e) % 16 == 0 and (k * e) % 16 == 0
-    if tma == "auto" and aligned and tma_supported(compute_capability):
+    if tma == "auto" and (n * e) % 16 == 0 and (k * e) % 16 == 0 and tma_supported(compute_capability):
         return "tma"
-    return f"vec{vec_elements(dtype, n, k) * e}"
+    return "vec16" if n % 16 == 0 and k % 16 == 0 else f"vec{e}"
 
 
 def _fp32_mode(dtype: str) -> int:
@@ -241,11 +240,11 @@ def triton_matmul(a: torch.Tensor, b: torch.Tensor, dtype: str, out: Optional[to
         meta = dict(B_KMAJOR=kmajor_b, FP32_MODE=_fp32_mode(dtype), UPCAST=upcast)
         path = "tma"
     else:
-        vec = vec_elements(dtype, a.stride(0), b.stride(1) if kmajor_b else b.stride(0), out.stride(0))
         args = (a, b, out, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1))
         kernel = _autotuned("ptr", e) if autotune else matmul_kernel
-        meta = dict(VEC=vec, FP32_MODE=_fp32_mode(dtype), UPCAST=upcast)
-        path = f"vec{vec * e}"
+        meta = dict(B_KMAJOR=kmajor_b, FP32_MODE=_fp32_mode(dtype), UPCAST=upcast)
+        sixteen = all(x % 16 == 0 for x in (n, k, a.stride(0), b_rows.stride(0), out.stride(0)))
+        path = "vec16" if sixteen else f"vec{e}"
     if autotune:
         grid = lambda META: (triton.cdiv(m, META["BLOCK_M"]) * triton.cdiv(n, META["BLOCK_N"]),)
         compiled = kernel[grid](*args, **meta)
@@ -289,10 +288,13 @@ def chosen_config(kernel) -> Optional[str]:
                       best.num_stages).label
 
 
+_ONES: dict = {}
+
+
 def cublas_matmul(a: torch.Tensor, b: torch.Tensor, dtype: str, out: Optional[torch.Tensor] = None):
     """The library call a user would otherwise make (cuBLAS through torch)."""
     if dtype == "fp8":
-        one = torch.ones((), device=a.device)
+        one = _ONES.setdefault(str(a.device), torch.ones((), device=a.device))  # unit scales, made once
         return torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
     return torch.matmul(a, b, out=out)
 
@@ -361,7 +363,7 @@ SM_SHAPES = {
 }
 L1_BYTES_PER_CLOCK = 128  # one SM's L1/shared memory moves 128 bytes (one wavefront) per clock
 LSU_INSTR_PER_CLOCK = 1.0  # one warp-wide load/store instruction issued per clock per SM
-FIXED_US = 5.0  # per launch: the launch itself, the first tiles' trip from memory, the last store
+FIXED_US = 3.0  # per launch: the kernel's start, the first tiles' trip from memory, the last store
 
 
 def sm_shape(compute_capability: str) -> SmShape:
@@ -385,20 +387,20 @@ def matmul_flop_per_clock(target: Target, dtype: str) -> Optional[float]:
 
 
 def registers_per_thread(config: TileConfig, dtype: str) -> int:
-    """Accumulators (BLOCK_M x BLOCK_N FP32 spread over the threads) plus ~40 for addresses and
-    operand fragments; the ieee fp32 path also holds its operands in registers."""
+    """Accumulators (BLOCK_M x BLOCK_N FP32 spread over the threads) plus ~26 for addresses, loop
+    counters and barriers (Triton 3.6 on an H200: 154 registers for 128x256 tiles on 8 warps, 90 for
+    128x128); the ieee fp32 path also holds its operands in registers."""
     threads = 32 * config.num_warps
-    regs = config.block_m * config.block_n // threads + 40
+    regs = config.block_m * config.block_n // threads + 26
     if dtype == "fp32":
         regs += (config.block_m + config.block_n) * config.block_k // threads
     return min(255, regs)
 
 
-def shared_bytes(config: TileConfig, dtype: str, path: str) -> int:
-    """num_stages tiles of A and B in flight, plus (TMA) the C tile staged for the store."""
-    e = bench.element_bytes(dtype)
-    pipeline = config.num_stages * (config.block_m + config.block_n) * config.block_k * e
-    return pipeline + (config.block_m * config.block_n * out_bytes(dtype) if path == "tma" else 0)
+def shared_bytes(config: TileConfig, dtype: str, path: str = "tma") -> int:
+    """num_stages tiles of A and B in flight (the C tile is staged for its store in the same buffers
+    once the loop is done)."""
+    return config.num_stages * (config.block_m + config.block_n) * config.block_k * bench.element_bytes(dtype)
 
 
 def blocks_per_sm(config: TileConfig, dtype: str, path: str, compute_capability: str) -> int:
@@ -471,10 +473,10 @@ def step_cycles(config: TileConfig, dtype: str, path: str, flop_per_clock: float
     - tensor cores: 2 BLOCK_M BLOCK_N BLOCK_K FLOPs at the measured rate per SM;
     - TMA and 16-byte vector loads move the tiles at the L1's 128 bytes per clock, asynchronously,
       overlapped with the math;
-    - narrower loads cost one instruction per element group: (BLOCK_M + BLOCK_N) BLOCK_K / (32 VEC)
-      warp instructions at one per clock; under 4 bytes there is no asynchronous copy (cp.async moves
-      4, 8 or 16 bytes), so each element is loaded into registers, stored to shared memory (a second
-      instruction), and the math waits for it.
+    - element-by-element loads cost one warp instruction per 32 elements, (BLOCK_M + BLOCK_N) BLOCK_K / 32
+      per step, at one per clock; under 4 bytes there is no asynchronous copy (cp.async moves 4, 8 or 16
+      bytes), so each element is loaded into registers, stored to shared memory (a second instruction),
+      and the math waits for it.
     """
     e = bench.element_bytes(dtype)
     elems = (config.block_m + config.block_n) * config.block_k
@@ -556,6 +558,72 @@ def dtype_support(target: Target) -> dict:
     return reasons
 
 
+def divisibility_label(n: int) -> str:
+    """The colour class of a size in the wavy plot: the largest power of two dividing N, 32 and up together."""
+    p = pow2_dividing(n)
+    return "N % 32 = 0" if p >= 32 else f"largest 2^k | N: {p}"
+
+
+DIVISIBILITY_ORDER = ("N % 32 = 0", "largest 2^k | N: 16", "largest 2^k | N: 8", "largest 2^k | N: 4",
+                      "largest 2^k | N: 2", "largest 2^k | N: 1")
+
+
+def roofline_rows(dtype: str, sizes, target: Target) -> list[dict]:
+    """The roofline for drawing: min(peak, intensity x bandwidth) at every N of the sweep."""
+    return [{"n": n, "dtype": dtype, "roofline_tflops": roofline_tflops(n, dtype, target)} for n in sorted(set(sizes))]
+
+
+MISS_BAND_PCT = 15.0
+
+
+def explain_misses(rows: list, band_pct: float = MISS_BAND_PCT) -> list[dict]:
+    """Triton points where measurement and model differ by more than band_pct, each with the reason
+    the lesson's "Why the model misses" gives for its kind of point."""
+    out = []
+    for r in rows:
+        err = r.get("error_pct")
+        if r.get("kernel") != "triton" or err is None or abs(err) <= band_pct:
+            continue
+        if str(r.get("path", "")).startswith("vec") and r.get("path") != "vec16":
+            reason = "unaligned N: element-by-element loads"
+        elif r.get("n", 0) < 1536 or r.get("bound") == "launch":
+            reason = "small N: start-up and first loads dominate"
+        elif (r.get("last_wave_util") or 1) < 0.75 and err > 0:
+            reason = "partial last wave: fewer SMs busy, higher clock"
+        else:
+            reason = "ceiling: measured cuBLAS rate differs from today's"
+        out.append({"dtype": r.get("dtype"), "n": r.get("n"), "path": r.get("path"), "waves": r.get("waves"),
+                    "last_wave_util": r.get("last_wave_util"), "measured_tflops": r.get("measured_tflops"),
+                    "predicted_tflops": r.get("predicted_tflops"), "error_pct": err, "reason": reason})
+    return out
+
+
+def explorer(n: int, dtype: str, block_m: int, block_n: int, target: Target, group_m: int = 8,
+             block_k: int = 64, num_warps: int = 8, num_stages: int = 3) -> dict:
+    """The tile-count explorer for a page: the tile -> wave grid for this GPU's SM count, with the number
+    of programs per SM the model expects for this tile shape (no GPU needed)."""
+    cfg = TileConfig(block_m, block_n, block_k, group_m, num_warps, num_stages)
+    r = blocks_per_sm(cfg, dtype, "tma", target.compute_capability)
+    grid = tile_grid(n, n, block_m, block_n, target.sm_count, max(1, r), group_m)
+    grid.update({"blocks_per_sm": r, "sm_count": target.sm_count, "n": n, "block_m": block_m, "block_n": block_n})
+    return grid
+
+
+def explorer_curve(dtype: str, block_m: int, block_n: int, target: Target, n_max: int = 8192, step: int = 64,
+                   group_m: int = 8, block_k: int = 64, num_warps: int = 8, num_stages: int = 3) -> list[dict]:
+    """Wave efficiency (tiles / (waves x slots)) and tile efficiency (useful / padded area) against N."""
+    cfg = TileConfig(block_m, block_n, block_k, group_m, num_warps, num_stages)
+    slots = target.sm_count * max(1, blocks_per_sm(cfg, dtype, "tma", target.compute_capability))
+    rows = []
+    for n in range(step, n_max + 1, step):
+        tiles_m, tiles_n = math.ceil(n / block_m), math.ceil(n / block_n)
+        tiles = tiles_m * tiles_n
+        waves = math.ceil(tiles / slots)
+        rows.append({"n": n, "tiles": tiles, "waves": waves, "wave_util": tiles / (waves * slots),
+                     "tile_util": n * n / (tiles_m * block_m * tiles_n * block_n)})
+    return rows
+
+
 # ---------------------------------------------------------------------------------------------
 # Parameters, checks, prediction
 # ---------------------------------------------------------------------------------------------
@@ -626,7 +694,13 @@ def check(params: Params, target: Target) -> None:
 # ---------------------------------------------------------------------------------------------
 PROBE_TMA = (517, 528, 560)  # M odd; N and K multiples of 16 elements so the TMA path applies
 PROBE_ODD = (333, 347, 351)  # all odd: the pointer path, element by element, every edge partial
-WARMUP_MS, REP_MS = 10, 50
+
+
+def kernel_ms(fn) -> float:
+    """Median time of one call replayed from a CUDA graph (do_bench on the replay, L2 flushed before
+    each): a Triton launch with TMA descriptors costs tens of microseconds of Python, which would
+    otherwise show up in place of the kernel's own time at small N. cuBLAS is timed the same way."""
+    return bench.graph_time_ms(fn)
 
 
 def probe_check(dtype: str, params: Params, path_kind: str, device: str = "cuda") -> float:
@@ -666,15 +740,13 @@ def measure(params: Params, target: Target, progress):
                     with bench.tf32(dtype == "tf32"):
                         c = cublas_matmul(a, b, dtype, None if dtype == "fp8" else out.fill_(float("nan")))
                         err = check_sampled(c, a, b, dtype, f"cuBLAS ({dtype}, N={n})")
-                        ms = bench.time_ms(lambda: cublas_matmul(a, b, dtype, None if dtype == "fp8" else out),
-                                           WARMUP_MS, REP_MS)
+                        ms = kernel_ms(lambda: cublas_matmul(a, b, dtype, None if dtype == "fp8" else out))
                     del c
                 else:
                     out.fill_(float("nan"))
                     _, path, compiled = triton_matmul(a, b, dtype, out, config, params.tma, params.autotune)
                     err = check_sampled(out, a, b, dtype, f"Triton ({dtype}, N={n}, {path})")
-                    ms = bench.time_ms(lambda: triton_matmul(a, b, dtype, out, config, params.tma, params.autotune),
-                                       WARMUP_MS, REP_MS)
+                    ms = kernel_ms(lambda: triton_matmul(a, b, dtype, out, config, params.tma, params.autotune))
                     row.update({"path": path, "config": (chosen_config(_autotuned("tma" if path == "tma" else "ptr",
                                                                                   a.element_size()))
                                                          if params.autotune else config.label)})
@@ -722,7 +794,13 @@ def lesson_numbers(target: Target) -> dict:
         "util_2304": f"{100 * p2304.get('last_wave_util', 0):.0f}",
         "pred_2048": f"{p2048.get('predicted_tflops', 0):.0f}", "pred_2304": f"{p2304.get('predicted_tflops', 0):.0f}",
         "ceilings_source": target.describe_ceilings(),
-    }
+    } | _ladder_numbers(target)
+
+
+def _ladder_numbers(target: Target) -> dict:
+    from labs import matmul_ladder  # the ladder's lesson lives in this lab's Markdown too
+
+    return {f"ladder_{k}": v for k, v in matmul_ladder.lesson_numbers(target).items()}
 
 
 LAB = Lab(

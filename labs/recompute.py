@@ -30,7 +30,7 @@ import triton
 import triton.language as tl
 
 from labs import bench
-from labs.fusion import LAUNCH_US
+from labs.fusion import LAUNCH_US, launched_kernels, summarize_kernels
 from labs.gpu import MiB, Target, free_memory_bytes
 from labs.lab import Headline, Lab
 from labs.params import ParamError, param
@@ -176,17 +176,34 @@ class Params:
                              unit="MiB", min=1, max=8192, log=True)
 
 
-# name -> (kernels, accesses per element in forward, in backward, activations saved beyond x and out)
-MODEL = {
-    "stored": (2, 1 + 3, 3 + 1, 2),
-    "recomputed": (2, 1 + 1, 2 + 1, 0),
-    "autograd": (6, 3 * 2, 3 * 3, 2),  # 3 sigmoids (read, write); 3 sigmoid_backward (read 2, write)
+# Each version's kernels as (accesses of an element-sized tensor, sigmoids computed), and the
+# activations it keeps for the backward pass beyond x and out (in element-sized tensors).
+KERNELS = {
+    "stored": [(1 + 3, 3), (3 + 1, 1)],  # forward: read x, write s1 s2 out; backward: read dout s1 s2, write dx
+    "recomputed": [(1 + 1, 3), (2 + 1, 3)],  # forward: read x, write out; backward: read dout x, write dx
+    "autograd": [(1 + 1, 1)] * 3 + [(2 + 1, 0)] * 3,  # 3 sigmoids; 3 sigmoid_backward (read grad and s)
 }
+SAVED = {"stored": 2, "recomputed": 0, "autograd": 2}
+SFU_OPS_PER_SIGMOID = 2  # 1 / (1 + exp(-x)): one exponential and one reciprocal on the special function units
 
 
-def predict_ms(variant: str, nbytes: int, target: Target) -> float:
-    kernels, forward, backward, _ = MODEL[variant]
-    return (forward + backward) * nbytes / (target.ceilings.copy_tbps * 1e12) * 1e3 + kernels * LAUNCH_US * 1e-3
+def sfu_ops_per_s(target: Target) -> float:
+    """Special-function-unit results per second. Every SM has 16 SFU lanes against 128 FP32 lanes
+    (64 on compute capability 7.x and 8.0), so the SFU rate follows from the measured FMA rate."""
+    fp32_lanes = 64 if target.compute_capability.startswith("7.") or target.compute_capability == "8.0" else 128
+    return target.ceilings.fma_tflops * 1e12 / 2 * 16 / fp32_lanes
+
+
+def kernel_ms(accesses: int, sigmoids: int, nbytes: int, dtype: str, target: Target) -> tuple:
+    """(ms, limit) of one elementwise kernel: the slower of its bytes and its exp/reciprocal work."""
+    memory = accesses * nbytes / (target.ceilings.copy_tbps * 1e12) * 1e3
+    n = nbytes // bench.element_bytes(dtype)
+    sfu = sigmoids * SFU_OPS_PER_SIGMOID * n / sfu_ops_per_s(target) * 1e3
+    return max(memory, sfu) + LAUNCH_US * 1e-3, ("memory" if memory >= sfu else "special functions")
+
+
+def predict_ms(variant: str, nbytes: int, target: Target, dtype: str = "fp32") -> float:
+    return sum(kernel_ms(a, s, nbytes, dtype, target)[0] for a, s in KERNELS[variant])
 
 
 def predict(params: Params, target: Target) -> list[dict]:
@@ -194,14 +211,16 @@ def predict(params: Params, target: Target) -> list[dict]:
     for dtype in params.dtypes:
         for size in params.sizes_mib:
             nbytes = size * MiB
-            stored_ms = predict_ms("stored", nbytes, target)
-            for variant, (kernels, forward, backward, saved) in MODEL.items():
-                ms = predict_ms(variant, nbytes, target)
-                rows.append({"dtype": dtype, "size_mib": size, "variant": variant, "predicted_kernels": kernels,
-                             "accesses": forward + backward, "bytes_moved": (forward + backward) * nbytes,
-                             "predicted_ms": ms, "predicted_speedup": stored_ms / ms,
-                             "predicted_activation_bytes": saved * nbytes,
-                             "predicted_tbps": (forward + backward) * nbytes / (ms * 1e-3) / 1e12})
+            stored_ms = predict_ms("stored", nbytes, target, dtype)
+            for variant, kernels in KERNELS.items():
+                ms = predict_ms(variant, nbytes, target, dtype)
+                accesses = sum(a for a, _ in kernels)
+                limits = {kernel_ms(a, s, nbytes, dtype, target)[1] for a, s in kernels}
+                rows.append({"dtype": dtype, "size_mib": size, "variant": variant, "predicted_kernels": len(kernels),
+                             "accesses": accesses, "bytes_moved": accesses * nbytes, "sigmoids": sum(s for _, s in kernels),
+                             "bound": " and ".join(sorted(limits)), "predicted_ms": ms,
+                             "predicted_speedup": stored_ms / ms, "predicted_activation_bytes": SAVED[variant] * nbytes,
+                             "predicted_tbps": accesses * nbytes / (ms * 1e-3) / 1e12})
     return rows
 
 
@@ -275,20 +294,24 @@ def measure(params: Params, target: Target, progress):
             for variant, forward in VARIANTS.items():  # "stored" first: the others' speed-up is against it
                 progress(done / total, f"{dtype}, {size} MiB: {variant}: activation memory and timing")
                 held = activation_bytes(forward, x)
-                ms = bench.time_ms(lambda: forward_backward(forward, x, dout))
+                step = lambda: forward_backward(forward, x, dout)  # noqa: E731
+                ms = bench.time_ms(step)
+                kernels = launched_kernels(step)  # one step under torch.profiler: which kernels, how long
                 stored_ms = ms if variant == "stored" else stored_ms
                 done += 1
-                accesses = sum(MODEL[variant][1:3])
+                accesses = sum(a for a, _ in KERNELS[variant])
                 yield {"dtype": dtype, "size_mib": size, "variant": variant, "measured_ms": ms,
                        "measured_speedup": stored_ms / ms, "measured_activation_bytes": held,
-                       "measured_tbps": bench.tbps(accesses * size * MiB, ms), "check_rel_error": err}
+                       "measured_tbps": bench.tbps(accesses * size * MiB, ms), "measured_kernels": len(kernels),
+                       "kernel_names": summarize_kernels(kernels), "check_rel_error": err}
             del x, dout
     progress(1.0, "done")
 
 
 def lesson_numbers(target: Target) -> dict:
     nbytes = 1024 * MiB
-    ms = {v: predict_ms(v, nbytes, target) for v in MODEL}
+    ms = {v: predict_ms(v, nbytes, target) for v in KERNELS}
+    bf16 = {v: predict_ms(v, nbytes, target, "bf16") for v in KERNELS}
     return {
         "gpu": target.name,
         "bandwidth_tbps": f"{target.ceilings.copy_tbps:.2f}",
@@ -298,6 +321,9 @@ def lesson_numbers(target: Target) -> dict:
         "autograd_1gib_ms": f"{ms['autograd']:.2f}",
         "speedup": f"{ms['stored'] / ms['recomputed']:.2f}",
         "autograd_speedup": f"{ms['autograd'] / ms['recomputed']:.2f}",
+        "bf16_speedup": f"{bf16['stored'] / bf16['recomputed']:.2f}",
+        "sfu_tops": f"{sfu_ops_per_s(target) / 1e12:.1f}",
+        "fma_tflops": f"{target.ceilings.fma_tflops:.1f}",
     }
 
 

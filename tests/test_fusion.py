@@ -77,22 +77,42 @@ def test_decomposed_softmax_matches_float64(device):
 # --- counting kernels ----------------------------------------------------------------------------
 def test_profiler_counts_the_models_eager_kernels(device):
     x = torch.randn(1001, device=device)
-    names = fusion.launched_kernels(lambda: fusion.sincos_eager(x))
-    assert len(names) == fusion.SINCOS["eager"][0] == 5
-    assert "sin" in names[0] and "cos" in names[2]
+    kernels = fusion.launched_kernels(lambda: fusion.sincos_eager(x))
+    assert len(kernels) == fusion.SINCOS["eager"][0] == 5
+    names = [fusion.short_kernel_name(name) for name, _ in kernels]
+    assert "sin" in names[0] and "pow" in names[1] and "cos" in names[2] and "add" in names[4], names
+    assert all(us > 0 for _, us in kernels)
     assert len(fusion.launched_kernels(lambda: fusion.chain_eager(x, 6))) == 6
 
 
-def test_short_kernel_names():
-    sin = ("void at::native::vectorized_elementwise_kernel<4, at::native::sin_kernel_cuda(at::TensorIteratorBase&)::"
-           "{lambda()#2}::operator()() const::{lambda()#1}::operator()() const::{lambda(float)#1}, "
-           "std::array<char*, 2ul> >(int, at::native::sin_kernel_cuda(at::TensorIteratorBase&)::{lambda()#2})")
-    add = ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, "
-           "std::array<char*, 3ul> >(int, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul>)")
-    assert fusion.short_kernel_name(sin) == "vectorized_elementwise_kernel[sin]"
-    assert fusion.short_kernel_name(add) == "vectorized_elementwise_kernel[add]"
-    assert fusion.short_kernel_name("triton_poi_fused_add_cos_pow_sin_0") == "triton_poi_fused_add_cos_pow_sin_0"
-    assert fusion.summarize_kernels(["aten::add"] * 3 + ["aten::sin"]) == "aten::add x3, aten::sin"
+# kernel names as torch.profiler reported them on an H200 (torch 2.11), shortened for the tables
+GPU_NAMES = {
+    "void at::native::vectorized_elementwise_kernel<4, at::native::sin_kernel_cuda(at::TensorIteratorBase&)::"
+    "{lambda()#2}::operator()() const::{lambda()#2}::operator()() const::{lambda(float)#1}, std::array<char*, 2ul> >"
+    "(int, at::native::sin_kernel_cuda(at::TensorIteratorBase&)::{lambda()#2})": "vectorized_elementwise_kernel[sin]",
+    "void at::native::vectorized_elementwise_kernel<4, at::native::(anonymous namespace)::pow_tensor_scalar_kernel_impl"
+    "<float, float>(at::TensorIteratorBase&, float)::{lambda(float)#1}, std::array<char*, 2ul> >(int)":
+        "vectorized_elementwise_kernel[pow_tensor_scalar]",
+    "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul> >"
+    "(int, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul>)": "vectorized_elementwise_kernel[add]",
+    "void at::native::vectorized_elementwise_kernel<4, at::native::AUnaryFunctor<float, float, float, "
+    "at::native::binary_internal::CUDAFunctorOnOther_add<float> >, std::array<char*, 2ul> >(int)":
+        "vectorized_elementwise_kernel[add]",
+    "void (anonymous namespace)::softmax_warp_forward<float, float, float, 10, false, false>(float*, float const*)":
+        "softmax_warp_forward",
+    "triton_poi_fused_add_cos_pow_sin_0": "triton_poi_fused_add_cos_pow_sin_0",
+    "Memcpy DtoD (Device -> Device)": "Memcpy DtoD",
+}
+
+
+@pytest.mark.parametrize("full", list(GPU_NAMES))
+def test_short_kernel_names(full):
+    assert fusion.short_kernel_name(full) == GPU_NAMES[full]
+
+
+def test_kernel_summary_folds_repeats():
+    kernels = [("aten::add", 1.0)] * 3 + [("aten::sin", 1500.0)]
+    assert fusion.summarize_kernels(kernels) == "aten::add x3 (3.0 us), aten::sin 1.50 ms"
 
 
 def test_torch_compile_failure_becomes_a_reason():
@@ -187,3 +207,38 @@ def test_measure_small_run_on_gpu():
     assert all(r["measured_kernels"] == 5 for r in eager)
     chain = [r for r in rows if r["experiment"] == "chain" and r["variant"] == "eager"]
     assert [r["measured_kernels"] for r in chain] == [1, 3]
+
+
+# --- the page -------------------------------------------------------------------------------------
+def _open_page():
+    from pathlib import Path
+
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(Path(__file__).resolve().parent.parent / "pages" / "fusion.py"), default_timeout=60)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def test_page_renders_fast_and_shows_every_experiment():
+    at = _open_page()
+    started = time.perf_counter()
+    at.run()
+    assert time.perf_counter() - started < 1.0
+    assert not at.exception
+    assert at.title[0].value == "Kernel fusion"
+    spec = at.get("plotly_chart")[0].proto.spec
+    assert "model, eager" in spec and "model, triton" in spec and "L2" in spec
+    assert any("Why small tensors miss the model" in m.value or "launch" in m.value for m in at.markdown)
+    for view, expected in (("A chain of k operations", "ridge: k ="), ("Online softmax", "copy bandwidth")):
+        at.radio(key="fusion_view").set_value(view).run()
+        assert not at.exception
+        assert expected in at.get("plotly_chart")[0].proto.spec
+
+
+def test_page_reports_bad_parameters_in_words():
+    at = _open_page()
+    at.text_input(key="fusion.chain_ops").set_value("1,0").run()
+    assert not at.exception
+    assert any("chain_ops" in e.value and "out of range" in e.value for e in at.error)

@@ -54,6 +54,22 @@ def test_model_by_hand():
     assert by["recomputed"]["predicted_speedup"] == pytest.approx(8 / 5, rel=0.01)
     assert by["stored"]["predicted_activation_bytes"] == 2 * 2**30
     assert by["recomputed"]["predicted_activation_bytes"] == 0
+    assert {r["bound"] for r in rows} == {"memory"}
+
+
+def test_model_by_hand_bf16_meets_the_special_function_units():
+    # 64 TFLOP/s = 32e12 FMA/s on 128 FP32 lanes per SM -> 16 SFU lanes: 4e12 exp or reciprocal per second
+    assert recompute.sfu_ops_per_s(ROUND) == pytest.approx(4e12)
+    rows = recompute.predict(recompute.Params(dtypes=("bf16",), sizes_mib=(1024,)), ROUND)
+    by = {r["variant"]: r for r in rows}
+    n = 2**30 // 2  # bf16 elements in 1 GiB
+    access_ms = 2**30 / 4e12 * 1e3  # 0.2684 ms
+    sfu_ms = 3 * 2 * n / 4e12 * 1e3  # three sigmoids, two SFU operations each: 0.8053 ms
+    # forward: max(2 accesses = 0.537, 0.805); backward: max(3 accesses = 0.805, 0.805)
+    assert by["recomputed"]["predicted_ms"] == pytest.approx(sfu_ms + max(3 * access_ms, sfu_ms) + 0.006)
+    assert by["stored"]["predicted_ms"] == pytest.approx(8 * access_ms + 0.006)  # 4 accesses beat 3 or 1 sigmoids
+    assert by["recomputed"]["predicted_speedup"] == pytest.approx((8 * access_ms + 0.006) / (2 * sfu_ms + 0.006))
+    assert "special functions" in by["recomputed"]["bound"]
 
 
 def test_headline_and_keys():
@@ -97,3 +113,24 @@ def test_measure_small_run_on_gpu():
     assert len(rows) == 2 * 3
     assert all(r["measured_ms"] > 0 for r in rows)
     assert [r["measured_speedup"] for r in rows if r["variant"] == "stored"] == [1.0, 1.0]
+
+
+# --- the page -------------------------------------------------------------------------------------
+def test_page_renders_fast_without_a_gpu():
+    import time
+    from pathlib import Path
+
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(Path(__file__).resolve().parent.parent / "pages" / "recompute.py"), default_timeout=60)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    started = time.perf_counter()
+    at.run()
+    assert time.perf_counter() - started < 1.0
+    assert at.title[0].value == "Recomputation"
+    specs = " ".join(c.proto.spec for c in at.get("plotly_chart"))
+    assert "model, recomputed" in specs and "memory-bound model" in specs and "Activation memory" in specs
+    at.radio(key="recompute_dtype").set_value("bf16").run()
+    assert not at.exception
+    assert "(bf16)" in at.get("plotly_chart")[0].proto.spec

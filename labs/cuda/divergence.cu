@@ -11,8 +11,8 @@
 // Why the compiler cannot merge or predicate the two branches away:
 //   - each branch is a loop whose trip count arrives at run time, so it cannot be if-converted into
 //     straight-line selects (there is no fixed number of instructions to predicate);
-//   - the two loops have different bodies (path A: four chains of 8 FMAs per trip, path B: two chains
-//     of 16) on different run-time constants, so no pass can fold them into one loop with selected
+//   - the two loops have different bodies (path A: four chains of 8 FMAs per trip, path B: eight chains
+//     of 4) on different run-time constants, so no pass can fold them into one loop with selected
 //     operands. The lab's g-sweep shows the result: 2x the time below g = 32, none above.
 //
 // The arithmetic is exact: inputs are multiples of 1/256, a = c = 1 and b, d are multiples of 1/4, so
@@ -43,17 +43,23 @@ __device__ __forceinline__ float path_a(float x, int trips, float a, float b) {
     return (y0 + y1) + (y2 + y3);  // a = 1: 4x + 6 + 32 * trips * b
 }
 
-// Path B: two independent chains z <- z * c + d, 16 FMAs each per trip = 32 FMAs per trip.
+// Path B: eight independent chains z <- z * c + d, 4 FMAs each per trip = 32 FMAs per trip.
+// (The chains start at different values, so the compiler cannot fold them into one.)
 __device__ __forceinline__ float path_b(float x, int trips, float c, float d) {
-    float z0 = x, z1 = 2.0f * x;
+    float z[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) z[j] = x + 0.5f * j;
     for (int t = 0; t < trips; ++t) {
 #pragma unroll
-        for (int u = 0; u < 16; ++u) {
-            z0 = fmaf(z0, c, d);
-            z1 = fmaf(z1, c, d);
+        for (int u = 0; u < 4; ++u) {
+#pragma unroll
+            for (int j = 0; j < 8; ++j) z[j] = fmaf(z[j], c, d);
         }
     }
-    return z0 + z1;  // c = 1: 3x + 32 * trips * d
+    float sum = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) sum += z[j];
+    return sum;  // c = 1: 8x + 14 + 32 * trips * d
 }
 
 // Groups of g consecutive threads alternate between the branches. A warp is 32 consecutive threads:

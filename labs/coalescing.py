@@ -1,0 +1,383 @@
+"""
+Coalescing: the memory system hands out 32-byte sectors, not single numbers
+==========================================================================
+
+What you will learn:
+- a warp's 32 loads are served together: the hardware fetches every 32-byte sector they touch,
+  so threads that read neighbouring addresses share sectors and threads that read far apart do not;
+- the sector model: useful bandwidth = copy bandwidth x useful bytes / fetched bytes;
+- the same work can be coalesced or not (threads walking along rows or down columns);
+- the transpose ladder: naive (strided writes) -> shared-memory tiles -> tiles padded against
+  bank conflicts, against `x.t().contiguous()`.
+
+Three experiments:
+1. stride: y[i] = x[i * s] for s = 1, 2, 4, ... 64 floats. Writes stay contiguous; reads touch a
+   new sector every 32 / (4 s) elements, until s >= 8 where every float costs its own sector.
+2. walk: a square matrix summed in segments; each thread walks one row (lanes 32 rows apart: 32
+   sectors per warp load) or one column (lanes side by side: 4 sectors per warp load). Same loads,
+   same arithmetic, same output size.
+3. transpose: the CUDA C++ ladder in labs/cuda/transpose.cu.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from labs import bench
+from labs.gpu import MiB, Target, free_memory_bytes
+from labs.lab import Headline, Lab
+from labs.params import ParamError, param
+
+SECTOR_BYTES = 32  # the unit the L1/L2 fetch in: a warp's load costs every 32-byte sector it touches
+WARP = 32
+ELEMENT = "fp32"  # every experiment moves 4-byte floats, so a sector holds 8 of them
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernel 1: strided read, contiguous write
+# ---------------------------------------------------------------------------------------------
+@triton.jit
+def strided_read_kernel(x_ptr, y_ptr, n, STRIDE: tl.constexpr, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)  # this program's BLOCK consecutive outputs
+    mask = offs < n
+    # lane i reads element i * STRIDE: neighbouring lanes are STRIDE * 4 bytes apart (int64: the
+    # input spans up to n * STRIDE elements)
+    x = tl.load(x_ptr + offs.to(tl.int64) * STRIDE, mask=mask)
+    tl.store(y_ptr + offs, x, mask=mask)  # the write is always contiguous (coalesced)
+
+
+STRIDE_BLOCK, STRIDE_WARPS = 4096, 8  # 16 outputs per thread: 16-byte vector loads when STRIDE = 1
+
+
+def strided_read(x: torch.Tensor, stride: int, out: torch.Tensor | None = None) -> torch.Tensor:
+    """y[i] = x[i * stride] for i < ceil(len(x) / stride)."""
+    n = triton.cdiv(x.numel(), stride)
+    out = torch.empty(n, device=x.device, dtype=x.dtype) if out is None else out
+    grid = (triton.cdiv(n, STRIDE_BLOCK),)
+    strided_read_kernel[grid](x, out, n, STRIDE=stride, BLOCK=STRIDE_BLOCK, num_warps=STRIDE_WARPS)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernel 2: walking a matrix along rows or down columns (the lecture's figure)
+# ---------------------------------------------------------------------------------------------
+@triton.jit
+def walk_kernel(x_ptr, out_ptr, n, SEG: tl.constexpr, ALONG_ROWS: tl.constexpr, BLOCK: tl.constexpr,
+                UNROLL: tl.constexpr):
+    """Each of BLOCK threads sums SEG consecutive elements of its own line (row or column) of an n x n matrix."""
+    lines = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)  # one line per thread (BLOCK = threads)
+    seg = tl.program_id(1)  # which SEG-long piece of the line
+    line_ok = lines < n
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for j0 in range(0, SEG, UNROLL):
+        for u in tl.static_range(UNROLL):  # UNROLL independent loads in flight per thread
+            k = seg * SEG + j0 + u  # position along the line
+            if ALONG_ROWS:
+                offs = lines.to(tl.int64) * n + k  # thread i walks row i: lanes are n floats apart
+            else:
+                offs = k.to(tl.int64) * n + lines  # thread i walks column i: lanes are neighbours
+            k_ok = (tl.zeros([BLOCK], dtype=tl.int32) + k) < n  # the last segment may run past the line's end
+            acc += tl.load(x_ptr + offs, mask=line_ok & k_ok, other=0.0)
+    nseg = tl.cdiv(n, SEG)
+    if ALONG_ROWS:
+        tl.store(out_ptr + lines * nseg + seg, acc, mask=line_ok)  # out[row, seg]
+    else:
+        tl.store(out_ptr + seg * n + lines, acc, mask=line_ok)  # out[seg, column]
+
+
+WALK_BLOCK, WALK_WARPS, WALK_UNROLL = 128, 4, 8  # one line per thread, exactly as in the lecture's figure
+WALK_SEG = 64  # elements each thread sums: n^2 / 64 threads in all, plenty to fill the GPU
+
+
+def walk(x: torch.Tensor, along_rows: bool, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Segment sums of a square matrix: (n, nseg) row pieces if along_rows else (nseg, n) column pieces."""
+    n = x.shape[0]
+    nseg = triton.cdiv(n, WALK_SEG)
+    shape = (n, nseg) if along_rows else (nseg, n)
+    out = torch.empty(shape, device=x.device, dtype=torch.float32) if out is None else out
+    grid = (triton.cdiv(n, WALK_BLOCK), nseg)
+    walk_kernel[grid](x, out, n, SEG=WALK_SEG, ALONG_ROWS=along_rows, BLOCK=WALK_BLOCK, UNROLL=WALK_UNROLL,
+                      num_warps=WALK_WARPS)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernel 3: the transpose ladder (CUDA C++, labs/cuda/transpose.cu)
+# ---------------------------------------------------------------------------------------------
+TRANSPOSES = ("naive", "tiled", "tiled+padded", "torch")  # the ladder, bottom to top, and the library
+TILE, TILE_ROWS = 64, 16  # tile side and warps per block of the tiled rungs
+TRANSPOSE_FUNCTIONS = ("transpose_naive", "transpose_tiled", "l2_fetch_granularity")
+
+
+def transpose_ext():
+    """The compiled CUDA C++ extension (built once per process; ParamError if it cannot be built)."""
+    from labs import cuda
+
+    return cuda.build("roofline_transpose", "transpose.cu", cuda.source("transpose.cpp"), TRANSPOSE_FUNCTIONS)
+
+
+def transpose(x: torch.Tensor, variant: str, out: torch.Tensor | None = None, tile: int = TILE,
+              rows_per_block: int = TILE_ROWS) -> torch.Tensor:
+    """out = x.T (contiguous) by one rung of the ladder."""
+    if variant == "torch":
+        if out is None:
+            return x.t().contiguous()
+        return out.copy_(x.t())
+    out = torch.empty((x.shape[1], x.shape[0]), device=x.device, dtype=x.dtype) if out is None else out
+    ext = transpose_ext()
+    if variant == "naive":
+        ext.transpose_naive(x, out)
+    elif variant in ("tiled", "tiled+padded"):
+        ext.transpose_tiled(x, out, tile, rows_per_block, variant == "tiled+padded")
+    else:
+        raise ParamError(f"unknown transpose {variant!r}; choose from {', '.join(TRANSPOSES)}")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# References (float64)
+# ---------------------------------------------------------------------------------------------
+def strided_reference(x: torch.Tensor, stride: int) -> torch.Tensor:
+    return x.to(torch.float64)[::stride]
+
+
+def walk_reference(x: torch.Tensor, along_rows: bool) -> torch.Tensor:
+    n = x.shape[0]
+    nseg = -(-n // WALK_SEG)
+    m = x.to(torch.float64)
+    m = m if along_rows else m.t()  # lines are rows of m
+    padded = torch.zeros((n, nseg * WALK_SEG), dtype=torch.float64, device=x.device)
+    padded[:, :n] = m
+    sums = padded.reshape(n, nseg, WALK_SEG).sum(dim=2)  # (line, segment)
+    return sums if along_rows else sums.t()
+
+
+def transpose_reference(x: torch.Tensor) -> torch.Tensor:
+    return x.to(torch.float64).t()
+
+
+# ---------------------------------------------------------------------------------------------
+# The model: sectors
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Params:
+    strides: tuple = param((1, 2, 4, 8, 16, 32, 64), "read strides (y[i] = x[i * stride])", unit="elements",
+                           min=1, max=256)
+    size_mib: int = param(2048, "input span of the strided reads (the stride-1 output is as large)", unit="MiB",
+                          min=1, max=65536)
+    matrix_n: int = param(16384, "side of the square fp32 matrix walked and transposed", unit="elements",
+                          min=64, max=65536)
+    experiments: tuple = param(("stride", "walk", "transpose"), "which experiments to run",
+                               choices=("stride", "walk", "transpose"))
+
+
+def fetched_bytes_per_element(stride: int, element_bytes: int = 4, sector: int = SECTOR_BYTES) -> float:
+    """Bytes a strided read fetches per useful element.
+
+    Lanes stride * element_bytes apart: below a sector, the warp's addresses cover every sector of the
+    span (stride elements fetched per useful one); at a sector or beyond, each element costs a sector.
+    """
+    return float(min(stride * element_bytes, sector))
+
+
+def stride_efficiency(stride: int, element_bytes: int = 4) -> float:
+    """Useful bytes / fetched bytes for read-with-stride + contiguous write (one element each way)."""
+    useful = 2 * element_bytes
+    fetched = fetched_bytes_per_element(stride, element_bytes) + element_bytes
+    return useful / fetched
+
+
+def walk_sectors_per_load(along_rows: bool, element_bytes: int = 4) -> float:
+    """Sectors one warp-wide load touches: 32 lanes side by side share 32 * 4 / 32 = 4; lanes on different rows 32."""
+    return float(WARP) if along_rows else WARP * element_bytes / SECTOR_BYTES
+
+
+def walk_efficiency(along_rows: bool, element_bytes: int = 4) -> float:
+    """Useful / fetched bytes of a walk if nothing fetched is ever reused (the lecture's burst picture)."""
+    return WARP * element_bytes / (walk_sectors_per_load(along_rows, element_bytes) * SECTOR_BYTES)
+
+
+def stride_elements(params: Params, stride: int) -> int:
+    return -(-params.size_mib * MiB // 4 // stride)
+
+
+def predict(params: Params, target: Target) -> list[dict]:
+    bw = target.ceilings.copy_tbps
+    rows = []
+    if "stride" in params.experiments:
+        for s in params.strides:
+            n = stride_elements(params, s)
+            eff = stride_efficiency(s)
+            rows.append({"experiment": "stride", "variant": f"stride {s}", "stride": s,
+                         "useful_bytes": 8 * n, "fetched_bytes": n * (fetched_bytes_per_element(s) + 4),
+                         "sector_efficiency": eff, "predicted_tbps": bw * eff,
+                         "predicted_ms": 8 * n / (bw * eff * 1e12) * 1e3})
+    if "walk" in params.experiments:
+        n = params.matrix_n
+        for along_rows, name in ((False, "column walk"), (True, "row walk")):
+            eff = walk_efficiency(along_rows)
+            useful = 4 * n * n
+            rows.append({"experiment": "walk", "variant": name, "sectors_per_warp_load": walk_sectors_per_load(along_rows),
+                         "useful_bytes": useful, "sector_efficiency": eff, "predicted_tbps": bw * eff,
+                         "predicted_ms": useful / (bw * eff * 1e12) * 1e3})
+    if "transpose" in params.experiments:
+        n = params.matrix_n
+        for variant in TRANSPOSES:  # every rung moves exactly what a copy moves: the model is the copy
+            rows.append({"experiment": "transpose", "variant": variant, "useful_bytes": 8 * n * n,
+                         "sector_efficiency": 1.0, "predicted_tbps": bw,
+                         "predicted_ms": 8 * n * n / (bw * 1e12) * 1e3})
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# The measurement
+# ---------------------------------------------------------------------------------------------
+CHECK_SPAN = 1_000_003  # odd sizes: the last program is partly masked
+CHECK_MATRIX = (1001, 1003)  # a rectangle not a multiple of any tile
+
+
+def memory_needed(params: Params) -> int:
+    need = 0
+    if "stride" in params.experiments:
+        need = max(need, 2 * params.size_mib * MiB)  # input span + the stride-1 output
+    if {"walk", "transpose"} & set(params.experiments):
+        need = max(need, 2 * 4 * params.matrix_n ** 2)  # matrix + its transpose
+    return need
+
+
+def check(params: Params, target: Target) -> None:
+    need = memory_needed(params)
+    free = free_memory_bytes() if target.live else target.memory_bytes
+    if need > 0.9 * free:
+        raise ParamError(f"This run needs {need / 1e9:.1f} GB of GPU memory (input and output); this GPU has "
+                         f"{free / 1e9:.1f} GB free. Lower size_mib (strided reads) or matrix_n (walk, transpose).")
+    if "transpose" in params.experiments and target.live:
+        from labs import cuda
+
+        reason = cuda.why_unavailable()
+        if reason:
+            raise ParamError(f"{reason} Run without the transpose: experiments=stride,walk.")
+
+
+def _timed_row(experiment: str, variant: str, useful_bytes: int, ms: float, err: float, **extra) -> dict:
+    return {"experiment": experiment, "variant": variant, **extra, "measured_ms": ms,
+            "measured_tbps": bench.tbps(useful_bytes, ms), "check_rel_error": err}
+
+
+def measure_strides(params: Params, progress, done: int, total: int):
+    probe = bench.random_tensor((CHECK_SPAN,), ELEMENT)
+    x = bench.random_tensor((params.size_mib * MiB // 4,), ELEMENT)
+    for s in params.strides:
+        progress(done / total, f"stride {s}: checking against float64")
+        out = torch.full((triton.cdiv(probe.numel(), s),), float("nan"), device=probe.device)
+        strided_read(probe, s, out)
+        err = bench.check_close(out, strided_reference(probe, s), ELEMENT, f"strided read (stride {s})")
+        progress(done / total, f"stride {s}: timing")
+        y = torch.empty(triton.cdiv(x.numel(), s), device=x.device)
+        ms = bench.time_ms(lambda: strided_read(x, s, y))
+        done += 1
+        yield _timed_row("stride", f"stride {s}", 8 * y.numel(), ms, err, stride=s)
+        del y
+    del x
+
+
+def measure_walks(params: Params, progress, done: int, total: int):
+    probe = bench.random_tensor((CHECK_MATRIX[0],) * 2, ELEMENT)
+    x = bench.random_tensor((params.matrix_n,) * 2, ELEMENT)
+    for along_rows, name in ((False, "column walk"), (True, "row walk")):
+        progress(done / total, f"{name}: checking against float64")
+        ref = walk_reference(probe, along_rows)
+        out = torch.full(ref.shape, float("nan"), device=probe.device)
+        walk(probe, along_rows, out)
+        err = bench.check_close(out, ref, ELEMENT, name)
+        progress(done / total, f"{name}: timing")
+        y = walk(x, along_rows)
+        ms = bench.time_ms(lambda: walk(x, along_rows, y))
+        done += 1
+        yield _timed_row("walk", name, 4 * x.numel(), ms, err, sectors_per_warp_load=walk_sectors_per_load(along_rows))
+
+
+def measure_transposes(params: Params, progress, done: int, total: int):
+    probe = bench.random_tensor(CHECK_MATRIX, ELEMENT)
+    x = bench.random_tensor((params.matrix_n,) * 2, ELEMENT)
+    y = torch.empty_like(x)
+    for i, variant in enumerate(TRANSPOSES):
+        note = " (compiling the CUDA C++ kernels the first time: ~30 s)" if i == 0 else ""
+        progress(done / total, f"transpose, {variant}: checking against float64{note}")
+        out = torch.full((probe.shape[1], probe.shape[0]), float("nan"), device=probe.device)
+        transpose(probe, variant, out)
+        err = bench.check_close(out, transpose_reference(probe), ELEMENT, f"transpose ({variant})")
+        progress(done / total, f"transpose, {variant}: timing")
+        ms = bench.time_ms(lambda: transpose(x, variant, y))
+        done += 1
+        yield _timed_row("transpose", variant, 8 * x.numel(), ms, err)
+
+
+def measure(params: Params, target: Target, progress):
+    counts = {"stride": len(params.strides), "walk": 2, "transpose": len(TRANSPOSES)}
+    total = sum(counts[e] for e in params.experiments)
+    done = 0
+    for experiment, fn in (("stride", measure_strides), ("walk", measure_walks), ("transpose", measure_transposes)):
+        if experiment in params.experiments:
+            yield from fn(params, progress, done, total)
+            done += counts[experiment]
+            torch.cuda.empty_cache()
+    progress(1.0, "done")
+
+
+# ---------------------------------------------------------------------------------------------
+# Summaries for the page and the lesson
+# ---------------------------------------------------------------------------------------------
+def ladder_gains(rows: list[dict]) -> list[dict]:
+    """Each transpose rung's measured bandwidth, its gain over the rung below, and its share of copy."""
+    by_variant = {r["variant"]: r for r in rows if r.get("experiment") == "transpose" and r.get("measured_tbps")}
+    out, below = [], None
+    for variant in TRANSPOSES:
+        row = by_variant.get(variant)
+        if row is None:
+            continue
+        tbps = row["measured_tbps"]
+        gain = tbps / below if below and variant != "torch" else None
+        out.append({"variant": variant, "measured_tbps": tbps, "gain_over_previous": gain,
+                    "fraction_of_copy": tbps / row["predicted_tbps"] if row.get("predicted_tbps") else None})
+        if variant != "torch":
+            below = tbps
+    return out
+
+
+def lesson_numbers(target: Target) -> dict:
+    bw = target.ceilings.copy_tbps
+    return {
+        "gpu": target.name,
+        "bandwidth_tbps": f"{bw:.2f}",
+        "ceilings_source": target.describe_ceilings(),
+        "stride2_tbps": f"{bw * stride_efficiency(2):.2f}",
+        "stride8_tbps": f"{bw * stride_efficiency(8):.2f}",
+        "stride8_pct": f"{100 * stride_efficiency(8):.0f}",
+        "row_walk_tbps": f"{bw * walk_efficiency(True):.2f}",
+    }
+
+
+LAB = Lab(
+    name="coalescing",
+    title="Coalescing",
+    summary="Read with a stride, walk a matrix along rows or down columns, and climb the transpose ladder: "
+            "bandwidth is decided by the 32-byte sectors a warp touches.",
+    terms=("coalescing", "memory-sector", "warp", "global-memory", "shared-memory", "bank-conflict", "transpose",
+           "memory-bandwidth", "l2-cache", "tiling"),
+    Params=Params,
+    predict=predict,
+    measure=measure,
+    key=("experiment", "variant"),
+    metric="tbps",
+    order=20,
+    check=check,
+    lesson_numbers=lesson_numbers,
+    headline=Headline("What useful bandwidth will a read with stride 8 (one float per 32-byte sector) reach?",
+                      "TB/s", {"experiment": "stride", "variant": "stride 8"}, "tbps"),
+)

@@ -1,0 +1,117 @@
+"""Fusion lab page: sin^2 + cos^2 three ways over sizes, a chain of k operations, the online softmax."""
+
+import streamlit as st
+
+from labs import fusion
+from labs.fusion import LAB
+from ui import charts
+from ui.lab_page import LabPage, recorded_caption
+
+COLORS = {"eager": "#d62728", "compiled": "#9467bd", "triton": "#1f77b4", "copy": "#7f7f7f",
+          "eager_decomposed": "#d62728", "torch_softmax": "#ff7f0e", "triton_online": "#1f77b4"}
+
+
+def styled(style: dict, variant: str) -> dict:
+    color = COLORS.get(variant)
+    out = dict(style)
+    out["marker"] = {**style.get("marker", {}), "color": color}
+    if "line" in style:
+        out["line"] = {**style["line"], "color": color}
+    return out
+
+
+def overlay(fig, model, live, recorded, experiment, variants, x, y, hover, **match):
+    """Model (open circles), this GPU now (filled) and recorded runs (diamonds), one colour per variant."""
+    for variant in variants:
+        where = dict(experiment=experiment, variant=variant, **match)
+        charts.add_series(fig, charts.rows_where(model.rows, **where), x, f"predicted_{y}", f"model, {variant}",
+                          styled(charts.MODEL_STYLE, variant), hover)
+        if live is not None:
+            charts.add_series(fig, charts.rows_where(live.rows, **where), x, f"measured_{y}", f"measured, {variant}",
+                              styled(charts.LIVE_STYLE, variant), hover + ("error_pct",))
+        for rec in recorded:
+            charts.add_series(fig, charts.rows_where(rec.rows, **where), x, f"measured_{y}", f"{rec.label}, {variant}",
+                              styled(charts.RECORDED_STYLE, variant), hover + ("error_pct",))
+
+
+def sincos_view(params, model, live, recorded, target):
+    fig = charts.figure("sin²x + cos²x: time per call", "tensor size (MiB, fp32)", "time (ms)", log_x=True, log_y=True)
+    variants = [v for v in fusion.SINCOS if params.compile or v != "compiled"]
+    overlay(fig, model, live, recorded, "sincos", variants, "size_mib", "ms", ("bytes_moved", "predicted_kernels"))
+    l2_mib = target.l2_bytes / 2**20
+    fig.add_vline(x=l2_mib, line_dash="dash", line_color="gray", annotation_text=f"L2 {target.l2_bytes / 1e6:.0f} MB",
+                  annotation_position="top left")
+    st.plotly_chart(fig, width="stretch")
+    st.caption("Open circles: the model, bytes / bandwidth + kernels x launch cost. Filled: measured now. "
+               "Diamonds: recorded runs. Right of the dashed line the tensor no longer fits in the L2.")
+    shown = live or (recorded[0] if recorded else None)
+    if shown is not None:
+        rows = [r for r in charts.rows_where(shown.rows, experiment="sincos") if r.get("kernel_names")]
+        largest = max((r["size_mib"] for r in rows), default=None)
+        st.markdown(f"**What torch.profiler saw** ({shown.label}, {largest} MiB): kernels launched by one call")
+        st.dataframe([{"variant": r["variant"], "kernels": r.get("measured_kernels"),
+                       "model's kernels": r.get("predicted_kernels"), "names and times": r["kernel_names"]}
+                      for r in rows if r["size_mib"] == largest], width="stretch", hide_index=True)
+        notes = {r.get("note") for r in charts.rows_where(shown.rows, experiment="sincos") if r.get("note")}
+        for note in notes:
+            st.warning(note)
+    st.markdown(page.section("Why small tensors miss the model"))
+
+
+def chain_view(params, model, live, recorded, target):
+    fig = charts.figure(f"A chain of k multiply-adds on {params.chain_mib} MiB: time per call", "k (operations)",
+                        "time (ms)", log_x=True, log_y=True)
+    overlay(fig, model, live, recorded, "chain", ("eager", "triton"), "ops", "ms", ("predicted_kernels", "bytes_moved"))
+    ridge = fusion.chain_ridge_ops(target)
+    fig.add_vline(x=ridge, line_dash="dash", line_color="gray", annotation_text=f"ridge: k = {ridge:.0f}",
+                  annotation_position="top left")
+    st.plotly_chart(fig, width="stretch")
+    st.caption("Eager: k kernels, each reading and writing the whole tensor. Triton: one kernel; flat until its "
+               "2k FLOPs per element take longer than its 8 bytes (the dashed line).")
+    st.markdown(page.section("Near the ridge"))
+
+
+def softmax_view(params, model, live, recorded, target):
+    fig = charts.figure(f"Softmax over {params.softmax_mib} MiB: effective bandwidth (2 x size / time)",
+                        "row length (columns)", "TB/s", log_x=True)
+    overlay(fig, model, live, recorded, "softmax", tuple(fusion.SOFTMAX), "n_cols", "effective_tbps",
+            ("predicted_kernels", "bytes_moved"))
+    copy = target.ceilings.copy_tbps
+    fig.add_hline(y=copy, line_color="black", annotation_text=f"copy bandwidth {copy:.2f} TB/s")
+    fig.add_hline(y=0.85 * copy, line_dash="dot", line_color="gray", annotation_text="85 % of copy")
+    st.plotly_chart(fig, width="stretch")
+    st.caption("Every version is credited with the same useful bytes (read the input once, write the output once), "
+               "so the height shows how close each gets to the one-pass floor.")
+
+
+def error_view(shown):
+    if shown is None:
+        st.caption("No measurement to compare with yet: run the lab on a GPU, or record one.")
+        return
+    for experiment, x in (("sincos", "size_mib"), ("chain", "ops"), ("softmax", "n_cols")):
+        rows = [r for r in charts.rows_where(shown.rows, experiment=experiment) if r.get("error_pct") is not None]
+        if rows:
+            st.plotly_chart(charts.error_figure(rows, x, "variant", 15, log_x=True,
+                                                title=f"Model error, {experiment}, {shown.label}"), width="stretch")
+
+
+page = LabPage(LAB)
+page.lesson()
+params = page.params_form()
+if params is None:
+    st.stop()
+live, model, recorded = page.results(params)
+views = {"sincos": "sin² + cos², three ways", "chain": "A chain of k operations", "softmax": "Online softmax"}
+options = [views[e] for e in fusion.EXPERIMENTS if e in params.experiments] + ["Model error"]
+view = st.radio("Show", options, horizontal=True, key="fusion_view", label_visibility="collapsed")
+if view == views["sincos"]:
+    sincos_view(params, model, live, recorded, page.target)
+elif view == views["chain"]:
+    chain_view(params, model, live, recorded, page.target)
+elif view == views["softmax"]:
+    softmax_view(params, model, live, recorded, page.target)
+else:
+    error_view(live or (recorded[0] if recorded else None))
+if recorded:
+    st.caption(recorded_caption(recorded))
+page.table_and_downloads(live or model)

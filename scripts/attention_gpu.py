@@ -1,0 +1,376 @@
+"""Device-side work for the FlashAttention lab: correctness, tile-size sweeps, references, memory.
+
+Run on a GPU:  python scripts/attention_gpu.py [phase ...]   (phases: sweep, refs, memory, final, lab)
+Every kernel variant is first compiled and checked against float64 in parallel worker processes
+(they fill Triton's on-disk cache), then timed one at a time in this process. Prints a compact table;
+the full numbers go to $OUT/attention_gpu.json when OUT is set.
+"""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import json
+import math
+import multiprocessing as mp
+import os
+import sys
+import time
+
+import torch
+
+T0 = time.monotonic()
+DRY = os.environ.get("DRY") == "1"  # a CPU rehearsal of the script's logic (Triton interpreter, tiny sizes)
+if DRY:
+    os.environ["TRITON_INTERPRET"] = "1"
+DEV = "cpu" if DRY else "cuda"
+BUDGET_S = float(os.environ.get("BUDGET_S", "280"))
+RESULTS: dict = {"checks": [], "fwd": [], "bwd": [], "refs": [], "memory": [], "final": [], "lab": {}}
+
+
+def elapsed() -> float:
+    return time.monotonic() - T0
+
+
+def log(msg: str) -> None:
+    print(f"[{elapsed():6.1f}s] {msg}", flush=True)
+
+
+def T(bm, bn, w, s):
+    from labs.attention import Tiles
+    return Tiles(bm, bn, w, s)
+
+
+# ------------------------------------------------------------------------------------------------
+# Variants
+# ------------------------------------------------------------------------------------------------
+FWD = {
+    64: [(64, 64, 4, 3), (64, 64, 4, 4), (64, 128, 4, 2), (64, 128, 4, 3), (128, 64, 4, 3), (128, 64, 4, 4),
+         (128, 64, 8, 3), (128, 128, 4, 2), (128, 128, 4, 3), (128, 128, 8, 2), (128, 128, 8, 3), (128, 128, 8, 4)],
+    128: [(64, 64, 4, 2), (64, 64, 4, 3), (64, 128, 4, 2), (128, 64, 4, 2), (128, 64, 4, 3), (128, 64, 8, 2),
+          (128, 64, 8, 3), (128, 128, 4, 2), (128, 128, 8, 2), (128, 128, 8, 3)],
+}
+FWD_EXP16 = {64: [(128, 64, 4, 3), (128, 128, 8, 3), (128, 128, 4, 3), (128, 64, 8, 3)],
+             128: [(128, 64, 4, 2), (128, 128, 8, 2), (128, 64, 8, 2), (128, 128, 8, 3)]}
+FWD_PTR = {64: [(128, 64, 4, 3), (128, 128, 8, 3)], 128: [(128, 64, 8, 2), (128, 128, 8, 2)]}
+DKDV = {
+    64: [(32, 64, 4, 3), (32, 128, 4, 3), (64, 64, 4, 3), (64, 128, 4, 2), (64, 128, 8, 2), (64, 128, 8, 3),
+         (128, 128, 8, 2), (32, 128, 8, 3)],
+    128: [(32, 64, 4, 2), (32, 128, 4, 2), (64, 64, 4, 2), (64, 64, 8, 2), (64, 128, 8, 2), (32, 128, 8, 2),
+          (128, 64, 8, 2), (64, 128, 8, 3)],
+}
+DQ = {
+    64: [(64, 64, 4, 3), (128, 64, 8, 2), (128, 64, 4, 2), (128, 32, 4, 3), (64, 128, 4, 2), (128, 128, 8, 2),
+         (64, 32, 4, 3), (128, 64, 8, 3)],
+    128: [(64, 64, 4, 2), (128, 64, 8, 2), (128, 32, 4, 2), (64, 32, 4, 2), (128, 64, 4, 2), (128, 128, 8, 2),
+          (64, 128, 8, 2), (128, 32, 8, 2)],
+}
+ATOMIC = {64: [(64, 128, 8, 2), (64, 64, 4, 3), (32, 128, 4, 3)], 128: [(64, 128, 8, 2), (64, 64, 4, 2), (32, 128, 8, 2)]}
+REF_DQ = {64: (128, 64, 8, 2), 128: (128, 64, 8, 2)}
+REF_DKDV = {64: (64, 128, 8, 2), 128: (64, 128, 8, 2)}
+FWD_DUMMY = (128, 64, 4, 2)
+
+
+def make_cfg(v: dict):
+    from labs.attention import FlashConfig
+    return FlashConfig(T(*v["fwd"]), T(*v["dkdv"]), T(*v["dq"]), use_tma=v.get("tma", True),
+                       exp16=v.get("exp16", False), atomic_dq=v.get("atomic", False))
+
+
+def variant_name(v: dict) -> str:
+    parts = [f"{v['kind']} d={v['d']} {'causal' if v['causal'] else 'full'}"]
+    t = v["fwd"] if v["kind"] == "fwd" else v["dkdv"] if v["kind"] == "dkdv" else v["dq"]
+    parts.append("x".join(map(str, t)))
+    for flag in ("exp16", "atomic"):
+        if v.get(flag):
+            parts.append(flag)
+    if not v.get("tma", True):
+        parts.append("ptr")
+    return " ".join(parts)
+
+
+def variants() -> list[dict]:
+    out = []
+    for d in (64, 128):
+        for causal in (False, True):
+            base = {"d": d, "causal": causal, "dtype": "bf16"}
+            for t in FWD[d]:
+                out.append(base | {"kind": "fwd", "fwd": t, "dkdv": REF_DKDV[d], "dq": REF_DQ[d]})
+            for t in FWD_EXP16[d]:
+                out.append(base | {"kind": "fwd", "fwd": t, "dkdv": REF_DKDV[d], "dq": REF_DQ[d], "exp16": True})
+            for t in FWD_PTR[d]:
+                out.append(base | {"kind": "fwd", "fwd": t, "dkdv": REF_DKDV[d], "dq": REF_DQ[d], "tma": False})
+            for t in DKDV[d]:
+                out.append(base | {"kind": "dkdv", "fwd": FWD_DUMMY, "dkdv": t, "dq": REF_DQ[d]})
+            for t in DQ[d]:
+                out.append(base | {"kind": "dq", "fwd": FWD_DUMMY, "dkdv": REF_DKDV[d], "dq": t})
+            for t in ATOMIC[d]:
+                out.append(base | {"kind": "dkdv", "fwd": FWD_DUMMY, "dkdv": t, "dq": REF_DQ[d], "atomic": True})
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# Worker: compile (fills the disk cache) and check one variant against float64
+# ------------------------------------------------------------------------------------------------
+def check_variant(v: dict, lengths=((1000, 1000),), bh=(1, 2)) -> dict:
+    from labs import attention as A, bench
+    t0 = time.monotonic()
+    out = {"name": variant_name(v), "errors": {}, "ok": True}
+    try:
+        cfg = make_cfg(v)
+        scale = 1 / math.sqrt(v["d"])
+        for lq, lk in lengths:
+            g = torch.Generator(device=DEV).manual_seed(lq * 7 + lk)
+            q = bench.random_tensor((*bh, lq, v["d"]), v["dtype"], generator=g)
+            k = bench.random_tensor((*bh, lk, v["d"]), v["dtype"], generator=g)
+            vv = bench.random_tensor((*bh, lk, v["d"]), v["dtype"], generator=g)
+            o = torch.full_like(q, float("nan"))
+            lse = torch.full((*bh, A._lq_pad(lq)), float("nan"), device=DEV)
+            A._forward(q, k, vv, v["causal"], scale, cfg, o, lse)
+            ro, rl = A.reference(q, k, vv, v["causal"], scale)
+            errs = {"out": bench.rel_error(o, ro)}
+            fin = torch.isfinite(rl)
+            same_inf = bool(torch.equal(torch.isinf(lse[..., :lq]), ~fin))
+            errs["lse"] = bench.rel_error(lse[..., :lq][fin], rl[fin]) if fin.any() else 0.0
+            if not same_inf:
+                errs["lse"] = float("inf")
+            if v["kind"] != "fwd":
+                do = bench.random_tensor(q.shape, v["dtype"], generator=g)
+                grads = [torch.full_like(x, float("nan")) for x in (q, k, vv)]
+                A._backward(q, k, vv, o, lse, do, v["causal"], scale, cfg, *grads)
+                qr, kr, vr = (x.detach().double().requires_grad_() for x in (q, k, vv))
+                refs = torch.autograd.grad(A.reference(qr, kr, vr, v["causal"], scale)[0], (qr, kr, vr), do.double())
+                for name, a, b in zip(("dq", "dk", "dv"), grads, refs):
+                    errs[name] = bench.rel_error(a, b)
+            if not DRY:
+                torch.cuda.synchronize()
+            tol = bench.TOLERANCE[v["dtype"]]
+            out["errors"][f"{lq}x{lk}"] = errs
+            if not all(e <= tol for e in errs.values()):
+                out["ok"] = False
+    except Exception as exc:  # compile errors (shared memory), launch errors
+        out["ok"] = False
+        out["exception"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+    out["seconds"] = round(time.monotonic() - t0, 2)
+    return out
+
+
+def _worker_init():
+    sys.path.insert(0, os.getcwd())
+    if not DRY:
+        torch.cuda.init()
+
+
+def check_all(tasks: list, lengths_of=lambda v: ((1000, 1000),), workers: int = 14) -> list:
+    ctx = mp.get_context("spawn")
+    with cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init) as ex:
+        futs = [ex.submit(check_variant, v, lengths_of(v)) for v in tasks]
+        return [f.result() for f in futs]
+
+
+# ------------------------------------------------------------------------------------------------
+# Timing helpers (main process)
+# ------------------------------------------------------------------------------------------------
+def inputs(b, h, n, d, dtype="bf16", grad=False):
+    from labs import bench
+    xs = [bench.random_tensor((b, h, n, d), dtype) for _ in range(4)]
+    if grad:
+        for x in xs[:3]:
+            x.requires_grad_()
+    return xs
+
+
+def tms(fn):
+    from labs import bench
+    if DRY:
+        t0 = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t0) * 1e3
+    return bench.time_ms(fn, warmup_ms=10, rep_ms=60)
+
+
+def tflops(mode, b, h, n, d, causal, ms):
+    from labs import attention as A
+    return A.attention_flops(mode, b, h, n, n, d, causal) / (ms * 1e-3) / 1e12
+
+
+# ------------------------------------------------------------------------------------------------
+# Phases
+# ------------------------------------------------------------------------------------------------
+def phase_sweep(B=4, H=16, N=8192):
+    from labs import attention as A
+    vs = variants()
+    if DRY:
+        B, H, N = 1, 2, 256
+        vs = [v for v in vs if v["d"] == 64 and not v["causal"]][:2] + \
+             [v for v in vs if v["d"] == 64 and v["causal"] and v["kind"] != "fwd"][:2]
+    log(f"compiling + checking {len(vs)} variants in parallel")
+    checks = check_all(vs, (lambda v: ((200, 200),)) if DRY else (lambda v: ((1000, 1000),)), 2 if DRY else 14)
+    bad = [c for c in checks if not c["ok"]]
+    log(f"checked: {len(checks) - len(bad)} ok, {len(bad)} failed; slowest task {max(c['seconds'] for c in checks):.1f}s")
+    for c in bad:
+        print("  FAIL", c["name"], c.get("exception", ""), json.dumps(c["errors"])[:300])
+    RESULTS["checks"] += checks
+    ok = {c["name"] for c in checks if c["ok"]}
+    best = {}
+    for d in ((64,) if DRY else (64, 128)):
+        q, k, v, do = inputs(B, H, N, d)
+        scale = 1 / math.sqrt(d)
+        for causal in (False, True):
+            rows = []
+            for var in [x for x in vs if x["d"] == d and x["causal"] == causal and x["kind"] == "fwd"]:
+                name = variant_name(var)
+                if name not in ok:
+                    continue
+                cfg = make_cfg(var)
+                ms = tms(lambda: A._forward(q, k, v, causal, scale, cfg))
+                rows.append((tflops("fwd", B, H, N, d, causal, ms), name, var))
+                RESULTS["fwd"].append({"name": name, "N": N, "ms": ms, "tflops": rows[-1][0]})
+            rows.sort(key=lambda r: -r[0])
+            log(f"fwd d={d} {'causal' if causal else 'full'} N={N}: " +
+                ", ".join(f"{n.split(' ', 3)[3]} {t:.0f}" for t, n, _ in rows[:6]))
+            best[("fwd", d, causal)] = rows[0][2] if rows else None
+            out, lse = A._forward(q, k, v, causal, scale, make_cfg(rows[0][2] if rows else vs[0]))
+            # backward: dkdv variants with the reference dq, then dq variants with the best dkdv
+            for kind in ("dkdv", "dq"):
+                rows = []
+                for var in [x for x in vs if x["d"] == d and x["causal"] == causal and x["kind"] == kind]:
+                    name = variant_name(var)
+                    if name not in ok:
+                        continue
+                    if kind == "dq" and best.get(("dkdv", d, causal)):
+                        var = var | {"dkdv": best[("dkdv", d, causal)]["dkdv"],
+                                     "atomic": False}
+                    cfg = make_cfg(var)
+                    ms = tms(lambda: A._backward(q, k, v, out, lse, do, causal, scale, cfg))
+                    tf = A.attention_flops("fwd", B, H, N, N, d, causal) * 2.5 / (ms * 1e-3) / 1e12
+                    rows.append((tf, name, var, ms))
+                    RESULTS["bwd"].append({"name": name, "N": N, "ms": ms, "tflops": tf})
+                rows.sort(key=lambda r: -r[0])
+                log(f"bwd[{kind}] d={d} {'causal' if causal else 'full'}: " +
+                    ", ".join(f"{n.split(' ', 3)[3]} {ms:.2f}ms {t:.0f}" for t, n, _, ms in rows[:6]))
+                if rows:
+                    best[(kind, d, causal)] = rows[0][2]
+            del out, lse
+        del q, k, v, do
+    RESULTS["best"] = {f"{k[0]} d={k[1]} causal={k[2]}": variant_name(v) if v else None for k, v in best.items()}
+    return best
+
+
+def phase_refs(B=4, H=16, Ns=(4096, 8192, 16384), best=None):
+    from labs import attention as A
+    best = best or {}
+    for d in ((64,) if DRY else (64, 128)):
+        for n in Ns:
+            if elapsed() > BUDGET_S - 25:
+                log("refs: out of time")
+                return
+            q, k, v, do = inputs(B, H, n, d, grad=True)
+            for causal in (False, True):
+                line = []
+                impls = ["sdpa-flash", "sdpa-cudnn", "sdpa-efficient", "ours"]
+                for impl in impls:
+                    if impl == "ours":
+                        bf, bk, bq = (best.get((x, d, causal)) for x in ("fwd", "dkdv", "dq"))
+                        if not bf:
+                            continue
+                        var = {"fwd": bf["fwd"], "dkdv": (bk or bf)["dkdv"], "dq": (bq or bf)["dq"],
+                               "exp16": bf.get("exp16", False), "tma": bf.get("tma", True),
+                               "atomic": (bk or {}).get("atomic", False)}
+                        cfg = make_cfg(var)
+                        fn = lambda q, k, v: A.flash_attention(q, k, v, causal, config=cfg)
+                    else:
+                        fn = lambda q, k, v: A.sdpa(q, k, v, causal, impl)
+                    try:
+                        with torch.no_grad():
+                            fwd_ms = tms(lambda: fn(q, k, v))
+                        fb_ms = tms(lambda: torch.autograd.grad(fn(q, k, v), (q, k, v), do))
+                    except RuntimeError as exc:
+                        line.append(f"{impl}: n/a")
+                        RESULTS["refs"].append({"impl": impl, "d": d, "N": n, "causal": causal, "error": str(exc)[:200]})
+                        continue
+                    rec = {"impl": impl, "d": d, "N": n, "causal": causal, "fwd_ms": fwd_ms, "fb_ms": fb_ms,
+                           "fwd_tflops": tflops("fwd", B, H, n, d, causal, fwd_ms),
+                           "fb_tflops": tflops("fwd+bwd", B, H, n, d, causal, fb_ms)}
+                    RESULTS["refs"].append(rec)
+                    line.append(f"{impl} {rec['fwd_tflops']:.0f}/{rec['fb_tflops']:.0f}")
+                log(f"d={d} N={n} {'causal' if causal else 'full'} fwd/fwd+bwd TFLOP/s: " + ", ".join(line))
+            del q, k, v, do
+
+
+def phase_memory(B=4, H=16):
+    from labs import attention as A
+    for d in (64,):
+        for n in (2048, 4096):
+            q, k, v, do = inputs(B, H, n, d, grad=True)
+            for causal in (False, True):
+                shape = A.Shape(B, H, n, n, d, causal, "bf16")
+                for impl in ("naive", "ours", "sdpa-flash", "sdpa-cudnn"):
+                    fn = A._impl_fn(impl, causal)
+                    for mode in ("fwd", "fwd+bwd"):
+                        run = (lambda: fn(q, k, v)) if mode == "fwd" else \
+                            (lambda: torch.autograd.grad(fn(q, k, v), (q, k, v), do))
+                        try:
+                            if mode == "fwd":
+                                with torch.no_grad():
+                                    run()
+                                    peak = A._peak_bytes(run)
+                            else:
+                                run()
+                                peak = A._peak_bytes(run)
+                        except RuntimeError as exc:
+                            log(f"memory {impl} {mode}: {exc}")
+                            continue
+                        pred = A.naive_peak_bytes(shape, mode) if impl == "naive" else \
+                            A.flash_peak_bytes(shape, mode) if impl == "ours" else None
+                        rec = {"impl": impl, "mode": mode, "N": n, "d": d, "causal": causal, "peak": peak,
+                               "pred": pred, "S": shape.s_bytes, "Q": shape.q_bytes}
+                        RESULTS["memory"].append(rec)
+                        log(f"mem {impl:10s} {mode:8s} N={n} {'causal' if causal else 'full'}: {peak / 1e6:9.1f} MB"
+                            + (f" model {pred / 1e6:9.1f} MB ({100 * (peak - pred) / pred:+.1f}%)" if pred else "")
+                            + f"  = {peak / shape.s_bytes:.3f} S + ...")
+            del q, k, v, do
+
+
+def phase_lab(seq_lens="1024,4096", extra=()):
+    from labs import get_lab, params as P, runner
+    lab = get_lab("attention")
+    params = P.from_strings(lab.Params, {"seq_lens": seq_lens, **dict(extra)})
+    t0 = time.monotonic()
+    res = runner.run(lab, params, progress=lambda f, m: None, use_cache=False)
+    dt = time.monotonic() - t0
+    log(f"lab run {seq_lens}: {dt:.1f}s, {len(res.rows)} rows, complete={res.complete}")
+    for r in res.rows:
+        if r.get("measured_ms") is not None or r.get("note"):
+            print(f"  {r['impl']:14s} {r['mode']:8s} {'causal' if r['causal'] else 'full':6s} N={r['seq_len']:6d} "
+                  f"{r.get('measured_tflops') or 0:7.1f} TF/s (model {r.get('predicted_tflops') or 0:6.1f}, "
+                  f"err {r.get('error_pct') or 0:+6.1f}%) peak {(r.get('measured_peak_bytes') or 0) / 1e6:9.1f} MB "
+                  f"mem err {r.get('memory_error_pct') or 0:+.1f}% {r.get('note', '')[:60]}")
+    RESULTS["lab"] = {"seconds": dt, "rows": res.rows}
+
+
+def main():
+    sys.path.insert(0, os.getcwd())
+    phases = sys.argv[1:] or ["sweep", "refs", "memory"]
+    print(f"torch {torch.__version__}, triton {__import__('triton').__version__}, {'cpu' if DRY else torch.cuda.get_device_name()}",
+          flush=True)
+    best = None
+    if DRY:
+        phases = [p for p in phases if p != "memory"]
+    try:
+        if "sweep" in phases:
+            best = phase_sweep()
+        if "refs" in phases and elapsed() < BUDGET_S - 40:
+            phase_refs(best=best, **({"B": 1, "H": 2, "Ns": (256,)} if DRY else {}))
+        if "memory" in phases and elapsed() < BUDGET_S - 20:
+            phase_memory()
+        if "lab" in phases and elapsed() < BUDGET_S - 60:
+            phase_lab()
+    finally:
+        out = os.environ.get("OUT")
+        if out:
+            with open(os.path.join(out, "attention_gpu.json"), "w") as fh:
+                json.dump(RESULTS, fh, indent=1, default=str)
+        log("done")
+
+
+if __name__ == "__main__":
+    main()

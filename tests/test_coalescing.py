@@ -1,0 +1,145 @@
+"""The coalescing lab: Triton kernels against float64 (interpreter on CPU), the sector model, the CUDA
+transpose ladder (GPU only), the page."""
+
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from labs import bench, gpu, runner
+from labs.coalescing import (LAB, Params, TRANSPOSES, fetched_bytes_per_element, ladder_gains, predict,
+                             stride_efficiency, strided_read, strided_reference, transpose, transpose_reference,
+                             walk, walk_efficiency, walk_reference)
+from labs.params import ParamError
+
+ROOT = Path(__file__).resolve().parent.parent
+H200 = gpu.datasheet_target(gpu.datasheet_by_name("H200"))
+
+
+# --- kernels ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("stride", [1, 2, 3, 8, 64])
+@pytest.mark.parametrize("span", [1, 4097, 10007])
+def test_strided_read_matches_float64_on_odd_sizes(device, stride, span):
+    x = bench.random_tensor((span,), "fp32", device)
+    out = torch.full((-(-span // stride),), float("nan"), device=device)  # unwritten elements fail the check
+    strided_read(x, stride, out)
+    assert bench.check_close(out, strided_reference(x, stride), "fp32", "strided read") == 0.0
+
+
+@pytest.mark.parametrize("along_rows", [False, True])
+@pytest.mark.parametrize("n", [1, 67, 131])
+def test_walks_match_float64_on_odd_sizes(device, along_rows, n):
+    x = bench.random_tensor((n, n), "fp32", device)
+    ref = walk_reference(x, along_rows)
+    out = torch.full(ref.shape, float("nan"), device=device)
+    walk(x, along_rows, out)
+    bench.check_close(out, ref, "fp32", "walk")
+
+
+def test_walk_reference_sums_segments_of_rows_and_columns():
+    x = torch.arange(100 * 100, dtype=torch.float32).reshape(100, 100)
+    rows, cols = walk_reference(x, True), walk_reference(x, False)
+    assert rows.shape == (100, 2) and cols.shape == (2, 100)
+    assert rows[3, 0] == x[3, :64].double().sum() and rows[3, 1] == x[3, 64:].double().sum()
+    assert cols[1, 7] == x[64:, 7].double().sum()
+
+
+def test_check_catches_a_wrong_stride(device):
+    x = bench.random_tensor((4099,), "fp32", device)
+    with pytest.raises(bench.KernelMismatch):
+        bench.check_close(strided_read(x, 2)[:1000], strided_reference(x, 3)[:1000], "fp32", "wrong stride")
+
+
+# --- the sector model, by hand ----------------------------------------------------------------
+def test_sector_model_by_hand():
+    # fp32, 32-byte sectors: stride 1 fetches 4 B per float, stride 2 8 B, stride 8 and beyond a whole sector
+    assert [fetched_bytes_per_element(s) for s in (1, 2, 4, 8, 16, 64)] == [4, 8, 16, 32, 32, 32]
+    # useful = 4 B read + 4 B written; fetched = read above + 4 B written
+    assert stride_efficiency(1) == 1.0
+    assert stride_efficiency(2) == pytest.approx(8 / 12)
+    assert stride_efficiency(4) == pytest.approx(8 / 20)
+    assert stride_efficiency(8) == stride_efficiency(64) == pytest.approx(8 / 36)
+    # a warp on 32 neighbours touches 4 sectors (all bytes used); on 32 rows, 32 sectors (1/8 used)
+    assert walk_efficiency(False) == 1.0 and walk_efficiency(True) == pytest.approx(1 / 8)
+
+
+def test_predict_scales_the_copy_bandwidth():
+    rows = predict(Params(), H200)
+    bw = H200.ceilings.copy_tbps
+    by = {r["variant"]: r for r in rows}
+    assert by["stride 1"]["predicted_tbps"] == pytest.approx(bw)
+    assert by["stride 8"]["predicted_tbps"] == pytest.approx(bw * 2 / 9)
+    assert by["row walk"]["predicted_tbps"] == pytest.approx(bw / 8)
+    assert all(by[v]["predicted_tbps"] == pytest.approx(bw) for v in TRANSPOSES)
+    # stride 4 over 2 GiB: 2^27 outputs, useful 8 B each
+    assert by["stride 4"]["useful_bytes"] == 8 * 2**27
+    measured, predicted = LAB.headline.answer(rows)
+    assert measured is None and predicted == pytest.approx(bw * 2 / 9)
+
+
+def test_ladder_gains_compare_each_rung_with_the_one_below():
+    rows = [{"experiment": "transpose", "variant": v, "measured_tbps": t, "predicted_tbps": 4.0}
+            for v, t in (("naive", 1.0), ("tiled", 2.0), ("tiled+padded", 3.0), ("torch", 1.5))]
+    gains = {g["variant"]: g for g in ladder_gains(rows)}
+    assert gains["naive"]["gain_over_previous"] is None
+    assert gains["tiled"]["gain_over_previous"] == 2.0 and gains["tiled+padded"]["gain_over_previous"] == 1.5
+    assert gains["tiled+padded"]["fraction_of_copy"] == 0.75 and gains["torch"]["gain_over_previous"] is None
+
+
+def test_check_refuses_what_does_not_fit():
+    t4 = gpu.datasheet_target(gpu.datasheet_by_name("T4"))  # 16 GB
+    with pytest.raises(ParamError, match="needs 17.2 GB"):
+        LAB.check(Params(size_mib=8192), t4)
+    LAB.check(Params(experiments=("walk",)), t4)  # the 16384^2 matrix and its transpose fit
+
+
+def test_model_run_without_a_gpu():
+    result = runner.model(LAB, Params(strides=(1, 8), experiments=("stride",)), H200)
+    assert [r["variant"] for r in result.rows] == ["stride 1", "stride 8"]
+
+
+# --- the CUDA C++ transpose ladder (GPU only) ---------------------------------------------------
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(1, 1), (31, 33), (1001, 1003), (64, 4097)])
+@pytest.mark.parametrize("variant", TRANSPOSES)
+def test_transposes_match_float64(shape, variant):
+    x = bench.random_tensor(shape, "fp32")
+    out = torch.full((shape[1], shape[0]), float("nan"), device="cuda")
+    transpose(x, variant, out)
+    assert bench.check_close(out, transpose_reference(x), "fp32", variant) == 0.0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tile,rows", [(32, 8), (32, 16), (64, 8), (64, 16), (64, 32)])
+@pytest.mark.parametrize("padded", [False, True])
+def test_every_tile_shape_transposes(tile, rows, padded):
+    x = bench.random_tensor((257, 130), "fp32")
+    out = torch.full((130, 257), float("nan"), device="cuda")
+    transpose(x, "tiled+padded" if padded else "tiled", out, tile=tile, rows_per_block=rows)
+    assert bench.check_close(out, transpose_reference(x), "fp32", f"tile {tile}x{rows}") == 0.0
+
+
+@pytest.mark.gpu
+def test_live_run_is_checked_and_the_stride_model_holds():
+    result = runner.run(LAB, Params(strides=(1, 2, 8), size_mib=512, matrix_n=4096), use_cache=False)
+    by = {r["variant"]: r for r in result.rows}
+    assert all(r["check_rel_error"] < 1e-5 for r in result.rows)
+    assert by["stride 2"]["measured_tbps"] < by["stride 1"]["measured_tbps"]
+    assert by["tiled+padded"]["measured_tbps"] > by["tiled"]["measured_tbps"]
+
+
+# --- the page ----------------------------------------------------------------------------------
+def test_page_renders_fast_without_a_gpu():
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(ROOT / "pages" / "coalescing.py"), default_timeout=60)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    started = time.perf_counter()
+    at.run()
+    assert time.perf_counter() - started < 1.0
+    assert not at.exception
+    assert at.title[0].value == "Coalescing"
+    specs = " ".join(c.proto.spec for c in at.get("plotly_chart"))
+    assert "model" in specs and "stride" in specs and "transpose" in specs.lower()

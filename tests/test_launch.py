@@ -1,0 +1,146 @@
+"""The launch-overhead lab: the chain against float64 (Triton interpreter and torch on CPU), the model
+by hand, where the launch figures come from, a live run under `gpu`, and the page."""
+
+import dataclasses
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from labs import bench, gpu, launch as ln, runner
+from labs.params import ParamError
+
+ROOT = Path(__file__).resolve().parent.parent
+H200 = gpu.datasheet_target(gpu.datasheet_by_name("H200"))
+COSTS = {"eager_add": 4.0, "eager_matmul": 9.0, "eager_triton": 12.0, "graph_replay": 3.0, "graph_kernel": 1.0,
+         "graph_fixed": 0.5, "round_trip": 20.0}
+
+
+def toy_target(copy_tbps=1.0, fma_tflops=10.0, bf16=100.0):
+    ceilings = gpu.Ceilings(copy_tbps=copy_tbps, fma_tflops=fma_tflops, matmul_tflops={"bf16": bf16})
+    return dataclasses.replace(H200, ceilings=ceilings, key="toy-gpu", name="toy GPU")
+
+
+# --- the chain's kernels ---------------------------------------------------------------------------
+@pytest.mark.parametrize("n", [1, 1023, 3 * ln.FUSED_BLOCK + 5])
+@pytest.mark.parametrize("k", [1, 2, 7, 64])
+def test_fused_chain_matches_float64_on_odd_sizes(device, n, k):
+    x = ln.grid_input(n, device)
+    y = torch.full_like(x, float("nan"))
+    assert bench.check_close(ln.chain_fused(x, y, k), ln.chain_reference(x, k), "fp32", f"fused K={k}") == 0.0
+
+
+@pytest.mark.parametrize("k", [1, 2, 5])
+def test_eager_chain_matches_float64(device, k):
+    x = ln.grid_input(1001, device)
+    y = torch.full_like(x, float("nan"))
+    assert bench.check_close(ln.chain_eager(x, y, k, sync_each=True), ln.chain_reference(x, k), "fp32", "eager") == 0.0
+
+
+def test_fused_check_catches_a_wrong_op_count(device):
+    x = ln.grid_input(500, device)
+    with pytest.raises(bench.KernelMismatch):
+        bench.check_close(ln.chain_fused(x, torch.empty_like(x), 3), ln.chain_reference(x, 2), "fp32", "K")
+
+
+# --- the model, by hand ----------------------------------------------------------------------------
+def test_chain_model_by_hand():
+    t = toy_target(copy_tbps=1.0, fma_tflops=10.0)  # 1 TB/s: 8000 bytes take 0.008 us
+    assert ln.chain_us("eager", 10, 1000, COSTS, t) == pytest.approx(10 * 4.0)  # CPU-bound: K launches
+    assert ln.chain_us("graph", 10, 1000, COSTS, t) == pytest.approx(0.5 + 10 * 1.008)  # K kernels on the GPU
+    assert ln.chain_us("graph", 2, 1000, COSTS, t) == pytest.approx(3.0)  # the replay itself dominates
+    assert ln.chain_us("fused", 10, 1000, COSTS, t) == pytest.approx(12.0)  # one Triton launch
+    assert ln.chain_us("eager+item", 10, 1000, COSTS, t) == pytest.approx(10 * 20.008)
+    # a big tensor makes every op GPU-bound: 1e6 floats read and written = 8 us per op at 1 TB/s
+    assert ln.chain_us("eager", 3, 10**6, COSTS, t) == pytest.approx(3 * 9.0)
+    assert ln.per_op_us("graph", 1000, COSTS, t) == pytest.approx(1.008)
+    assert ln.per_op_us("eager", 1000, COSTS, t) == 4.0
+
+
+def test_regimes_by_hand():
+    t = toy_target(copy_tbps=1.0, bf16=100.0)
+    terms = ln.regime_terms("add", 10**6, COSTS, t)
+    assert terms["memory"] == pytest.approx(8.0) and terms["overhead"] == 4.0
+    assert max(terms, key=terms.get) == "memory"
+    assert ln.regime_us(terms, COSTS) == pytest.approx(1.0 + 8.0)
+    tiny = ln.regime_terms("add", 16, COSTS, t)
+    assert max(tiny, key=tiny.get) == "overhead" and ln.regime_us(tiny, COSTS) == 4.0
+    big = ln.regime_terms("matmul", 4096, COSTS, t)  # 2 * 4096^3 FLOP at 100 TFLOP/s
+    assert big["compute"] == pytest.approx(2 * 4096**3 / 100e12 * 1e6)
+    assert big["memory"] == pytest.approx(3 * 4096**2 * 2 / 1e12 * 1e6)
+    assert max(big, key=big.get) == "compute"
+
+
+def test_default_sweep_spans_three_regimes_on_a_real_gpu_model():
+    rows = ln.model_rows(ln.Params(experiments=("regimes",)), H200, COSTS)
+    assert {r["predicted_regime"] for r in rows} == {"overhead", "memory", "compute"}
+    adds = [r for r in rows if r["variant"] == "add"]
+    assert adds[0]["predicted_regime"] == "overhead" and adds[-1]["predicted_regime"] == "memory"
+    assert [r["size"] for r in adds][:3] == [1, 2, 4] and adds[-1]["size"] == 256 * 2**20 // 4
+
+
+def test_launch_figures_are_flagged_until_measured(tmp_path, monkeypatch):
+    monkeypatch.setenv("ROOFLINE_CACHE", str(tmp_path))
+    t = toy_target()
+    assert ln.launch_costs(t)["source"].startswith("assumed")
+    assert all(r["launch_figures"].startswith("assumed") for r in ln.predict(ln.Params(), t))
+    measured = {name: 2.0 + i for i, name in enumerate(ln.PROBES)}
+    ln.remember_probes(t.key, measured, t.name)
+    try:
+        costs = ln.launch_costs(t)
+        assert costs["source"] == "measured in this run" and costs["eager_add"] == 2.0
+        del ln._PROBED[t.key]  # a later session reads them back from the cache file
+        costs = ln.launch_costs(t)
+        assert costs["source"].startswith("measured on this machine") and costs["round_trip"] == measured["round_trip"]
+    finally:
+        ln._PROBED.pop(t.key, None)
+
+
+def test_headline_row_is_in_the_default_prediction():
+    measured, predicted = ln.LAB.headline.answer(ln.model_rows(ln.Params(), H200, COSTS))
+    assert measured is None and predicted == pytest.approx(64 * 4.0)
+
+
+def test_check_refuses_regime_sizes_that_do_not_fit():
+    small = dataclasses.replace(H200, memory_bytes=2 * 10**9)
+    with pytest.raises(ParamError, match="add_max_mib"):
+        ln.check(ln.Params(add_max_mib=4096), small)
+
+
+def test_model_only_run_works_without_a_gpu():
+    result = runner.model(ln.LAB, ln.Params(), H200)
+    assert {r["experiment"] for r in result.rows} == {"chain", "fit", "regimes"}
+
+
+# --- on the GPU --------------------------------------------------------------------------------------
+@pytest.mark.gpu
+def test_live_run_measures_launch_costs_and_graphs_remove_most_of_them():
+    params = ln.Params(ks=(1, 16, 64), add_max_mib=16, matmul_max_n=512)
+    result = runner.run(ln.LAB, params, use_cache=False)
+    rows = {(r["experiment"], r["variant"], r["k"]): r for r in result.rows}
+    probe = {name: rows[("probe", name, None)]["measured_us"] for name in ln.PROBES}
+    assert 0.5 < probe["eager_add"] < 50 and probe["graph_kernel"] < probe["eager_add"]
+    eager, graph = rows[("chain", "eager", 64)], rows[("chain", "graph", 64)]
+    assert graph["measured_us"] < 0.6 * eager["measured_us"]
+    assert eager["launch_figures"] == "measured in this run"
+    assert abs(eager["error_pct"]) < 30
+    assert all(r["check_rel_error"] == 0.0 for r in result.rows if r["experiment"] == "chain")
+
+
+# --- the page ------------------------------------------------------------------------------------------
+def test_page_renders_model_and_charts_without_a_gpu():
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(ROOT / "pages" / "launch.py"), default_timeout=60)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    started = time.perf_counter()
+    at.run()
+    assert time.perf_counter() - started < 1.0
+    assert not at.exception
+    assert at.title[0].value == ln.LAB.title
+    specs = " ".join(c.proto.spec for c in at.get("plotly_chart"))
+    assert "eager" in specs and "graph" in specs and "overhead" in specs
+    if not torch.cuda.is_available():
+        assert any("Live runs are off" in i.value for i in at.info)

@@ -1,0 +1,96 @@
+"""30 learners at once: the app served on localhost, 30 browser sessions opening pages and starting runs.
+
+Checks: no page shows an error, every session gets its result (a live result on a GPU; the model and
+recorded runs without one), no two timed GPU regions overlap (the runner's enter/exit log), and the
+server's memory comes back to its level after the first wave of sessions once the second wave closes.
+"""
+
+import asyncio
+import os
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from labs import all_labs, gpu
+from tests.test_browser import CHROMIUM, LAUNCH_ARGS, start_server
+
+ROOT = Path(__file__).resolve().parent.parent
+SESSIONS = 30
+LAB_PAGES = [lab for lab in all_labs() if (ROOT / "pages" / f"{lab.name}.py").exists()]
+pytestmark = [pytest.mark.browser,
+              pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed")]
+
+
+def rss_mb(pid: int) -> float:
+    text = Path(f"/proc/{pid}/status").read_text()
+    return int(re.search(r"VmRSS:\s+(\d+)", text).group(1)) / 1024
+
+
+async def one_learner(browser, url: str, i: int, live: bool) -> str:
+    lab = LAB_PAGES[i % len(LAB_PAGES)]
+    context = await browser.new_context(viewport={"width": 1200, "height": 900})
+    page = await context.new_page()
+    errors = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    try:
+        await page.goto(f"{url}/", wait_until="domcontentloaded", timeout=120_000)
+        await page.get_by_text("The labs").first.wait_for(timeout=120_000)
+        await page.goto(f"{url}/{lab.name}", wait_until="domcontentloaded", timeout=120_000)
+        await page.get_by_text(lab.summary[:40]).first.wait_for(timeout=120_000)
+        if live:  # start a run with the lab's defaults and wait for its table
+            await page.get_by_role("button", name=re.compile("^Run on")).click()
+            await page.get_by_text("error_pct = 100").first.wait_for(timeout=600_000)
+        else:  # the model and recorded runs are drawn
+            await page.locator(".js-plotly-plot").first.wait_for(state="attached", timeout=120_000)
+        assert await page.locator("[data-testid='stException']").count() == 0, f"session {i}: exception on {lab.name}"
+        assert not errors, f"session {i}: JavaScript errors {errors}"
+        return lab.name
+    except Exception as exc:
+        raise AssertionError(f"session {i} on the {lab.name} page: {exc}") from None
+    finally:
+        await context.close()
+
+
+async def wave(url: str, live: bool) -> list:
+    from playwright.async_api import async_playwright
+
+    async with async_playwright() as p:
+        browser = await p.chromium.launch(executable_path=CHROMIUM, headless=True, args=LAUNCH_ARGS)
+        try:
+            return await asyncio.gather(*(one_learner(browser, url, i, live) for i in range(SESSIONS)))
+        finally:
+            await browser.close()
+
+
+def overlapping_regions(log_path: Path) -> list:
+    depth, bad = 0, []
+    for line in log_path.read_text().splitlines() if log_path.exists() else []:
+        stamp, event, label = line.split()[:3]
+        depth += 1 if event == "enter" else -1
+        if depth not in (0, 1):
+            bad.append(line)
+    return bad
+
+
+def test_thirty_learners_at_once(tmp_path):
+    live = gpu.detect().available
+    log = tmp_path / "runner.log"
+    with start_server({"ROOFLINE_RUNNER_LOG": str(log)}) as (url, proc):
+        started = time.time()
+        first = asyncio.run(wave(url, live))
+        assert len(first) == SESSIONS
+        time.sleep(3)
+        after_first = rss_mb(proc.pid)
+        second = asyncio.run(wave(url, live))
+        assert len(second) == SESSIONS
+        time.sleep(3)
+        after_second = rss_mb(proc.pid)
+        elapsed = time.time() - started
+    assert not overlapping_regions(log), "two timed GPU regions overlapped"
+    if live:
+        assert log.read_text().count(" enter ") >= 1
+    # the second wave must not leave memory behind: closed sessions are released
+    assert after_second < after_first * 1.15 + 100, (after_first, after_second)
+    print(f"2 x {SESSIONS} sessions in {elapsed:.0f} s; server RSS {after_first:.0f} -> {after_second:.0f} MB")

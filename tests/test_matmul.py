@@ -1,0 +1,342 @@
+"""Tests of the matmul labs (labs/matmul.py, labs/matmul_ladder.py, pages/matmul.py).
+
+On CPU the Triton kernel runs in Triton's interpreter on small odd shapes; the model is checked
+against numbers worked out by hand; the page renders from the model and the recordings alone.
+The CUDA C++ kernels and the timed sweep need a GPU (marked `gpu`).
+"""
+
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from labs import bench, gpu, matmul as mm, matmul_ladder as ladder
+from labs.gpu import Ceilings, Target
+from labs.params import ParamError, from_strings, validate
+
+ROOT = Path(__file__).resolve().parent.parent
+SMALL = mm.TileConfig(16, 32, 16, 2, 4, 2)  # small tiles: many programs even on tiny shapes
+
+
+def toy_target(cc="9.0", l2_mb=50, memory_gb=80, dtypes=("fp32", "tf32", "fp16", "bf16", "fp8")) -> Target:
+    """100 SMs at a 1 GHz clock: FP32 FMA = 100 x 128 lanes x 2 x 1e9 = 25.6 TFLOP/s, and tensor cores
+    doing 4096 FLOP per clock per SM = 409.6 TFLOP/s, memory at 2 TB/s."""
+    rates = {d: 409.6 for d in dtypes}
+    ceilings = Ceilings(copy_tbps=2.0, fma_tflops=25.6, matmul_tflops=rates, source="test")
+    return Target("Toy GPU", "toy", 100, int(l2_mb * 1e6), int(memory_gb * 1e9), cc, ceilings, None, live=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# The Triton kernel in the interpreter (or on the GPU when there is one)
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", ["fp32", "tf32", "fp16", "bf16"])
+@pytest.mark.parametrize("shape", [(37, 45, 51), (1, 33, 17), (50, 3, 70)])
+def test_triton_pointer_path_odd_shapes(dtype, shape, device):
+    m, n, k = shape
+    a, b = mm.operands(m, n, k, dtype, device)
+    out = torch.full((m, n), float("nan"), device=device, dtype=mm.out_dtype(dtype))
+    _, path, _ = mm.triton_matmul(a, b, dtype, out, SMALL, tma="off")
+    assert path.startswith("vec")
+    bench.check_close(out, mm.reference(a, b), dtype, f"{dtype} {shape}")
+
+
+@pytest.mark.parametrize("dtype,kmajor", [("bf16", False), ("fp16", True), ("fp32", True), ("fp32", False)])
+def test_triton_tma_path_odd_rows(dtype, kmajor, device):
+    if device == "cuda" and not mm.tma_supported(mm._device_cc(torch.device("cuda"))):
+        pytest.skip("this GPU has no TMA")
+    m, n, k = 45, 48, 80  # M odd, N and K multiples of 16 elements (16-byte aligned rows); edges partial
+    a, b = mm.operands(m, n, k, dtype, device, kmajor_b=kmajor)
+    out = torch.full((m, n), float("nan"), device=device, dtype=mm.out_dtype(dtype))
+    _, path, _ = mm.triton_matmul(a, b, dtype, out, SMALL, tma="on")
+    assert path == "tma"
+    bench.check_close(out, mm.reference(a, b), dtype, f"TMA {dtype}")
+
+
+def test_triton_kernel_catches_a_wrong_reference(device):
+    """The check is not vacuous: a different product fails it."""
+    a, b = mm.operands(33, 35, 37, "fp32", device)
+    out, _, _ = mm.triton_matmul(a, b, "fp32", None, SMALL, tma="off")
+    with pytest.raises(bench.KernelMismatch):
+        bench.check_close(out, mm.reference(a, b.flip(0)), "fp32", "flipped")
+
+
+def test_sampled_check_sees_unwritten_and_wrong_elements(device):
+    a, b = mm.operands(40, 30, 20, "fp32", device)
+    good = mm.reference(a, b).float()
+    assert mm.check_sampled(good, a, b, "fp32", "good") < 1e-6
+    holes = good.clone()
+    holes[17, 3] = float("nan")
+    with pytest.raises(bench.KernelMismatch, match="not written"):
+        mm.check_sampled(holes, a, b, "fp32", "holes")
+    wrong = good.clone()
+    wrong[-1, :] += 1.0  # the last row is always sampled: it crosses the edge tiles
+    with pytest.raises(bench.KernelMismatch):
+        mm.check_sampled(wrong, a, b, "fp32", "wrong")
+
+
+def test_launch_order_is_a_permutation_in_bands():
+    tiles_m, tiles_n, g = 7, 5, 3
+    seen = {mm.grouped_tile(pid, tiles_m, tiles_n, g) for pid in range(tiles_m * tiles_n)}
+    assert seen == {(i, j) for i in range(tiles_m) for j in range(tiles_n)}
+    # the first band walks 3 tile rows column by column: pids 0,1,2 are rows 0-2 of column 0
+    assert [mm.grouped_tile(p, tiles_m, tiles_n, g) for p in range(4)] == [(0, 0), (1, 0), (2, 0), (0, 1)]
+    # the last band has only 7 - 6 = 1 row
+    assert mm.grouped_tile(6 * tiles_n, tiles_m, tiles_n, g) == (6, 0)
+
+
+# ---------------------------------------------------------------------------------------------
+# The model, against hand-worked numbers
+# ---------------------------------------------------------------------------------------------
+def test_alignment_classes():
+    assert [mm.pow2_dividing(n) for n in (2048, 2049, 2050, 2052, 2056, 2064, 1792)] == [2048, 1, 2, 4, 8, 16, 256]
+    assert mm.pow2_dividing(4096, cap=256) == 256
+    # bf16 rows are 16-byte aligned when N is a multiple of 8: TMA on Hopper; the pointer path can only
+    # prove alignment for multiples of 16 elements, else it loads element by element
+    assert mm.load_path(2048, "bf16", "9.0") == "tma"
+    assert mm.load_path(2056, "bf16", "9.0") == "tma"
+    assert mm.load_path(2052, "bf16", "9.0") == "vec2"
+    assert mm.load_path(2049, "bf16", "9.0") == "vec2"
+    assert mm.load_path(2052, "fp32", "9.0") == "tma"  # 2052 x 4 bytes = 8208, a multiple of 16
+    assert mm.load_path(2049, "fp8", "9.0") == "vec1"
+    assert mm.load_path(2056, "fp8", "9.0") == "vec1"  # 2056 bytes: not a multiple of 16
+    assert mm.load_path(2048, "bf16", "8.0") == "vec16"  # no TMA before Hopper
+    assert mm.load_path(2056, "bf16", "8.0") == "vec2"
+    assert mm.load_path(2048, "bf16", "9.0", tma="off") == "vec16"
+
+
+def test_tile_grid_reproduces_the_lecture_puzzle():
+    """256 x 128 tiles on an A100 (108 SMs): 1792 -> 7 x 14 = 98 tiles, one wave; 1793 -> 8 x 15 = 120
+    tiles, two waves, the second with 12 tiles."""
+    g = mm.tile_grid(1792, 1792, 256, 128, 108)
+    assert (g["tiles_m"], g["tiles_n"], g["tiles"], g["waves"]) == (7, 14, 98, 1)
+    assert g["padding_fraction"] == 0
+    g = mm.tile_grid(1793, 1793, 256, 128, 108)
+    assert (g["tiles"], g["waves"], g["last_wave_tiles"]) == (120, 2, 12)
+    assert g["last_wave_util"] == pytest.approx(12 / 108)
+    assert g["padding_fraction"] == pytest.approx(1 - 1793**2 / (8 * 256 * 15 * 128))
+    waves = [w for row in g["wave"] for w in row]
+    assert waves.count(1) == 12 and waves.count(0) == 108
+    # the first wave covers whole bands of GROUP_M = 8 rows, column by column
+    assert g["order"][0][0] == 0 and g["order"][1][0] == 1 and g["order"][0][1] == 8
+
+
+def test_blocks_per_sm_limits():
+    # 128x256x64 bf16, 3 stages: 3 x (128 + 256) x 64 x 2 = 147456 B (Triton 3.6 reported 147480)
+    cfg = mm.TileConfig(128, 256, 64, 8, 8, 3)
+    assert mm.shared_bytes(cfg, "bf16") == 147456
+    assert mm.registers_per_thread(cfg, "bf16") == 128 * 256 // 256 + 26  # Triton 3.6 used 154
+    assert mm.blocks_per_sm(cfg, "bf16", "tma", "9.0") == 1
+    assert mm.blocks_per_sm(cfg, "bf16", "tma", "8.9") == 0  # 144 KiB > the 99 KiB of an Ada SM
+    # 64x64x32, 4 warps: smem 3 x 128 x 32 x 2 = 24576 -> 9 per 227 KiB;
+    # registers 64 x 64 / 128 + 26 = 58 per thread x 128 threads = 7424 -> 8; threads 2048 / 128 = 16
+    small = mm.TileConfig(64, 64, 32, 8, 4, 3)
+    assert mm.blocks_per_sm(small, "bf16", "tma", "9.0") == 8
+
+
+def test_wave_model_by_hand():
+    """Toy GPU: 100 SMs at 1 GHz, 4096 tensor FLOP per clock per SM, 2 TB/s, 50 MB of L2.
+    bf16, N = 4096, 128x256x64 tiles: 32 x 16 = 512 tiles, one per SM at a time -> 6 rounds.
+    One K step: 2 x 128 x 256 x 64 / 4096 = 1024 clocks; 64 steps -> 65.536 us per tile; 6 tiles -> 393.216 us.
+    Memory (A and B do not fit the L2): a wave of 100 tiles touches 8 row panels and ceil(100 / 8) = 13
+    column panels: (8 x 128 + 13 x 256) x 4096 x 2 B = 35.65 MB, times 6 waves, plus C: 247.5 MB / 2 TB/s
+    = 124 us < 393 us: compute-bound. Total 393.216 + 3 us fixed = 396.216 us."""
+    t = toy_target()
+    cfg = mm.TileConfig(128, 256, 64, 8, 8, 3)
+    assert mm.clock_hz(t) == pytest.approx(1e9)
+    assert mm.matmul_flop_per_clock(t, "bf16") == pytest.approx(4096)
+    p = mm.predict_point(4096, "bf16", cfg, t)
+    assert (p["tiles"], p["waves"], p["blocks_per_sm"], p["path"], p["bound"]) == (512, 6, 1, "tma", "tensor cores")
+    assert p["last_wave_util"] == pytest.approx(12 / 100)
+    dram = 6 * (8 * 128 + 13 * 256) * 4096 * 2 + 4096**2 * 2
+    assert p["dram_bytes"] == pytest.approx(dram)
+    assert mm.FIXED_US == 3.0
+    assert p["predicted_ms"] == pytest.approx(0.396216, rel=1e-6)
+    assert p["predicted_tflops"] == pytest.approx(2 * 4096**3 / 396.216e-6 / 1e12, rel=1e-6)
+
+
+def test_wave_model_dips_one_tile_past_a_wave():
+    """On the toy GPU (100 SMs, one 128x256 tile per SM at a time): N = 1792 gives 14 x 7 = 98 tiles, one
+    round; N = 1920 gives 15 x 8 = 120 tiles, two rounds with the second 20% full, so more work runs at
+    fewer FLOP/s. N = 2560 gives 20 x 10 = 200 tiles, two full rounds, faster than 2304 (162 tiles)."""
+    t = toy_target()
+    cfg = mm.DEFAULT_CONFIGS["bf16"]
+    rate = {n: mm.predict_point(n, "bf16", cfg, t)["predicted_tflops"] for n in (1792, 1920, 2048, 2304, 2560)}
+    assert mm.predict_point(1792, "bf16", cfg, t)["tiles"] == 14 * 7 == 98  # one round
+    assert mm.predict_point(1920, "bf16", cfg, t)["tiles"] == 15 * 8 == 120  # two rounds, the 2nd 20% full
+    assert rate[1920] < rate[1792]  # more work, fewer FLOP/s: the wave-quantization dip
+    assert rate[2560] > rate[2304]  # 200 tiles fill both rounds exactly
+
+
+def test_unaligned_sizes_are_predicted_slower():
+    t = toy_target()
+    cfg = mm.DEFAULT_CONFIGS["bf16"]
+    aligned = mm.predict_point(4096, "bf16", cfg, t)
+    odd = mm.predict_point(4097, "bf16", cfg, t)
+    assert odd["path"] == "vec2" and odd["bound"] == "loads"
+    assert odd["predicted_tflops"] < 0.7 * aligned["predicted_tflops"]
+    # per K step: 384 x 64 elements, one per lane: 768 warp loads + 768 shared stores = 1536 clocks,
+    # not overlapped with the 1024 clocks of tensor-core work
+    cyc = mm.step_cycles(cfg, "bf16", "vec2", 4096)
+    assert (cyc["mma"], cyc["load"], cyc["step"]) == (1024, 1536, 2560)
+
+
+def test_roofline_climb():
+    t = toy_target()
+    # bf16: 2N^3 FLOPs over 3 x 2 x N^2 bytes = N/3 FLOP/byte; x 2 TB/s = 2N/3 TFLOP/s until the peak
+    assert mm.roofline_tflops(300, "bf16", t) == pytest.approx(200.0)
+    assert mm.roofline_tflops(4096, "bf16", t) == pytest.approx(409.6)
+
+
+def test_dtype_support_and_refusals():
+    a100 = gpu.datasheet_target(gpu.datasheet_by_name("A100 80GB"))
+    reasons = mm.dtype_support(a100)
+    assert reasons["bf16"] == "" and "8.9" in reasons["fp8"]
+    with pytest.raises(ParamError, match="8.9"):
+        mm.check(mm.Params(dtypes=("fp8",)), a100)
+    t4 = gpu.datasheet_target(gpu.datasheet_by_name("T4"))
+    assert "8.0" in mm.dtype_support(t4)["bf16"]
+    small = toy_target(memory_gb=1)
+    with pytest.raises(ParamError, match=r"needs .* GB .* Choose sizes up to \d+"):
+        mm.check(mm.Params(sizes=(1024, 16384)), small)
+    mm.check(mm.Params(sizes=(1024, 4096)), small)  # 4096: 100 MB + the 256 MiB flush buffer fits
+    with pytest.raises(ParamError, match="shared memory"):
+        mm.check(mm.Params(block_m=256, block_n=256, block_k=128, num_stages=6), toy_target())
+
+
+def test_params_parse_and_validate():
+    p = from_strings(mm.Params, {"dtypes": "bf16,fp16", "sizes": "2048,2049", "tma": "off"})
+    assert p.dtypes == ("bf16", "fp16") and p.sizes == (2048, 2049) and p.tma == "off"
+    with pytest.raises(ParamError):
+        from_strings(mm.Params, {"block_m": "100"})
+    with pytest.raises(ParamError):
+        validate(mm.Params(sizes=(8,)))
+    assert mm.config_for(mm.Params(block_n=128), "bf16") == mm.TileConfig(128, 128, 64, 8, 8, 3)
+
+
+def test_predict_covers_every_point_and_the_headline():
+    params = mm.Params()
+    rows = mm.predict(params, gpu.datasheet_target(gpu.datasheet_by_name("H100 SXM")))
+    assert [(r["dtype"], r["n"]) for r in rows] == [("bf16", n) for n in params.sizes]
+    assert all(r["predicted_tflops"] > 0 for r in rows)
+    measured, predicted = mm.LAB.headline.answer(rows)
+    assert measured is None and predicted > 0
+
+
+def test_lesson_numbers():
+    nums = mm.lesson_numbers(gpu.datasheet_target(gpu.datasheet_by_name("A100 80GB")))
+    assert (nums["tiles_1792"], nums["tiles_1793"], nums["waves_1792"], nums["waves_1793"]) == ("98", "120", "1", "2")
+
+
+# ---------------------------------------------------------------------------------------------
+# The ladder model
+# ---------------------------------------------------------------------------------------------
+def test_ladder_requests_and_time_by_hand():
+    n = 1024
+    assert ladder.requested_bytes("naive", n, "fp32") == 2 * n**3 * 4
+    assert ladder.requested_bytes("tiled16", n, "fp32") == 2 * n**3 * 4 / 16
+    assert ladder.requested_bytes("tiled32", n, "bf16") == 2 * n**3 * 2 / 32
+    t = toy_target()
+    # naive: N^3 / 32 warp FMAs x 2 loads = 67,108,864 load instructions over 100 SMs at 1 GHz = 671.09 us;
+    # FMA: N^3 / (100 x 128 x 1e9) = 83.9 us; plus 3 us fixed
+    p = ladder.predict_cuda("naive", n, "fp32", t)
+    assert p["bound"] == "load instructions"
+    assert p["predicted_ms"] == pytest.approx((n**3 / 32 * 2 / 100e9 + 3e-6) * 1e3, rel=1e-9)
+    # tiled (TILE 8): 2 + 4 / 8 = 2.5 loads per FMA
+    assert ladder.predict_cuda("tiled8", n, "fp32", t)["predicted_ms"] == pytest.approx(
+        (n**3 / 32 * 2.5 / 100e9 + 3e-6) * 1e3, rel=1e-9)
+
+
+def test_ladder_predict_rows():
+    rows = ladder.predict(ladder.Params(n=2048, dtypes=("bf16",)), toy_target())
+    assert [r["kernel"] for r in rows] == ["naive", "tiled8", "tiled16", "tiled32", "triton", "cublas"]
+    pct = {r["kernel"]: r["predicted_pct_of_cublas"] for r in rows}
+    assert pct["cublas"] == 100 and pct["naive"] < 5 < 50 < pct["triton"] <= 100
+
+
+def test_ladder_refuses_what_does_not_fit():
+    with pytest.raises(ParamError, match="smaller n"):
+        ladder.check(ladder.Params(n=16384), toy_target(memory_gb=1))
+    with pytest.raises(ParamError, match="8.0"):
+        ladder.check(ladder.Params(), gpu.datasheet_target(gpu.datasheet_by_name("T4")))
+
+
+# ---------------------------------------------------------------------------------------------
+# On the GPU
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["fp32", "bf16", "fp16"])
+@pytest.mark.parametrize("kernel", ["naive", "tiled8", "tiled16", "tiled32"])
+def test_cuda_kernels_match_float64(kernel, dtype):
+    ladder._check_cuda_kernel(kernel, dtype)  # odd sizes, output poisoned with NaN, raises on mismatch
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["bf16", "fp16", "tf32", "fp8"])
+def test_triton_default_configs_on_gpu(dtype):
+    target = gpu.live_target()
+    if mm.dtype_support(target)[dtype]:
+        pytest.skip(mm.dtype_support(target)[dtype])
+    params = mm.Params(dtypes=(dtype,))
+    for kind in ("tma", "ptr"):
+        mm.probe_check(dtype, params, kind)
+
+
+@pytest.mark.gpu
+def test_autotuned_kernel_on_gpu():
+    params = mm.Params(dtypes=("bf16",), autotune=True)
+    mm.probe_check("bf16", params, "tma")
+    mm.probe_check("bf16", params, "ptr")
+
+
+@pytest.mark.gpu
+def test_short_sweep_runs_end_to_end():
+    from labs import runner
+
+    started = time.monotonic()
+    result = runner.run(mm.LAB, mm.Params(sizes=(512, 1023, 1024)), use_cache=False)
+    assert result.complete and time.monotonic() - started < 60
+    rows = {(r["kernel"], r["n"]): r for r in result.rows}
+    assert all(rows[(k, n)]["measured_tflops"] > 0 for k in ("cublas", "triton") for n in (512, 1023, 1024))
+    assert rows[("triton", 1024)]["error_pct"] is not None
+
+
+# ---------------------------------------------------------------------------------------------
+# The page
+# ---------------------------------------------------------------------------------------------
+def test_page_renders_the_model_explorer_and_ladder_without_a_gpu():
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(ROOT / "pages" / "matmul.py"), default_timeout=120)
+    at.run()  # the first render imports and warms caches
+    assert not at.exception, [e.value for e in at.exception]
+    started = time.perf_counter()
+    at.run()
+    elapsed = time.perf_counter() - started
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.title[0].value == mm.LAB.title
+    assert [h.value for h in at.header] == ["Tile-count explorer", "The ladder: naive, tiled, Triton, cuBLAS"]
+    assert len(at.get("plotly_chart")) >= 5  # wavy plot, explorer grid and curve, ladder bars and requests
+    choice = at.sidebar.selectbox(key="target").value  # the GPU the page models
+    target = gpu.live_target() if choice.startswith("This GPU") else gpu.datasheet_target(gpu.datasheet_by_name(choice))
+    metrics = {m.label: m.value for m in at.metric}
+    grid = mm.explorer(2304, "bf16", 128, 256, target)
+    assert metrics["tiles"] == f"{grid['tiles_m']} x {grid['tiles_n']} = {grid['tiles']}"
+    text = " ".join(m.value for m in at.markdown)
+    assert "{{" not in text and "wave" in text  # every placeholder filled, the lesson shown
+    assert elapsed < 1.5, f"the page took {elapsed:.2f} s to render"
+    # the explorer follows its inputs
+    at.number_input(key="explorer.n").set_value(2049).run()
+    assert not at.exception
+    g = mm.explorer(2049, "bf16", 128, 256, target)
+    assert {m.label: m.value for m in at.metric}["waves"] == f"{g['waves']} of {g['slots_per_wave']} slots"
+
+
+def test_page_refuses_bad_input_with_a_message():
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(ROOT / "pages" / "matmul.py"), default_timeout=120)
+    at.run()
+    at.text_input(key="matmul.sizes").set_value("1024,70000").run()
+    assert not at.exception
+    assert any("out of range" in e.value for e in at.error)
