@@ -41,17 +41,18 @@ ELEMENT = "fp32"  # every experiment moves 4-byte floats, so a sector holds 8 of
 # Kernel 1: strided read, contiguous write
 # ---------------------------------------------------------------------------------------------
 @triton.jit
-def strided_read_kernel(x_ptr, y_ptr, n, STRIDE: tl.constexpr, BLOCK: tl.constexpr):
+def strided_read_kernel(x_ptr, y_ptr, n, STRIDE: tl.constexpr, BLOCK: tl.constexpr, CACHE: tl.constexpr):
     pid = tl.program_id(0)
     offs = pid * BLOCK + tl.arange(0, BLOCK)  # this program's BLOCK consecutive outputs
     mask = offs < n
     # lane i reads element i * STRIDE: neighbouring lanes are STRIDE * 4 bytes apart (int64: the
     # input spans up to n * STRIDE elements)
-    x = tl.load(x_ptr + offs.to(tl.int64) * STRIDE, mask=mask)
+    x = tl.load(x_ptr + offs.to(tl.int64) * STRIDE, mask=mask, cache_modifier=CACHE)
     tl.store(y_ptr + offs, x, mask=mask)  # the write is always contiguous (coalesced)
 
 
 STRIDE_BLOCK, STRIDE_WARPS = 4096, 8  # 16 outputs per thread: 16-byte vector loads when STRIDE = 1
+STRIDE_CACHE = ""  # load cache modifier ("" = the default, cached in L1 and L2)
 
 
 def strided_read(x: torch.Tensor, stride: int, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -59,7 +60,8 @@ def strided_read(x: torch.Tensor, stride: int, out: torch.Tensor | None = None) 
     n = triton.cdiv(x.numel(), stride)
     out = torch.empty(n, device=x.device, dtype=x.dtype) if out is None else out
     grid = (triton.cdiv(n, STRIDE_BLOCK),)
-    strided_read_kernel[grid](x, out, n, STRIDE=stride, BLOCK=STRIDE_BLOCK, num_warps=STRIDE_WARPS)
+    strided_read_kernel[grid](x, out, n, STRIDE=stride, BLOCK=STRIDE_BLOCK, CACHE=STRIDE_CACHE,
+                              num_warps=STRIDE_WARPS)
     return out
 
 
@@ -110,7 +112,7 @@ def walk(x: torch.Tensor, along_rows: bool, out: torch.Tensor | None = None) -> 
 # Kernel 3: the transpose ladder (CUDA C++, labs/cuda/transpose.cu)
 # ---------------------------------------------------------------------------------------------
 TRANSPOSES = ("naive", "tiled", "tiled+padded", "torch")  # the ladder, bottom to top, and the library
-TILE, TILE_ROWS = 64, 16  # tile side and warps per block of the tiled rungs
+TILE, TILE_ROWS = 64, 8  # tile side and warps per block of the tiled rungs (fastest padded shape on an H200)
 TRANSPOSE_FUNCTIONS = ("transpose_naive", "transpose_tiled", "l2_fetch_granularity")
 
 
@@ -177,7 +179,7 @@ class Params:
 
 
 def fetched_bytes_per_element(stride: int, element_bytes: int = 4, sector: int = SECTOR_BYTES) -> float:
-    """Bytes a strided read fetches per useful element.
+    """Bytes a strided read fetches from DRAM per useful element.
 
     Lanes stride * element_bytes apart: below a sector, the warp's addresses cover every sector of the
     span (stride elements fetched per useful one); at a sector or beyond, each element costs a sector.
@@ -202,6 +204,59 @@ def walk_efficiency(along_rows: bool, element_bytes: int = 4) -> float:
     return WARP * element_bytes / (walk_sectors_per_load(along_rows, element_bytes) * SECTOR_BYTES)
 
 
+# The second limit: each SM's L1/shared-memory pipeline handles one 128-byte line ("wavefront") per
+# clock. A warp instruction whose 32 addresses fall in k different lines (or, in shared memory, k
+# accesses to the same bank) costs k clocks. Below: per warp, the useful bytes it moves through one
+# round of its instructions and the wavefronts they cost.
+LINE_BYTES = 128
+
+
+def stride_wavefronts(stride: int, element_bytes: int = 4) -> tuple[int, int]:
+    """Warp reads 32 floats spread over min(32, stride) lines, then writes 32 floats to one line."""
+    lines = min(WARP, -(-WARP * element_bytes * stride // LINE_BYTES))
+    return 2 * WARP * element_bytes, lines + 1
+
+
+WALK_WAVEFRONTS = {"column walk": (128, 1), "row walk": (128, WARP)}  # 32 rows = 32 lines per warp load
+# naive: load 1 line, store 32 lines; tiled: load 1, shared store 1, shared column load 32 (all lanes in
+# one bank), store 1; padded: the column load hits 32 banks, 1 wavefront; torch: not modelled (None).
+TRANSPOSE_WAVEFRONTS = {"naive": (256, 1 + WARP), "tiled": (256, 1 + 1 + WARP + 1), "tiled+padded": (256, 4),
+                        "torch": None}
+
+# Boost SM clocks from the vendors' datasheets, for GPUs that are not attached (MHz).
+BOOST_CLOCK_MHZ = {"H100 SXM": 1980, "H100 PCIe": 1755, "H200": 1980, "A100 40GB": 1410, "A100 80GB": 1410,
+                   "L4": 2040, "L40S": 2520, "T4": 1590, "A10G": 1710, "RTX 4090": 2520}
+
+
+def sm_clock_mhz(target: Target):
+    """The attached GPU's maximum SM clock (nvidia-smi), else the datasheet boost clock, else None."""
+    if target.live:
+        from labs.gpu import detect
+
+        info = detect()
+        if info.available and info.sm_clock_mhz:
+            return info.sm_clock_mhz
+    return BOOST_CLOCK_MHZ.get(target.datasheet.name) if target.datasheet else None
+
+
+def l1_bound_tbps(cost, target: Target):
+    """Useful TB/s the SMs' L1 pipelines allow: SMs x clock x useful bytes per wavefront."""
+    clock = sm_clock_mhz(target)
+    if cost is None or not clock:
+        return None
+    useful, wavefronts = cost
+    return target.sm_count * clock * 1e6 * useful / wavefronts / 1e12
+
+
+def _bounded(row: dict, dram_tbps: float, l1_tbps, useful_bytes: float) -> dict:
+    """The model: the lower of the two limits."""
+    rate = dram_tbps if l1_tbps is None else min(dram_tbps, l1_tbps)
+    row.update({"dram_bound_tbps": dram_tbps, "l1_bound_tbps": l1_tbps,
+                "bound": "DRAM" if l1_tbps is None or dram_tbps <= l1_tbps else "L1",
+                "predicted_tbps": rate, "predicted_ms": useful_bytes / (rate * 1e12) * 1e3})
+    return row
+
+
 def stride_elements(params: Params, stride: int) -> int:
     return -(-params.size_mib * MiB // 4 // stride)
 
@@ -213,24 +268,22 @@ def predict(params: Params, target: Target) -> list[dict]:
         for s in params.strides:
             n = stride_elements(params, s)
             eff = stride_efficiency(s)
-            rows.append({"experiment": "stride", "variant": f"stride {s}", "stride": s,
-                         "useful_bytes": 8 * n, "fetched_bytes": n * (fetched_bytes_per_element(s) + 4),
-                         "sector_efficiency": eff, "predicted_tbps": bw * eff,
-                         "predicted_ms": 8 * n / (bw * eff * 1e12) * 1e3})
+            row = {"experiment": "stride", "variant": f"stride {s}", "stride": s, "useful_bytes": 8 * n,
+                   "fetched_bytes": n * (fetched_bytes_per_element(s) + 4), "sector_efficiency": eff}
+            rows.append(_bounded(row, bw * eff, l1_bound_tbps(stride_wavefronts(s), target), 8 * n))
     if "walk" in params.experiments:
         n = params.matrix_n
         for along_rows, name in ((False, "column walk"), (True, "row walk")):
-            eff = walk_efficiency(along_rows)
-            useful = 4 * n * n
-            rows.append({"experiment": "walk", "variant": name, "sectors_per_warp_load": walk_sectors_per_load(along_rows),
-                         "useful_bytes": useful, "sector_efficiency": eff, "predicted_tbps": bw * eff,
-                         "predicted_ms": useful / (bw * eff * 1e12) * 1e3})
+            # the L1 keeps each fetched sector for the thread's next steps: DRAM moves every byte once
+            row = {"experiment": "walk", "variant": name, "sectors_per_warp_load": walk_sectors_per_load(along_rows),
+                   "useful_bytes": 4 * n * n, "sector_efficiency": 1.0,
+                   "no_reuse_tbps": bw * walk_efficiency(along_rows)}
+            rows.append(_bounded(row, bw, l1_bound_tbps(WALK_WAVEFRONTS[name], target), 4 * n * n))
     if "transpose" in params.experiments:
         n = params.matrix_n
-        for variant in TRANSPOSES:  # every rung moves exactly what a copy moves: the model is the copy
-            rows.append({"experiment": "transpose", "variant": variant, "useful_bytes": 8 * n * n,
-                         "sector_efficiency": 1.0, "predicted_tbps": bw,
-                         "predicted_ms": 8 * n * n / (bw * 1e12) * 1e3})
+        for variant in TRANSPOSES:  # every rung moves exactly what a copy moves through DRAM
+            row = {"experiment": "transpose", "variant": variant, "useful_bytes": 8 * n * n, "sector_efficiency": 1.0}
+            rows.append(_bounded(row, bw, l1_bound_tbps(TRANSPOSE_WAVEFRONTS[variant], target), 8 * n * n))
     return rows
 
 
@@ -359,8 +412,17 @@ def lesson_numbers(target: Target) -> dict:
         "stride2_tbps": f"{bw * stride_efficiency(2):.2f}",
         "stride8_tbps": f"{bw * stride_efficiency(8):.2f}",
         "stride8_pct": f"{100 * stride_efficiency(8):.0f}",
-        "row_walk_tbps": f"{bw * walk_efficiency(True):.2f}",
+        "row_walk_no_reuse_tbps": f"{bw * walk_efficiency(True):.2f}",
+        "row_walk_l1_tbps": _fmt(l1_bound_tbps(WALK_WAVEFRONTS["row walk"], target)),
+        "tiled_l1_tbps": _fmt(l1_bound_tbps(TRANSPOSE_WAVEFRONTS["tiled"], target)),
+        "naive_l1_tbps": _fmt(l1_bound_tbps(TRANSPOSE_WAVEFRONTS["naive"], target)),
+        "sm_count": str(target.sm_count),
+        "clock_mhz": str(sm_clock_mhz(target) or "?"),
     }
+
+
+def _fmt(x) -> str:
+    return f"{x:.2f}" if x is not None else "(unknown: no clock for this GPU)"
 
 
 LAB = Lab(

@@ -231,8 +231,11 @@ def launch_costs(target: Target) -> dict:
             continue
         found = {r["variant"]: r["measured_us"] for r in rec.rows
                  if r.get("experiment") == "probe" and isinstance(r.get("measured_us"), (int, float))}
-        if set(PROBES) <= set(found):
-            return {**{k: float(found[k]) for k in PROBES}, "source": f"recorded ({rec.label})"}
+        if found:  # a recording older than a probe lacks it: that one figure stays assumed
+            missing = [k for k in PROBES if k not in found]
+            note = f"; assumed: {', '.join(missing)}" if missing else ""
+            return {**ASSUMED, **{k: float(v) for k, v in found.items() if k in PROBES},
+                    "source": f"recorded ({rec.label}){note}"}
     return {**ASSUMED, "source": "assumed: not measured on this GPU yet (run the lab to measure it)"}
 
 

@@ -43,9 +43,9 @@ def try_it_live(entry) -> None:
     st.subheader("Try it live")
     for lab, title, page in labs:
         try:  # under st.navigation (app.py) the lab page is registered and this is a real page link
-            st.page_link(str(page), label=f"{title} lab", icon="🧪")
+            st.page_link(str(page), label=title, icon="🧪")
         except Exception:  # this page on its own: a plain link to the lab's URL
-            st.markdown(f"🧪 [{title} lab]({lab})")
+            st.markdown(f"🧪 [{title}]({lab})")
 
 
 # --- diagrams: data from labs.glossary, drawn here -------------------------------------------------

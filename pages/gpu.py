@@ -1,5 +1,6 @@
 """Your GPU: what the device reports, what its datasheet promises, and what it measurably does."""
 
+import plotly.graph_objects as go
 import streamlit as st
 
 from labs import gpu, params, runner
@@ -40,7 +41,18 @@ else:
 
 st.header("Recorded GPUs")
 st.caption("Ceilings measured by `python -m labs calibrate --record` on real GPUs and committed with their metadata.")
-for ceilings in gpu.recorded_ceilings():
+recorded = gpu.recorded_ceilings()
+if recorded:
+    fig = go.Figure()
+    for ceilings in recorded:
+        rows = [r for r in gpu.ceilings_vs_datasheet(ceilings, gpu.datasheet_for(ceilings.gpu)) if r["measured / datasheet"]]
+        fig.add_trace(go.Bar(x=[r["ceiling"] for r in rows], y=[r["measured / datasheet"] for r in rows],
+                             name=ceilings.gpu, text=[f"{r['measured']:.3g} {r['unit']}" for r in rows]))
+    fig.add_hline(y=1.0, line_dash="dot", line_color="gray")
+    fig.update_layout(title="Measured ceilings as a fraction of each GPU's datasheet", yaxis_title="measured / datasheet",
+                      barmode="group", height=420)
+    st.plotly_chart(fig, width="stretch")
+for ceilings in recorded:
     sheet = gpu.datasheet_for(ceilings.gpu)
     v = ceilings.versions
     st.subheader(ceilings.gpu)

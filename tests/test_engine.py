@@ -129,3 +129,48 @@ def test_gpu_session_serialises_work_and_reports_queue_position():
 def test_live_run_without_a_gpu_says_why():
     with pytest.raises(ParamError, match="No CUDA GPU"):
         runner.run(get_lab("roofline"), get_lab("roofline").Params())
+
+
+def _sweep_that_fails(exc):
+    def measure(params, target, progress):
+        for i in range(5):
+            progress(i / 5, f"point {i}")
+            if i == 2:
+                raise exc
+            yield {"i": i, "measured_ms": 1.0}
+    return measure
+
+
+def _toy_lab(measure):
+    from labs.lab import Lab
+
+    return Lab("toy", "Toy", "a toy", (), Knobs, lambda p, t: [], measure, ("i",), "ms")
+
+
+def test_out_of_memory_keeps_the_measured_points_and_says_so():
+    import torch
+
+    rows, messages, complete = runner._measure_rows(_toy_lab(_sweep_that_fails(torch.cuda.OutOfMemoryError("boom"))),
+                                                    Knobs(), None, lambda f, m: None, 60)
+    assert [r["i"] for r in rows] == [0, 1] and not complete
+    assert "ran out of memory after 2 measured points" in messages[0]
+
+
+def test_time_limit_stops_a_sweep_and_keeps_the_measured_points():
+    def slow(params, target, progress):
+        for i in range(100):
+            progress(i / 100, "slow point")
+            time.sleep(0.03)
+            yield {"i": i}
+
+    rows, messages, complete = runner._measure_rows(_toy_lab(slow), Knobs(), None, lambda f, m: None, 0.1)
+    assert 1 <= len(rows) < 100 and not complete and "time limit" in messages[0]
+
+
+def test_runner_log_records_enter_and_exit(tmp_path, monkeypatch):
+    log = tmp_path / "runner.log"
+    monkeypatch.setenv("ROOFLINE_RUNNER_LOG", str(log))
+    with runner.gpu_session("logged"):
+        pass
+    events = [line.split()[1:3] for line in log.read_text().splitlines()]
+    assert events == [["enter", "logged"], ["exit", "logged"]]
