@@ -6,9 +6,15 @@ What you will learn:
 - a warp's 32 loads are served together: the hardware fetches every 32-byte sector they touch,
   so threads that read neighbouring addresses share sectors and threads that read far apart do not;
 - the sector model: useful bandwidth = copy bandwidth x useful bytes / fetched bytes;
+- the second limit, inside each SM: the L1/shared-memory pipeline handles one 128-byte line (or one
+  access per bank) per clock, so a warp instruction spread over 32 lines or hitting one bank 32
+  times costs 32 clocks even when the caches spare DRAM the traffic;
 - the same work can be coalesced or not (threads walking along rows or down columns);
 - the transpose ladder: naive (strided writes) -> shared-memory tiles -> tiles padded against
   bank conflicts, against `x.t().contiguous()`.
+
+The model is the lower of two limits: DRAM (bytes fetched at the calibrated copy bandwidth) and the
+L1 (SMs x clock x useful bytes per wavefront).
 
 Three experiments:
 1. stride: y[i] = x[i * s] for s = 1, 2, 4, ... 64 floats. Writes stay contiguous; reads touch a
@@ -387,7 +393,7 @@ def measure(params: Params, target: Target, progress):
 # Summaries for the page and the lesson
 # ---------------------------------------------------------------------------------------------
 def ladder_gains(rows: list[dict]) -> list[dict]:
-    """Each transpose rung's measured bandwidth, its gain over the rung below, and its share of copy."""
+    """Each transpose rung's measured bandwidth, its gain over the rung below, and its share of copy bandwidth."""
     by_variant = {r["variant"]: r for r in rows if r.get("experiment") == "transpose" and r.get("measured_tbps")}
     out, below = [], None
     for variant in TRANSPOSES:
@@ -397,7 +403,7 @@ def ladder_gains(rows: list[dict]) -> list[dict]:
         tbps = row["measured_tbps"]
         gain = tbps / below if below and variant != "torch" else None
         out.append({"variant": variant, "measured_tbps": tbps, "gain_over_previous": gain,
-                    "fraction_of_copy": tbps / row["predicted_tbps"] if row.get("predicted_tbps") else None})
+                    "fraction_of_copy": tbps / row["dram_bound_tbps"] if row.get("dram_bound_tbps") else None})
         if variant != "torch":
             below = tbps
     return out

@@ -313,7 +313,8 @@ def data_dependent_model(distribution: str, k_max: int, n: int, target: Target) 
         "mean_k": mean_k,
         "random": {"ms": random_ms, "efficiency": mean_k / mean_max_random, "ideal_ms": ideal_ms},
         "sorted": {"ms": sorted_ms, "efficiency": mean_k / mean_max_sorted, "ideal_ms": ideal_ms},
-        "all-max": {"ms": warps * _warp_ms(k_max, target), "efficiency": 1.0, "ideal_ms": warps * k_max * warp_trip_ms(target)},
+        "all-max": {"ms": warps * _warp_ms(k_max, target), "efficiency": 1.0,
+                    "ideal_ms": warps * k_max * warp_trip_ms(target)},
     }
 
 
@@ -344,7 +345,8 @@ def predict(params: Params, target: Target) -> list[dict]:
             for case, per_program, g in TRITON_CASES:
                 issued, useful = triton_counts(n, ta, tb, per_program, g)
                 ms = triton_ms(n, ta, tb, per_program, g, target)
-                rows.append({"experiment": "triton", "case": case, "cost_ratio": ratio, "g": g if not per_program else None,
+                rows.append({"experiment": "triton", "case": case, "cost_ratio": ratio,
+                             "g": g if not per_program else None,
                              "trips_a": ta, "trips_b": tb, "predicted_ms": ms, "predicted_slowdown": ms / base_ms,
                              "predicted_branch_efficiency": useful / issued})
     if "data-dependent" in params.experiments:
@@ -384,8 +386,9 @@ def bytes_needed(params: Params) -> int:
 def check(params: Params, target: Target) -> None:
     """Refuse what cannot run: no CUDA compiler for the CUDA C++ parts, memory, odd FMA counts."""
     if params.fmas % FMAS_PER_TRIP:
+        nearest = max(FMAS_PER_TRIP, params.fmas // FMAS_PER_TRIP * FMAS_PER_TRIP)
         raise ParamError(f"fmas = {params.fmas} must be a multiple of {FMAS_PER_TRIP} (one loop trip is "
-                         f"{FMAS_PER_TRIP} FMAs); try {max(FMAS_PER_TRIP, params.fmas // FMAS_PER_TRIP * FMAS_PER_TRIP)}.")
+                         f"{FMAS_PER_TRIP} FMAs); try {nearest}.")
     cuda_parts = [e for e in params.experiments if e in CUDA_EXPERIMENTS]
     if cuda_parts and target.live:
         reason = cuda_unavailable_reason()

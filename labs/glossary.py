@@ -90,8 +90,10 @@ LABS: dict[str, str] = {
 # --------------------------------------------------------------------------------------------
 # Facts that are not in the datasheet table
 # --------------------------------------------------------------------------------------------
-_HOPPER_SRC = "NVIDIA H100 Tensor Core GPU Architecture whitepaper and the CUDA C++ Programming Guide (compute capability 9.0)"
-_AMPERE_SRC = "NVIDIA A100 Tensor Core GPU Architecture whitepaper and the CUDA C++ Programming Guide (compute capability 8.0)"
+_HOPPER_SRC = ("NVIDIA H100 Tensor Core GPU Architecture whitepaper and the CUDA C++ Programming Guide "
+               "(compute capability 9.0)")
+_AMPERE_SRC = ("NVIDIA A100 Tensor Core GPU Architecture whitepaper and the CUDA C++ Programming Guide "
+               "(compute capability 8.0)")
 
 
 @dataclass(frozen=True)
@@ -159,7 +161,8 @@ FACTS: dict[str, Fact] = {
     "nvlink3_links": Fact(12, "links", "NVIDIA A100 architecture whitepaper"),
     "pcie5_x16_gbps": Fact(64, "GB/s per direction", _PCIE_SRC),
     "pcie4_x16_gbps": Fact(32, "GB/s per direction", _PCIE_SRC),
-    "infiniband_ndr_gbitps": Fact(400, "Gbit/s per port", "NVIDIA ConnectX-7 / Quantum-2 NDR InfiniBand product briefs"),
+    "infiniband_ndr_gbitps": Fact(400, "Gbit/s per port",
+                                  "NVIDIA ConnectX-7 / Quantum-2 NDR InfiniBand product briefs"),
     "nvlink_switch_max_gpus": Fact(256, "GPUs", "NVIDIA NVLink Switch System (DGX H100 SuperPOD) documentation"),
     "dgx_h100_gpus": Fact(8, "GPUs", "NVIDIA DGX H100 system datasheet"),
     "dgx_h100_nvswitches": Fact(4, "NVSwitch chips", "NVIDIA DGX H100 system datasheet"),

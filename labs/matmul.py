@@ -146,23 +146,24 @@ class TileConfig:
 
 
 # Fixed configs per dtype, chosen from measurements on an H200 (scripts/matmul_gpu.py; Triton 3.6):
-# bf16 128x256x64 w8 s3 reached 0.95x cuBLAS at N = 4096 and 8192 (128x128x64: 0.82-0.85x),
-# fp8 128x128x128 w4 s4 1.08x (128x256x128: 0.96x).
+# bf16 128x256x64 w8 s3 reached 0.95-1.02x cuBLAS at N = 4096 and 8192 (128x128x64: 0.80-0.85x),
+# fp8 128x128x128 w4 s4 0.96-1.08x (128x256x128: 0.89-0.96x), tf32 128x128x32 w4 s4 0.92x (w8 s3: 0.62x),
+# fp32 (ieee, CUDA cores) 128x128x32 w8 s3 0.87x.
 DEFAULT_CONFIGS = {
     "fp16": TileConfig(128, 256, 64, 8, 8, 3),
     "bf16": TileConfig(128, 256, 64, 8, 8, 3),
     "fp8": TileConfig(128, 128, 128, 8, 4, 4),
-    "tf32": TileConfig(128, 128, 32, 8, 8, 3),
+    "tf32": TileConfig(128, 128, 32, 8, 4, 4),
     "fp32": TileConfig(128, 128, 32, 8, 8, 3),
 }
-# A handful of configs for the autotuned option (compiling each costs seconds, so few).
+# A handful of configs for the autotuned option (compiling each costs seconds, so few), by element bytes.
 AUTOTUNE_CONFIGS = {
-    16: [TileConfig(128, 256, 64, 8, 8, 3), TileConfig(128, 128, 64, 8, 4, 4), TileConfig(128, 128, 64, 8, 8, 4),
+    2: [TileConfig(128, 256, 64, 8, 8, 3), TileConfig(128, 128, 64, 8, 4, 4), TileConfig(128, 128, 64, 8, 8, 4),
          TileConfig(256, 128, 64, 8, 8, 3), TileConfig(64, 128, 64, 8, 4, 4)],
-    8: [TileConfig(128, 128, 128, 8, 4, 4), TileConfig(128, 256, 128, 8, 8, 3), TileConfig(256, 128, 128, 8, 8, 3),
+    1: [TileConfig(128, 128, 128, 8, 4, 4), TileConfig(128, 256, 128, 8, 8, 3), TileConfig(256, 128, 128, 8, 8, 3),
         TileConfig(64, 128, 128, 8, 4, 4)],
-    32: [TileConfig(128, 128, 32, 8, 8, 3), TileConfig(128, 128, 32, 8, 4, 4), TileConfig(128, 64, 32, 8, 4, 4),
-         TileConfig(64, 64, 32, 8, 4, 4)],
+    4: [TileConfig(128, 128, 32, 8, 4, 4), TileConfig(128, 128, 32, 8, 8, 3), TileConfig(64, 256, 32, 8, 4, 3),
+        TileConfig(128, 64, 32, 8, 4, 3)],
 }
 
 # Hopper's tensor cores read a transposed operand from shared memory only for 16-bit types, so for fp8

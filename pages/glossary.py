@@ -12,6 +12,7 @@ if str(ROOT) not in sys.path:  # `streamlit run pages/glossary.py` on its own
 import plotly.graph_objects as go  # noqa: E402
 import streamlit as st  # noqa: E402
 from plotly.subplots import make_subplots  # noqa: E402
+from streamlit.errors import StreamlitAPIException  # noqa: E402
 
 from labs import glossary  # noqa: E402
 
@@ -33,7 +34,7 @@ def term_buttons(entries: list, prefix: str) -> None:
     cols = st.columns(3)
     for i, e in enumerate(entries):
         cols[i % 3].button(e.title, key=f"{prefix}_{e.slug}", on_click=open_term, args=(e.slug,),
-                           use_container_width=True)
+                           width="stretch")
 
 
 def try_it_live(entry) -> None:
@@ -44,7 +45,7 @@ def try_it_live(entry) -> None:
     for lab, title, page in labs:
         try:  # under st.navigation (app.py) the lab page is registered and this is a real page link
             st.page_link(str(page), label=title, icon="🧪")
-        except Exception:  # this page on its own: a plain link to the lab's URL
+        except StreamlitAPIException:  # this page on its own: a plain link to the lab's URL
             st.markdown(f"🧪 [{title}]({lab})")
 
 
@@ -109,7 +110,8 @@ def diagram(name: str, key: str) -> None:
     else:
         levels = glossary.memory_hierarchy(gpu)
         st.plotly_chart(memory_figure(gpu), width="stretch", key=f"memory_{key}")
-        rows = ["| level | scope | size (per SM or per GPU) | latency (cycles) | bandwidth, whole GPU (TB/s) |", "|---|---|---|---|---|"]
+        rows = ["| level | scope | size (per SM or per GPU) | latency (cycles) | bandwidth, whole GPU (TB/s) |",
+                "|---|---|---|---|---|"]
         for lv in levels:
             size = glossary.human_bytes(lv["unit_bytes"]) if lv["unit_bytes"] else "host RAM"
             rows.append(f"| {lv['level']} | {lv['scope']} | {size} | ~{lv['latency_cycles']:,} | "
@@ -143,7 +145,7 @@ with left:
             st.info("Nothing matches. Try fewer words, or another section.")
         for e in results:
             st.button(e.title, key=f"open_{e.slug}", on_click=open_term, args=(e.slug,),
-                      type="primary" if e.slug == term else "secondary", use_container_width=True)
+                      type="primary" if e.slug == term else "secondary", width="stretch")
 
 with right:
     entry = G.get(term) if term else None

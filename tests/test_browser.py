@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.browser,
 
 # url path -> text that must appear once the page has rendered
 PAGES = {"": "The labs", "gpu": "Datasheet table"}
-PAGES.update({lab.name: lab.title for lab in all_labs() if (ROOT / "pages" / f"{lab.name}.py").exists()})
+PAGES.update({lab.name: lab.summary[:60] for lab in all_labs() if (ROOT / "pages" / f"{lab.name}.py").exists()})
 if (ROOT / "pages" / "glossary.py").exists():
     PAGES["glossary"] = "Glossary"
 
@@ -80,11 +80,13 @@ def browser():
 
 @pytest.mark.parametrize("path", list(PAGES))
 def test_page_loads_in_chromium_without_errors(server, browser, path):
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page = browser.new_page(viewport={"width": 1400, "height": 3200})  # tall: Streamlit scrolls inside the page
     errors = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     page.goto(f"{server}/{path}", wait_until="domcontentloaded", timeout=60_000)
     page.get_by_text(PAGES[path], exact=False).first.wait_for(timeout=90_000)
+    # the script has finished when Streamlit's "running" indicator is gone
+    page.wait_for_function("!document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=120_000)
     page.wait_for_timeout(1500)  # let charts draw
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / f"{path or 'home'}.png"), full_page=True)

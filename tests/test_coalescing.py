@@ -9,8 +9,8 @@ import torch
 
 from labs import bench, gpu, runner
 from labs.coalescing import (LAB, Params, TRANSPOSES, fetched_bytes_per_element, ladder_gains, predict,
-                             stride_efficiency, strided_read, strided_reference, transpose, transpose_reference,
-                             walk, walk_efficiency, walk_reference)
+                             stride_efficiency, stride_wavefronts, strided_read, strided_reference, transpose,
+                             transpose_reference, walk, walk_efficiency, walk_reference)
 from labs.params import ParamError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -64,14 +64,28 @@ def test_sector_model_by_hand():
     assert walk_efficiency(False) == 1.0 and walk_efficiency(True) == pytest.approx(1 / 8)
 
 
-def test_predict_scales_the_copy_bandwidth():
+def test_wavefronts_by_hand():
+    # stride 1: 32 floats in one 128-byte line, + 1 line written; stride 8: 8 lines; stride 64: 32 lines
+    assert stride_wavefronts(1) == (256, 2) and stride_wavefronts(8) == (256, 9) and stride_wavefronts(64) == (256, 33)
+
+
+def test_predict_takes_the_lower_of_dram_and_l1():
     rows = predict(Params(), H200)
     bw = H200.ceilings.copy_tbps
+    l1 = 132 * 1980e6 / 1e12  # TB/s per useful byte per wavefront on an H200 (132 SMs, 1980 MHz)
     by = {r["variant"]: r for r in rows}
+    # strides: DRAM-bound at every stride (the L1 allows 256 B per 33 clocks even at stride 64)
     assert by["stride 1"]["predicted_tbps"] == pytest.approx(bw)
     assert by["stride 8"]["predicted_tbps"] == pytest.approx(bw * 2 / 9)
-    assert by["row walk"]["predicted_tbps"] == pytest.approx(bw / 8)
-    assert all(by[v]["predicted_tbps"] == pytest.approx(bw) for v in TRANSPOSES)
+    assert all(by[f"stride {s}"]["bound"] == "DRAM" for s in Params().strides)
+    # row walk: DRAM would allow the copy rate (the L1 keeps the sectors), the L1 only 128 B per 32 clocks
+    assert by["row walk"]["predicted_tbps"] == pytest.approx(l1 * 4) and by["row walk"]["bound"] == "L1"
+    assert by["row walk"]["no_reuse_tbps"] == pytest.approx(bw / 8)
+    assert by["column walk"]["predicted_tbps"] == pytest.approx(bw)
+    # transposes: unpadded tile 256 B per 35 clocks; padded DRAM-bound; torch only DRAM
+    assert by["tiled"]["predicted_tbps"] == pytest.approx(l1 * 256 / 35)
+    assert by["naive"]["predicted_tbps"] == pytest.approx(l1 * 256 / 33)
+    assert by["tiled+padded"]["predicted_tbps"] == pytest.approx(bw) and by["torch"]["predicted_tbps"] == bw
     # stride 4 over 2 GiB: 2^27 outputs, useful 8 B each
     assert by["stride 4"]["useful_bytes"] == 8 * 2**27
     measured, predicted = LAB.headline.answer(rows)
@@ -79,7 +93,7 @@ def test_predict_scales_the_copy_bandwidth():
 
 
 def test_ladder_gains_compare_each_rung_with_the_one_below():
-    rows = [{"experiment": "transpose", "variant": v, "measured_tbps": t, "predicted_tbps": 4.0}
+    rows = [{"experiment": "transpose", "variant": v, "measured_tbps": t, "dram_bound_tbps": 4.0}
             for v, t in (("naive", 1.0), ("tiled", 2.0), ("tiled+padded", 3.0), ("torch", 1.5))]
     gains = {g["variant"]: g for g in ladder_gains(rows)}
     assert gains["naive"]["gain_over_previous"] is None

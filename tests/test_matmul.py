@@ -204,6 +204,14 @@ def test_dtype_support_and_refusals():
         mm.check(mm.Params(block_m=256, block_n=256, block_k=128, num_stages=6), toy_target())
 
 
+def test_every_dtype_has_a_default_and_autotune_configs():
+    for dtype in mm.DTYPES:
+        assert dtype in mm.DEFAULT_CONFIGS
+        configs = mm.AUTOTUNE_CONFIGS[bench.element_bytes(dtype)]
+        assert 3 <= len(configs) <= 6  # a handful: each one is compiled and timed
+        assert all(mm.blocks_per_sm(c, dtype, "tma", "9.0") >= 1 for c in configs)
+
+
 def test_params_parse_and_validate():
     p = from_strings(mm.Params, {"dtypes": "bf16,fp16", "sizes": "2048,2049", "tma": "off"})
     assert p.dtypes == ("bf16", "fp16") and p.sizes == (2048, 2049) and p.tma == "off"

@@ -1,0 +1,87 @@
+"""Coalescing lab page: strided reads against the sector model, row vs column walks, the transpose ladder."""
+
+import plotly.graph_objects as go
+import streamlit as st
+
+from labs import coalescing
+from labs.coalescing import LAB
+from ui import charts
+from ui.lab_page import LabPage, recorded_caption
+
+page = LabPage(LAB)
+page.lesson()
+params = page.params_form()
+if params is None:
+    st.stop()
+live, model, recorded = page.results(params)
+target = page.target
+runs = ([live] if live else []) + recorded
+
+
+def bars(title: str, experiment: str) -> go.Figure:
+    """Model and measurements side by side for each variant of one experiment."""
+    fig = charts.figure(title, "", "useful bandwidth (TB/s)")
+    rows = charts.rows_where(model.rows, experiment=experiment)
+    fig.add_trace(go.Bar(x=[r["variant"] for r in rows], y=[r["predicted_tbps"] for r in rows], name="model",
+                         marker=dict(color="rgba(0,0,0,0)", line=dict(color="black", width=2)),
+                         customdata=[r["bound"] for r in rows],
+                         hovertemplate="%{x}: %{y:.3g} TB/s (%{customdata}-bound)<extra>model</extra>"))
+    for run in runs:
+        got = [r for r in charts.rows_where(run.rows, experiment=experiment) if r.get("measured_tbps") is not None]
+        fig.add_trace(go.Bar(x=[r["variant"] for r in got], y=[r["measured_tbps"] for r in got],
+                             name=f"measured, {run.label}"))
+    fig.add_hline(y=target.ceilings.copy_tbps, line_dash="dash", line_color="gray",
+                  annotation_text=f"copy {target.ceilings.copy_tbps:.2f} TB/s", annotation_position="top right")
+    fig.update_layout(barmode="group")
+    return fig
+
+
+# --- 1. stride ------------------------------------------------------------------------------------
+if "stride" in params.experiments:
+    st.subheader("Reading with a stride")
+    fig = charts.figure(f"Useful bandwidth against read stride, {target.name}", "stride (floats)",
+                        "useful bandwidth (TB/s)", log_x=True, log_y=True)
+    stride_model = charts.rows_where(model.rows, experiment="stride")
+    hover = ("sector_efficiency", "bound", "error_pct")
+    charts.add_series(fig, stride_model, "stride", "dram_bound_tbps", "sector model (32-byte sectors at copy bandwidth)",
+                      charts.MODEL_STYLE, hover[:2])
+    charts.add_series(fig, stride_model, "stride", "l1_bound_tbps", "L1 limit (one 128-byte line per clock per SM)",
+                      dict(mode="lines", line=dict(dash="dash", color="gray")))
+    if live is not None:
+        charts.add_series(fig, charts.rows_where(live.rows, experiment="stride"), "stride", "measured_tbps",
+                          "measured", charts.LIVE_STYLE, hover)
+    for rec in recorded:
+        charts.add_series(fig, charts.rows_where(rec.rows, experiment="stride"), "stride", "measured_tbps",
+                          rec.label, charts.RECORDED_STYLE, hover)
+    st.plotly_chart(fig, width="stretch")
+    shown = live or (recorded[0] if recorded else None)
+    if shown is not None:
+        st.plotly_chart(charts.error_figure(charts.rows_where(shown.rows, experiment="stride"), "stride", "experiment",
+                                            15, log_x=True, title=f"Sector model error by stride, {shown.label}"),
+                        width="stretch")
+        st.markdown(page.section("Why large strides fall below the sector model"))
+
+# --- 2. walks -------------------------------------------------------------------------------------
+if "walk" in params.experiments:
+    st.subheader("Each thread a row, or each thread a column")
+    st.plotly_chart(bars(f"Same loads, same sums: walking a {params.matrix_n} x {params.matrix_n} matrix", "walk"),
+                    width="stretch")
+    st.markdown(page.section("Why the row walk is not 8x slower"))
+
+# --- 3. transpose ---------------------------------------------------------------------------------
+if "transpose" in params.experiments:
+    st.subheader("The transpose ladder")
+    st.plotly_chart(bars(f"Transposing a {params.matrix_n} x {params.matrix_n} fp32 matrix", "transpose"),
+                    width="stretch")
+    shown = live or (recorded[0] if recorded else None)
+    if shown is not None:
+        gains = coalescing.ladder_gains(shown.rows)
+        if gains:
+            st.dataframe(gains, hide_index=True, width="stretch")
+            st.caption(f"{shown.label}: each rung's bandwidth, its gain over the rung below, and its share of "
+                       "copy bandwidth.")
+    st.markdown(page.section("Why padding one column helps"))
+
+if recorded:
+    st.caption(recorded_caption(recorded))
+page.table_and_downloads(live or model)
