@@ -52,7 +52,7 @@ from labs.params import ParamError, param
 FLUSH_BYTES = 512 * 2**20
 
 
-def time_ms(fn, warmup_ms: float = 10, rep_ms: float = 60) -> float:
+def time_ms(fn, warmup_ms: float = 25, rep_ms: float = 60) -> float:
     """Median time of one call of `fn` (ms), CUDA events around each call, the L2 emptied by a read before it."""
     flush = torch.empty(FLUSH_BYTES // 4, device="cuda", dtype=torch.float32)  # contents do not matter: only read
     fn()
@@ -562,11 +562,18 @@ def check_shapes(p: Params) -> None:
 # ---------------------------------------------------------------------------------------------
 # The model
 # ---------------------------------------------------------------------------------------------
-# The fixed cost of a kernel, measured with scripts/inference_gpu.py on an H200 and re-measured by every
-# run (the `launch` rows): the smallest kernel that touches memory (it reads one number that is not in the L2
-# and writes one back) timed alone by `time_ms`, and each extra such kernel inside a CUDA graph.
-LAUNCH_ALONE_MS = 0.0040
-GRAPH_NODE_MS = 0.0019
+# The fixed cost of a kernel, measured with scripts/inference_gpu.py on an H200 (3.49 to 3.55 us and 1.32 us)
+# and re-measured by every run (the `launch` rows): the smallest kernel that touches memory (it reads one
+# number that is not in the L2 and writes one back) timed alone by `time_ms`, and each extra such kernel
+# inside a CUDA graph.
+LAUNCH_ALONE_MS = 0.0035
+GRAPH_NODE_MS = 0.0013
+
+
+def fixed_ms(launches: int) -> float:
+    """Fixed cost of one piece of work made of `launches` kernels back to back: the first as if timed alone,
+    each further one as a graph node."""
+    return LAUNCH_ALONE_MS + (launches - 1) * GRAPH_NODE_MS
 
 
 def matmul_tflops(target: Target, dtype: str) -> float:
@@ -645,7 +652,7 @@ def predict_gemm(p: Params, target: Target) -> list[dict]:
     for kernel, m in gemm_points(p):
         flops, nbytes = gemm_flops(m, k, n), gemm_bytes(m, k, n, p.dtype)
         launches = gemm_kernel_launches(kernel, m, k, n, target)
-        ms = roofline_ms(flops, nbytes, target, p.dtype) + LAUNCH_ALONE_MS + (launches - 1) * GRAPH_NODE_MS
+        ms = roofline_ms(flops, nbytes, target, p.dtype) + fixed_ms(launches)
         i = flops / nbytes
         rows.append({"experiment": "gemm", "kernel": kernel, "m": m, "k": k, "n": n,
                      "intensity_flop_per_byte": i,
@@ -663,7 +670,7 @@ def predict_attention(p: Params, target: Target) -> list[dict]:
         for batch in p.attn_batch:
             for context in p.attn_context:
                 flops, nbytes = attention_cost(batch, context, p)
-                ms = roofline_ms(flops, nbytes, target, p.dtype) + LAUNCH_ALONE_MS + (attention_launches(kernel) - 1) * GRAPH_NODE_MS
+                ms = roofline_ms(flops, nbytes, target, p.dtype) + fixed_ms(attention_launches(kernel))
                 rows.append({"experiment": "attention", "kernel": kernel, "batch": batch, "context": context,
                              "kv_bytes": kv_bytes(batch, context, p.kv_heads, hd, p.dtype),
                              "kv_bytes_per_token": kv_bytes(1, 1, p.kv_heads, hd, p.dtype),
@@ -672,17 +679,23 @@ def predict_attention(p: Params, target: Target) -> list[dict]:
 
 
 def block_parts(p: Params, batch: int, target: Target) -> dict:
-    """The model of one decode step of the block: each piece on the roofline, plus a fixed cost per kernel.
+    """The model of one decode step of the block: the sum of the models above.
 
-    Returns ms per part (gemm, attention, small layers, fixed) and the number of kernels.
+    The four GEMMs and the attention as the `gemm` and `attention` experiments predict them (roofline time +
+    the fixed cost of a kernel timed alone, + a graph node for each second kernel), plus the small layers
+    (norms, adds, SiLU, cache writes: their bytes at copy speed + one graph node each).
+    Returns ms per part (gemm, attention, small layers, fixed costs) and the number of kernels.
     """
     s, e, t = p.block_shape, bench.element_bytes(p.dtype), p.block_context
-    gemm_ms, kernels = 0.0, 0
+    gemm_ms, fixed, kernels = 0.0, 0.0, 0
     for (n, k) in s.weight_shapes.values():
         gemm_ms += roofline_ms(gemm_flops(batch, k, n), gemm_bytes(batch, k, n, p.dtype), target, p.dtype)
-        kernels += gemm_kernel_launches(p.block_gemm, batch, k, n, target)
+        launches = gemm_kernel_launches(p.block_gemm, batch, k, n, target)
+        fixed += fixed_ms(launches)
+        kernels += launches
     flops, nbytes = attention_cost(batch, t + 1, p)
     attention_ms = roofline_ms(flops, nbytes, target, p.dtype)
+    fixed += fixed_ms(attention_launches(p.block_attention))
     kernels += attention_launches(p.block_attention)
     d, f, kv = s.d_model, s.d_ff, s.kv_heads * s.head_dim
     small_bytes = e * batch * (2 * d  # RMSNorm 1: read x, write h
@@ -692,8 +705,8 @@ def block_parts(p: Params, batch: int, target: Target) -> dict:
                                + 3 * d)  # final add: read two, write one
     small_ms = small_bytes / (target.ceilings.copy_tbps * 1e12) * 1e3
     kernels += 6  # two norms, two cache copies, SiLU * up, the final add
-    fixed_ms = LAUNCH_ALONE_MS + (kernels - 1) * GRAPH_NODE_MS
-    return {"gemm_ms": gemm_ms, "attention_ms": attention_ms, "small_ms": small_ms, "fixed_ms": fixed_ms,
+    fixed += 6 * GRAPH_NODE_MS
+    return {"gemm_ms": gemm_ms, "attention_ms": attention_ms, "small_ms": small_ms, "fixed_ms": fixed,
             "kernels": kernels, "weight_bytes": e * s.params, "kv_bytes": kv_bytes(batch, t + 1, s.kv_heads, s.head_dim, p.dtype)}
 
 

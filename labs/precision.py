@@ -276,6 +276,17 @@ def measure(params: Params, target: Target, progress):
     progress(1.0, "done")
 
 
+def accumulation_example(k: int, accumulators: tuple = ("fp32", "bf16"), m: int = 256, seed: int = 0) -> list[dict]:
+    """The accumulation experiment on the CPU, in torch (no GPU, no Triton): rows like measure()'s."""
+    gen = torch.Generator().manual_seed(seed)
+    a = bench.random_tensor((m, k), "bf16", "cpu", gen)
+    b = bench.random_tensor((k,), "bf16", "cpu", gen)
+    ref = dot_reference(a, b)
+    return [{"experiment": "accumulation", "dtype": acc, "k": k, "dot_count": m,
+             "measured_rel_error": bench.rel_error(dot_emulated(a, b, acc), ref),
+             "predicted_rel_error": accumulation_error(k, acc)} for acc in accumulators]
+
+
 def time_ratios(rows: list[dict], base: str = "fp32") -> list[dict]:
     """Each dtype's ReLU time against the base dtype's, beside the byte ratio the model predicts."""
     relu_rows = {r["dtype"]: r for r in rows if r.get("experiment") == "relu"}

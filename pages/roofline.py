@@ -1,5 +1,7 @@
 """Roofline lab page: intensity sweep, measured points on the roof of this GPU, model error per point."""
 
+import math
+
 import streamlit as st
 
 from labs import roofline
@@ -22,8 +24,10 @@ roof = roofline.roof_curve(target)
 charts.add_series(fig, roof, "intensity_flop_per_byte", "tflops", f"roof: {target.describe_ceilings()}",
                   dict(mode="lines", line=dict(color="black", width=2)))
 ridge = target.ridge_flop_per_byte
-fig.add_vline(x=ridge, line_dash="dash", line_color="gray",
-              annotation_text=f"ridge {ridge:.1f} FLOP/byte", annotation_position="top left")
+fig.add_vline(x=ridge, line_dash="dash", line_color="gray")
+# annotations on a log axis take log10 coordinates (shapes take data coordinates)
+fig.add_annotation(x=math.log10(ridge), y=1, yref="paper", text=f"ridge {ridge:.1f} FLOP/byte", showarrow=False,
+                   xanchor="right", yanchor="top")
 fig.add_vrect(x0=ridge / 2, x1=ridge * 2, fillcolor="orange", opacity=0.08, line_width=0)
 hover = ("dtype", "flops_per_element", "predicted_tflops", "error_pct")
 for dtype in params.dtypes:

@@ -1,11 +1,13 @@
 """Device-side check of the three memory labs (coalescing, hierarchy, precision) in one call.
 
 Run on a GPU:
-    export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD ROOFLINE_CACHE=/tmp/rc; python3 scripts/memory_gpu.py [--explore]
+    export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD ROOFLINE_CACHE=/tmp/rc
+    python3 scripts/memory_gpu.py [--explore]      # run the three labs here, tables + the issue's targets
+    python3 scripts/memory_gpu.py --summary DIR    # the same tables from DIR/<lab>.json written by the CLI
+    python3 scripts/memory_gpu.py --strides        # strided reads: cache modifiers, L2-resident, row walk via L2
 
-Runs each lab's default parameters through the runner (as the CLI does), prints compact tables and
-the issue's targets, and writes the results to $OUT (if set). --explore adds the variants used to
-choose the labs' designs: L2 fetch granularity, cached vs L2-only row walks, tile shapes, launch shapes.
+Writes the results to $OUT (if set). --explore adds the variants used to choose the labs' designs:
+L2 fetch granularity, tile shapes, launch shapes, ReLU block sizes.
 """
 import json
 import os
@@ -42,6 +44,30 @@ def table(rows, cols):
             v = r.get(c)
             cells.append(f"{v:14.4g}" if isinstance(v, float) else f"{str(v):>14s}")
         print("  " + " | ".join(cells), flush=True)
+
+
+@triton.jit
+def walk_x(x_ptr, out_ptr, n, SEG: tl.constexpr, ALONG_ROWS: tl.constexpr, BLOCK: tl.constexpr,
+           UNROLL: tl.constexpr, CG: tl.constexpr):
+    lines = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    seg = tl.program_id(1)
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for j0 in range(0, SEG, UNROLL):
+        for u in tl.static_range(UNROLL):
+            k = seg * SEG + j0 + u
+            if ALONG_ROWS:
+                offs = lines.to(tl.int64) * n + k
+            else:
+                offs = k.to(tl.int64) * n + lines
+            if CG:
+                acc += tl.load(x_ptr + offs, cache_modifier=".cg")
+            else:
+                acc += tl.load(x_ptr + offs)
+    nseg = tl.cdiv(n, SEG)
+    if ALONG_ROWS:
+        tl.store(out_ptr + lines * nseg + seg, acc)
+    else:
+        tl.store(out_ptr + seg * n + lines, acc)
 
 
 def run_lab(lab, params=None):
@@ -82,14 +108,15 @@ def section(fn):
         traceback.print_exc()
 
 
-def coalescing_default():
+def coalescing_default(res=None):
     log("=== coalescing (default run; includes building the CUDA transpose) ===")
-    try:
-        res = run_lab(co.LAB)
-    except Exception as exc:  # noqa: BLE001
-        log(f"coalescing default failed ({type(exc).__name__}: {str(exc)[-2000:]}); again without the transpose")
-        res = run_lab(co.LAB, co.Params(experiments=("stride", "walk")))
-    table(res.rows, ["variant", "measured_tbps", "predicted_tbps", "error_pct", "measured_ms"])
+    if res is None:
+        try:
+            res = run_lab(co.LAB)
+        except Exception as exc:  # noqa: BLE001
+            log(f"coalescing default failed ({type(exc).__name__}: {str(exc)[-2000:]}); again without the transpose")
+            res = run_lab(co.LAB, co.Params(experiments=("stride", "walk")))
+    table(res.rows, ["variant", "measured_tbps", "predicted_tbps", "bound", "error_pct", "measured_ms"])
     bw = target.ceilings.copy_tbps
     by = {r["variant"]: r for r in res.rows}
     log(f"TARGET stride-1 / copy = {by['stride 1']['measured_tbps'] / bw:.3f} (>= 0.90); max |stride error| = "
@@ -102,9 +129,9 @@ def coalescing_default():
         print("  ", g, flush=True)
 
 
-def precision_default():
+def precision_default(res=None):
     log("=== precision (default run) ===")
-    res = run_lab(pr.LAB)
+    res = res or run_lab(pr.LAB)
     table(res.rows, ["experiment", "dtype", "k", "measured_ms", "predicted_ms", "error_pct", "measured_tbps",
                      "measured_rel_error", "predicted_rel_error"])
     for r in pr.time_ratios(res.rows):
@@ -112,9 +139,9 @@ def precision_default():
             f"({r['error_pct']:+.1f}%, within 15%)")
 
 
-def hierarchy_default():
+def hierarchy_default(res=None):
     log("=== hierarchy (default run) ===")
-    res = run_lab(hi.LAB)
+    res = res or run_lab(hi.LAB)
     table(res.rows, ["variant", "size_bytes", "passes", "measured_us_per_pass", "measured_tbps", "predicted_tbps",
                      "error_pct"])
     knee = hi.find_knee(res.rows)
@@ -129,9 +156,75 @@ def hierarchy_default():
         print("  ", lv, flush=True)
 
 
-for fn in (coalescing_default, precision_default, hierarchy_default):
-    section(fn)
+def summary(folder):
+    """Tables and targets from the CLI's result files (python -m labs run LAB --out DIR/LAB.json)."""
+    from labs.results import Result
 
+    for name, fn in (("coalescing", coalescing_default), ("precision", precision_default),
+                     ("hierarchy", hierarchy_default)):
+        path = os.path.join(folder, f"{name}.json")
+        if not os.path.exists(path):
+            log(f"{path}: missing")
+            continue
+        res = Result.from_json(open(path).read())
+        log(f"{name}: CLI run took {res.meta.get('duration_s')} s (measure, without imports)")
+        section(lambda: fn(res))
+
+
+def explore_strides():
+    log("=== explore: strided reads by cache modifier and block (2 GiB span) ===")
+    params = co.Params(experiments=("stride",))
+    preds = {r["variant"]: r["predicted_tbps"] for r in co.predict(params, target)}
+    saved = (co.STRIDE_CACHE, co.STRIDE_BLOCK, co.STRIDE_WARPS)
+    for cache, block, warps in (("", 4096, 8), (".cg", 4096, 8), (".cs", 4096, 8), ("", 1024, 4), (".cg", 1024, 4)):
+        co.STRIDE_CACHE, co.STRIDE_BLOCK, co.STRIDE_WARPS = cache, block, warps
+        rows = list(co.measure_strides(params, lambda f, m: None, 0, 1))
+        errs = [100 * (r["measured_tbps"] / preds[r["variant"]] - 1) for r in rows]
+        print(f"  cache={cache or 'default':7s} block={block} warps={warps}: " + ", ".join(
+            f"s{r['stride']}={r['measured_tbps']:.3f} ({e:+.0f}%)" for r, e in zip(rows, errs))
+            + f" | max |err| {max(map(abs, errs)):.0f}%", flush=True)
+    co.STRIDE_CACHE, co.STRIDE_BLOCK, co.STRIDE_WARPS = saved
+
+    log("=== explore: strided reads from a warm L2 (16 MiB span, 16 launches per CUDA graph) ===")
+    x = torch.randn(4 * MiB, device="cuda")
+    cells = []
+    for stride in (1, 2, 4, 8, 16, 32, 64):
+        y = torch.empty(x.numel() // stride, device="cuda")
+
+        def replay():
+            for _ in range(16):
+                co.strided_read(x, stride, y)
+
+        ms = bench.graph_time_ms(replay) / 16
+        useful = bench.tbps(8 * y.numel(), ms)
+        fetched = bench.tbps(y.numel() * (co.fetched_bytes_per_element(stride) + 4), ms)
+        cells.append(f"s{stride}: useful {useful:.2f} fetched {fetched:.2f} ({ms * 1e3:.1f} us)")
+    print("  " + " | ".join(cells), flush=True)
+
+    log("=== explore: the walks with L1-cached and L2-only loads ===")
+    n = 16384
+    m = torch.randn(n, n, device="cuda")
+    for along_rows in (False, True):
+        for cg in (False, True):
+            nseg = n // 64
+            out = torch.empty((n, nseg) if along_rows else (nseg, n), device="cuda")
+            fn = lambda: walk_x[(n // 128, nseg)](m, out, n, SEG=64, ALONG_ROWS=along_rows, BLOCK=128, UNROLL=8,
+                                                   CG=cg, num_warps=4)
+            fn()
+            bench.check_close(out, co.walk_reference(m, along_rows), "fp32", "walk_x")
+            ms = bench.time_ms(fn)
+            print(f"  {'row' if along_rows else 'column'} walk, {'L2 only (.cg)' if cg else 'L1 + L2'}: "
+                  f"{bench.tbps(4 * n * n, ms):.3f} TB/s", flush=True)
+
+
+if "--summary" in sys.argv:
+    summary(sys.argv[sys.argv.index("--summary") + 1])
+elif "--strides" not in sys.argv:
+    for fn in (coalescing_default, precision_default, hierarchy_default):
+        section(fn)
+
+if "--strides" in sys.argv:
+    section(explore_strides)
 if not EXPLORE:
     log("done")
     sys.exit(0)
@@ -155,37 +248,13 @@ def explore_granularity():
 section(explore_granularity)
 
 
-@triton.jit
-def walk_x(x_ptr, out_ptr, n, SEG: tl.constexpr, ALONG_ROWS: tl.constexpr, BLOCK: tl.constexpr,
-           UNROLL: tl.constexpr, CG: tl.constexpr):
-    lines = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    seg = tl.program_id(1)
-    acc = tl.zeros([BLOCK], dtype=tl.float32)
-    for j0 in range(0, SEG, UNROLL):
-        for u in tl.static_range(UNROLL):
-            k = seg * SEG + j0 + u
-            if ALONG_ROWS:
-                offs = lines.to(tl.int64) * n + k
-            else:
-                offs = k.to(tl.int64) * n + lines
-            if CG:
-                acc += tl.load(x_ptr + offs, cache_modifier=".cg")
-            else:
-                acc += tl.load(x_ptr + offs)
-    nseg = tl.cdiv(n, SEG)
-    if ALONG_ROWS:
-        tl.store(out_ptr + lines * nseg + seg, acc)
-    else:
-        tl.store(out_ptr + seg * n + lines, acc)
-
-
 def explore_walks():
     log("=== explore: walks ===")
     n = 16384
     m = torch.randn(n, n, device="cuda")
     for along_rows in (False, True):
         for block, warps, unroll, cg, seg in ((128, 4, 8, False, 64), (128, 4, 1, False, 64), (128, 4, 8, True, 64),
-                                              (256, 8, 8, False, 64), (128, 4, 8, False, 256), (128, 4, 16, True, 256)):
+                                              (256, 8, 8, False, 64)):
             nseg = n // seg
             out = torch.empty((n, nseg) if along_rows else (nseg, n), device="cuda")
             fn = lambda: walk_x[(n // block, nseg)](m, out, n, SEG=seg, ALONG_ROWS=along_rows, BLOCK=block,

@@ -98,7 +98,7 @@ def test_diagram_data_has_four_levels_with_sizes(tmp_path, monkeypatch):
     assert [lv["level"] for lv in levels_] == ["registers", "shared memory / L1", "L2", "HBM"]
     regs, smem, l2, hbm = levels_
     assert regs["size_bytes"] == 256 * 1024 and smem["size_bytes"] == 228 * 1024  # Hopper, per SM
-    assert l2["size_bytes"] == 60 * 10**6 and l2["tbps"] == pytest.approx(9.0)
+    assert l2["size_bytes"] == H200.l2_bytes and l2["size_source"] == "datasheet" and l2["tbps"] == pytest.approx(9.0)
     assert hbm["tbps"] == H200.ceilings.copy_tbps and hbm["datasheet_tbps"] == 4.8
 
 
@@ -126,5 +126,7 @@ def test_page_renders_fast_without_a_gpu():
     at.run()
     assert time.perf_counter() - started < 1.0
     assert at.title[0].value == "Memory hierarchy"
-    specs = " ".join(c.proto.spec for c in at.get("plotly_chart"))
-    assert "HBM" in specs and "L2" in specs and "registers" in specs
+    figures = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    diagram = " ".join(a["text"] for a in figures[0]["layout"]["annotations"])
+    assert "<b>registers</b>" in diagram and "<b>L2</b>" in diagram and "<b>HBM</b>" in diagram
+    assert any(t["name"].startswith("model,") for t in figures[1]["data"])

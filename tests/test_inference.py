@@ -137,8 +137,13 @@ def test_block_model_counts_weights_and_kernels():
     assert parts["weight_bytes"] == 2 * p.block_shape.params
     # four cuBLAS GEMMs, attention + merge, two norms, two cache copies, SiLU * up, the final add
     assert parts["kernels"] == 4 + 2 + 6
-    fixed = inf.LAUNCH_ALONE_MS + 11 * inf.GRAPH_NODE_MS
-    assert parts["fixed_ms"] == pytest.approx(fixed)
+    # the sum of the models above: four GEMMs and the attention each with the fixed cost of a kernel timed
+    # alone (+ a graph node for the attention's merge kernel), the six small kernels one graph node each
+    assert parts["fixed_ms"] == pytest.approx(5 * inf.LAUNCH_ALONE_MS + 7 * inf.GRAPH_NODE_MS)
+    gemm_rows = inf.predict_gemm(dataclasses.replace(p, gemm_m=(1,), gemm_kernels=("cublas",), gemm_k=4096,
+                                                     gemm_n=28672), target)
+    assert gemm_rows[0]["predicted_ms"] == pytest.approx(
+        inf.roofline_ms(2 * 4096 * 28672, 2 * (4096 + 4096 * 28672 + 28672), target, "bf16") + inf.LAUNCH_ALONE_MS)
     # the Triton GEMM splits K (and adds a summing kernel) where N / 64 programs are fewer than 2 per SM:
     # QKV (6144 / 64 = 96), O and down (64) are split, gate/up (28672 / 64 = 448) is not
     assert inf.block_parts(dataclasses.replace(p, block_gemm="triton"), 1, target)["kernels"] == 7 + 2 + 6

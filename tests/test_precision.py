@@ -1,6 +1,7 @@
 """The precision lab: ReLU in every dtype and the accumulation kernel against float64 (interpreter on
 CPU), the byte model, the rounding model, the matmul chart's data, the page."""
 
+import json
 import math
 import time
 from pathlib import Path
@@ -107,5 +108,9 @@ def test_page_renders_fast_without_a_gpu():
     at.run()
     assert time.perf_counter() - started < 1.0
     assert at.title[0].value == "Lower precision"
-    specs = " ".join(c.proto.spec for c in at.get("plotly_chart"))
-    assert "bf16" in specs and "TFLOP/s" in specs
+    figures = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    assert figures[0]["data"][0]["x"] == ["fp32", "bf16", "fp16", "fp8"]
+    matmul = figures[1]
+    assert matmul["layout"]["yaxis"]["title"]["text"] == "TFLOP/s" and "bf16" in matmul["data"][0]["x"]
+    at.button(key="precision.cpu_run").click().run()  # the accumulation example on the CPU
+    assert not at.exception and at.dataframe
