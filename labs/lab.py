@@ -52,6 +52,11 @@ class Lab:
     check: Optional[Callable[..., None]] = None
     lesson_numbers: Optional[Callable[..., dict]] = None  # {{placeholders}} for the lesson text
     headline: Optional[Headline] = None  # the number to predict before a run
+    page: str = ""  # the page that shows this lab, when another lab's page hosts it ("" = its own)
+
+    @property
+    def page_name(self) -> str:
+        return self.page or self.name
 
     def default_params(self):
         return self.Params()

@@ -251,4 +251,5 @@ LAB = Lab(
     lesson_numbers=lesson_numbers,
     headline=Headline("What share of cuBLAS will the shared-memory tiled kernel (TILE = 32) reach in fp32 at "
                       "N = 4096?", "% of cuBLAS", {"dtype": "fp32", "kernel": "tiled32"}, "pct_of_cublas"),
+    page="matmul",
 )

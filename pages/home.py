@@ -17,8 +17,8 @@ st.info(gpu_status_line())
 st.header("The labs")
 for lab in all_labs():
     with st.container(border=True):
-        if (Path(__file__).parent / f"{lab.name}.py").exists():
-            st.page_link(f"pages/{lab.name}.py", label=f"**{lab.title}**", icon=":material/science:")
+        if (Path(__file__).parent / f"{lab.page_name}.py").exists():
+            st.page_link(f"pages/{lab.page_name}.py", label=f"**{lab.title}**", icon=":material/science:")
         else:
             st.markdown(f"**{lab.title}** (page coming soon)")
         st.caption(lab.summary)

@@ -1,7 +1,6 @@
 """Inference lab page: prefill vs decode GEMM sweep, decode attention over a KV cache, one block's decode
 step, and a memory calculator that needs no GPU."""
 
-
 import plotly.graph_objects as go
 import streamlit as st
 

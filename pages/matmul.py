@@ -5,9 +5,7 @@ import streamlit as st
 
 from labs import matmul as mm
 from labs import matmul_ladder as ladder
-from labs import params as params_mod
-from labs import runner
-from ui import charts, classroom
+from ui import charts
 from ui.lab_page import LabPage, recorded_caption
 
 page = LabPage(mm.LAB)
@@ -105,18 +103,12 @@ page.table_and_downloads(live or model)
 # --- the ladder ------------------------------------------------------------------------------------
 st.header("The ladder: naive, tiled, Triton, cuBLAS")
 st.markdown(page.section("Why tiling alone is not enough"))
-lad = LabPage.__new__(LabPage)  # the ladder is a lab of its own (its own parameters, runs and recordings)
-lad.lab, lad.target, lad.instructor = ladder.LAB, target, page.instructor
+lad = LabPage.second_lab(ladder.LAB, page)  # the ladder is a lab of its own (parameters, runs, recordings)
 lparams = lad.params_form()
 if lparams is not None:
-    lmodel = runner.model(ladder.LAB, lparams, target)
-    llive = lad._live_panel(lparams)
-    lrecorded = lad._recorded_panel()
+    llive, lmodel, lrecorded = lad.results(lparams, stop=False)
     lshown = llive or (lrecorded[0] if lrecorded else None)
-    lparams_dict = params_mod.to_dict(lparams)
-    classroom.prediction_panel(ladder.LAB, lparams_dict, lmodel.rows, lshown.rows if lshown else [],
-                               lshown.label if lshown else "")
-    if not classroom.must_predict_first(ladder.LAB, lparams_dict):
+    if not lad.waiting_for_prediction:
         bars = charts.figure(f"Each kernel as % of cuBLAS, N = {lparams.n}", "kernel", "% of cuBLAS (log)", log_y=True)
         for ldtype in lparams.dtypes:
             bars.add_trace(go.Bar(x=[r["kernel"] for r in charts.rows_where(lmodel.rows, dtype=ldtype)],
@@ -146,5 +138,4 @@ if lparams is not None:
                    "kernel, N/TILE times less tiled); the rate above the device-memory line is served by the caches.")
         if lrecorded:
             st.caption(recorded_caption(lrecorded))
-        lad.absolute = llive or lmodel
         lad.table_and_downloads(llive or lmodel, "Ladder numbers")

@@ -90,6 +90,7 @@ def _initial_values(lab: Lab) -> dict:
 class LabPage:
     def __init__(self, lab: Lab):
         self.lab = lab
+        self.waiting_for_prediction = False
         st.title(lab.title)
         st.caption(lab.summary)
         st.markdown(gpu_status_line())
@@ -99,6 +100,14 @@ class LabPage:
         classroom.predict_first()
         classroom.visit(lab.name)
         classroom.progress_download()
+
+    @classmethod
+    def second_lab(cls, lab: Lab, host: "LabPage") -> "LabPage":
+        """A lab shown further down another lab's page: same GPU choice, its own parameters, runs and recordings."""
+        page = cls.__new__(cls)
+        page.lab, page.target, page.instructor, page.waiting_for_prediction = lab, host.target, host.instructor, False
+        classroom.visit(lab.name)
+        return page
 
     # --- words -----------------------------------------------------------------------------
     def numbers(self) -> dict:
@@ -146,19 +155,23 @@ class LabPage:
             return None
 
     # --- results ---------------------------------------------------------------------------
-    def results(self, params):
+    def results(self, params, stop: bool = True):
         """(live result or None, model result, recorded and uploaded results to overlay).
 
-        With predict-first on, the page stops here until the learner has answered the lab's question.
+        With predict-first on, the page stops here until the learner has answered the lab's question
+        (with stop=False it returns (None, model, []) and sets `waiting_for_prediction` instead).
         """
         model = runner.model(self.lab, params, self.target)
         params_dict = params_mod.to_dict(params)
         panel = st.container()
-        if classroom.must_predict_first(self.lab, params_dict):
+        self.waiting_for_prediction = classroom.must_predict_first(self.lab, params_dict)
+        if self.waiting_for_prediction:
             with panel:
                 classroom.prediction_panel(self.lab, params_dict, model.rows, [], "")
             st.info("Write down your prediction (or skip) to see the model, the runs and the charts.")
-            st.stop()
+            if stop:
+                st.stop()
+            return None, model, []
         live = self._live_panel(params)
         recorded = self._recorded_panel()
         with st.expander("Compare with your own result files"):
