@@ -165,22 +165,9 @@ def _mma(a, b, acc, PREC: tl.constexpr):
 
 
 @triton.jit
-def _exp2(x, EXP16: tl.constexpr, P_DTYPE: tl.constexpr):
-    """2^x, returned in P_DTYPE. EXP16 uses the packed half-precision exp2 (two values per instruction)."""
-    if EXP16:
-        xh = x.to(P_DTYPE)
-        if P_DTYPE == tl.bfloat16:
-            return tl.inline_asm_elementwise("ex2.approx.ftz.bf16x2 $0, $1;", "=r,r", [xh], dtype=tl.bfloat16,
-                                             is_pure=True, pack=2)
-        return tl.inline_asm_elementwise("ex2.approx.f16x2 $0, $1;", "=r,r", [xh], dtype=tl.float16,
-                                         is_pure=True, pack=2)
-    return tl.math.exp2(x)
-
-
-@triton.jit
 def _fwd_key_tiles(acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, kv_row, offs_m, lo, hi, qk_scale, LK, SHIFT,
                    HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, MASKED: tl.constexpr,
-                   USE_TMA: tl.constexpr, EXP16: tl.constexpr, PREC: tl.constexpr):
+                   USE_TMA: tl.constexpr, PREC: tl.constexpr):
     """Stream key tiles [lo, hi) past one query tile, updating the online-softmax state (acc, l_i, m_i).
 
     Scores are kept in log2 units (qk_scale = scale * log2 e) so that every exponential is one exp2.
@@ -198,13 +185,13 @@ def _fwd_key_tiles(acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, kv_row, off
             qk = tl.where(keep, qk * qk_scale, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(qk, 1))
             m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row that has seen no key yet: no NaN
-            p = _exp2(qk - m_use[:, None], EXP16, q.dtype)
+            p = tl.math.exp2(qk - m_use[:, None])
         else:  # every score is valid: one fused multiply-add per score, no mask
             m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
             m_use = m_new
-            p = _exp2(qk * qk_scale - m_new[:, None], EXP16, q.dtype)
+            p = tl.math.exp2(qk * qk_scale - m_new[:, None])  # one MUFU.EX2 per score: the SFU's work
         alpha = tl.math.exp2(m_i - m_use)  # how much the old running sum and output shrink under the new max
-        l_i = l_i * alpha + tl.sum(p.to(tl.float32), 1)
+        l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None]
         v = _load_tile(v_base, v_desc, kv_row, start_n, LK - start_n, BLOCK_N, HEAD_DIM, USE_TMA, MASKED)
         acc = _mma(p.to(v.dtype), v, acc, PREC)  # partial output += P_tile @ V_tile
@@ -215,7 +202,7 @@ def _fwd_key_tiles(acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, kv_row, off
 @triton.jit(do_not_specialize=["LQ", "LK"])
 def attention_fwd_kernel(Q, K, V, O, LSE, q_desc, k_desc, v_desc, qk_scale, LQ, LK, LQ_PAD,
                          HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                         CAUSAL: tl.constexpr, USE_TMA: tl.constexpr, EXP16: tl.constexpr, PREC: tl.constexpr):
+                         CAUSAL: tl.constexpr, USE_TMA: tl.constexpr, PREC: tl.constexpr):
     # grid = (query tiles, batch * heads); consecutive programs share a head, so its K and V stay in L2
     pid_m = tl.program_id(0)
     if CAUSAL:  # causal tiles near the end see the most keys: launch them first so the last wave is short
@@ -243,9 +230,9 @@ def attention_fwd_kernel(Q, K, V, O, LSE, q_desc, k_desc, v_desc, qk_scale, LQ, 
         full_end = LK
     full_end = (full_end // BLOCK_N) * BLOCK_N
     acc, l_i, m_i = _fwd_key_tiles(acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, kv_row, offs_m, 0, full_end,
-                                   qk_scale, LK, SHIFT, HEAD_DIM, BLOCK_N, CAUSAL, False, USE_TMA, EXP16, PREC)
+                                   qk_scale, LK, SHIFT, HEAD_DIM, BLOCK_N, CAUSAL, False, USE_TMA, PREC)
     acc, l_i, m_i = _fwd_key_tiles(acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, kv_row, offs_m, full_end, hi,
-                                   qk_scale, LK, SHIFT, HEAD_DIM, BLOCK_N, CAUSAL, True, USE_TMA, EXP16, PREC)
+                                   qk_scale, LK, SHIFT, HEAD_DIM, BLOCK_N, CAUSAL, True, USE_TMA, PREC)
 
     # epilogue: normalise once; the log-sum-exp (natural log) is all the backward pass needs
     empty = l_i == 0.0  # a query that sees no key (causal with Lq > Lk)
@@ -426,7 +413,6 @@ class FlashConfig:
     dkdv: Tiles
     dq: Tiles
     use_tma: bool = False  # load tiles with the Hopper copy engine (TMA descriptors)
-    exp16: bool = False  # packed half-precision exp2 in the forward (bf16/fp16 inputs on sm_90 only)
     atomic_dq: bool = False  # dQ by atomic adds inside the dK/dV kernel instead of its own kernel
 
 
@@ -438,22 +424,35 @@ def _has_tma(device: torch.device) -> bool:
     return torch.cuda.get_device_capability(device)[0] >= 9
 
 
-def default_config(head_dim: int, dtype: torch.dtype, device: torch.device) -> FlashConfig:
-    """Tile sizes per head dim and dtype, chosen from measurements on an H100/H200 (scripts/attention_gpu.py)."""
-    if device.type != "cuda":  # the interpreter: bigger tiles mean fewer (slow) Python-level steps
-        t = Tiles(32, 32, 4, 1)
-        return FlashConfig(t, t, t, use_tma=False)
-    cc = torch.cuda.get_device_capability(device)
-    if dtype == torch.float32:  # fp32 runs on the CUDA cores (exact products): small tiles fit the shared memory
-        t = Tiles(64, 32, 4, 2)
-        return FlashConfig(t, Tiles(32, 64, 4, 2), Tiles(64, 32, 4, 2), use_tma=cc[0] >= 9)
+def tiles_for(head_dim: int, dtype: str, cc: tuple) -> FlashConfig:
+    """Tile sizes by GPU generation, head dim and dtype, chosen from sweeps on an H200 (scripts/attention_gpu.py).
+
+    On Hopper two programs of 4 warps share an SM: while one waits on its exponentials, the other's
+    matrix multiplies run, which beat one program of 8 warps in every sweep.
+    """
+    if dtype == "fp32":  # exact fp32 products run on the CUDA cores: small tiles fit the shared memory
+        return FlashConfig(Tiles(64, 32, 4, 2), Tiles(32, 64, 4, 2), Tiles(64, 32, 4, 2), use_tma=cc[0] >= 9)
     if cc[0] >= 9:
         if head_dim <= 64:
-            return FlashConfig(Tiles(128, 128, 8, 3), Tiles(64, 128, 8, 2), Tiles(128, 64, 8, 2), use_tma=True)
-        return FlashConfig(Tiles(128, 128, 8, 2), Tiles(64, 128, 8, 2), Tiles(128, 64, 8, 2), use_tma=True)
-    if head_dim <= 64:  # Ampere / Ada: no TMA, smaller shared memory
+            return FlashConfig(Tiles(64, 128, 4, 2), Tiles(64, 64, 4, 3), Tiles(64, 64, 4, 3), use_tma=True)
+        return FlashConfig(Tiles(128, 64, 4, 2), Tiles(64, 64, 4, 2), Tiles(64, 64, 4, 2), use_tma=True)
+    # Ampere and Ada (not measured here): no TMA, smaller shared memory
+    if head_dim <= 64:
         return FlashConfig(Tiles(128, 64, 4, 3), Tiles(64, 64, 4, 2), Tiles(64, 64, 4, 2))
     return FlashConfig(Tiles(64, 64, 4, 2), Tiles(64, 64, 4, 2), Tiles(64, 64, 4, 2))
+
+
+INTERPRETER_CONFIG = FlashConfig(Tiles(32, 32, 4, 1), Tiles(32, 32, 4, 1), Tiles(32, 32, 4, 1))
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}[dtype]
+
+
+def default_config(head_dim: int, dtype: torch.dtype, device: torch.device) -> FlashConfig:
+    if device.type != "cuda":  # Triton's interpreter: fewer, bigger tiles mean fewer slow Python-level steps
+        return INTERPRETER_CONFIG
+    return tiles_for(head_dim, _dtype_name(dtype), torch.cuda.get_device_capability(device))
 
 
 def _as_bhld(x: torch.Tensor, name: str) -> torch.Tensor:
@@ -509,14 +508,13 @@ def _forward(q4, k4, v4, causal: bool, scale: float, cfg: FlashConfig, out=None,
     lse = torch.empty((b, h, _lq_pad(lq)), device=q4.device, dtype=torch.float32) if lse is None else lse
     t = cfg.fwd
     use_tma = cfg.use_tma and _has_tma(q4.device)
-    exp16 = cfg.exp16 and q4.dtype != torch.float32 and q4.device.type == "cuda"
     if lq == 0 or b * h == 0:
         return out, lse
     grid = (triton.cdiv(lq, t.block_m), b * h)
     attention_fwd_kernel[grid](
         q4, k4, v4, out, lse, _descriptor(q4, t.block_m, use_tma), _descriptor(k4, t.block_n, use_tma),
         _descriptor(v4, t.block_n, use_tma), scale * LOG2E, lq, lk, lse.shape[-1],
-        HEAD_DIM=d, BLOCK_M=t.block_m, BLOCK_N=t.block_n, CAUSAL=causal, USE_TMA=use_tma, EXP16=exp16,
+        HEAD_DIM=d, BLOCK_M=t.block_m, BLOCK_N=t.block_n, CAUSAL=causal, USE_TMA=use_tma,
         PREC=_prec(q4), num_warps=t.warps, num_stages=t.stages)
     return out, lse
 
@@ -649,7 +647,6 @@ MASKS = ("full", "causal")
 # Programming Guide, arithmetic instruction throughput): 16 per SM per clock against 64 FP32 lanes on
 # V100 and A100, 128 on every later GPU. The exp rate is then the measured FMA rate times this ratio.
 SFU_PER_FP32_LANE = {"7.0": 16 / 64, "8.0": 16 / 64}
-EXP_PER_SFU_CLOCK_PACKED = 1  # the packed bf16x2 exp2 is measured, not assumed: see the page
 
 
 def _sum_clamped(t0: int, t1: int, hi: int) -> int:
@@ -720,20 +717,11 @@ class Shape:
         return self.b * self.h * _lq_pad(self.lq) * 4
 
 
-def _config_for(shape: Shape) -> FlashConfig:
-    """The tiles the kernels use on a GPU for this shape (the model counts the work of these tiles)."""
-    dev = torch.device("cuda") if torch.cuda.is_available() else None
-    if dev is None:
-        return _HOPPER_MODEL_CONFIG(shape.d, shape.dtype)
-    return default_config(shape.d, bench.torch_dtype(shape.dtype), dev)
-
-
-def _HOPPER_MODEL_CONFIG(d: int, dtype: str) -> FlashConfig:  # noqa: N802 - what default_config picks on sm_90
-    if dtype == "fp32":
-        return FlashConfig(Tiles(64, 32, 4, 2), Tiles(32, 64, 4, 2), Tiles(64, 32, 4, 2), use_tma=True)
-    if d <= 64:
-        return FlashConfig(Tiles(128, 128, 8, 3), Tiles(64, 128, 8, 2), Tiles(128, 64, 8, 2), use_tma=True)
-    return FlashConfig(Tiles(128, 128, 8, 2), Tiles(64, 128, 8, 2), Tiles(128, 64, 8, 2), use_tma=True)
+def _cc(target: Target) -> tuple:
+    try:
+        return tuple(int(x) for x in str(target.compute_capability).split(".")[:2])
+    except ValueError:
+        return (9, 0)
 
 
 def _tile_elements(shape: Shape, t: Tiles) -> int:
@@ -766,8 +754,8 @@ def _kv_rereads(shape: Shape, t: Tiles, target: Target) -> tuple[float, float]:
 
 
 def flash_model(shape: Shape, mode: str, target: Target, cfg: Optional[FlashConfig] = None) -> dict:
-    """Predicted time, HBM bytes and peak memory of our kernels."""
-    cfg = cfg or _config_for(shape)
+    """Predicted time, HBM bytes and peak memory of our kernels (with the tiles they use on `target`)."""
+    cfg = cfg or tiles_for(shape.d, shape.dtype, _cc(target))
     d = shape.d
     elems = _tile_elements(shape, cfg.fwd)
     requested, kv_hbm = _kv_rereads(shape, cfg.fwd, target)
@@ -806,7 +794,7 @@ def flash_peak_bytes(shape: Shape, mode: str, cfg: Optional[FlashConfig] = None)
     fwd = shape.q_bytes + shape.lse_bytes  # O and the log-sum-exp
     if mode == "fwd":
         return fwd
-    cfg = cfg or _config_for(shape)
+    cfg = cfg or tiles_for(shape.d, shape.dtype, (9, 0))
     extra = 0
     if cfg.atomic_dq:  # the float32 dQ accumulator and its scaled copy
         extra = shape.b * shape.h * (_lq_pad(shape.lq) + shape.lq) * shape.d * 4
@@ -912,7 +900,7 @@ def check(params: Params, target: Target) -> None:
     n, d = max(params.seq_lens), max(params.head_dims)
     e = max(_nbytes(t) for t in params.dtypes)
     shape = Shape(params.batch, params.heads, n, n, d, False, "fp32" if e == 4 else "bf16")
-    need = 4 * shape.q_bytes + flash_peak_bytes(shape, "fwd+bwd", _HOPPER_MODEL_CONFIG(d, shape.dtype))
+    need = 4 * shape.q_bytes + flash_peak_bytes(shape, "fwd+bwd", tiles_for(d, shape.dtype, _cc(target)))
     free = _free_bytes(target)
     if need > 0.9 * free:
         raise ParamError(f"N = {n} with B = {params.batch}, H = {params.heads}, d = {d} needs {need / 1e9:.1f} GB "
@@ -970,6 +958,18 @@ def _check_reference_impl(impl: str, dtype: str, d: int, causal: bool, mode: str
         for name, g, r in zip(("dQ", "dK", "dV"), grads, refs):
             err = max(err, bench.check_close(g, r.to(g.dtype), dtype, f"{what} {name}"))
     return err
+
+
+def _runner(fn, mode: str, q, k, v, do):
+    """One call to time: inference forward (no autograd record), or forward and backward."""
+    def forward():
+        with torch.no_grad():
+            return fn(q, k, v)
+
+    def forward_backward():
+        return torch.autograd.grad(fn(q, k, v), (q, k, v), do)
+
+    return forward if mode == "fwd" else forward_backward
 
 
 def _peak_bytes(fn) -> int:
@@ -1034,9 +1034,7 @@ def measure(params: Params, target: Target, progress):
                                 check_fn = _check_ours if impl == "ours" else \
                                     lambda *a: _check_reference_impl(impl, *a)
                                 checked[(impl, dtype, d, causal, mode)] = check_fn(dtype, d, causal, mode)
-                            fn = _impl_fn(impl, causal)
-                            run = (lambda: fn(q, k, v)) if mode == "fwd" else \
-                                (lambda: torch.autograd.grad(fn(q, k, v), (q, k, v), do))
+                            run = _runner(_impl_fn(impl, causal), mode, q, k, v, do)
                             progress(frac, f"{label}: timing")
                             run()  # compile, cuDNN plans, cuBLAS workspace: before the memory baseline
                             peak = _peak_bytes(run)
@@ -1075,7 +1073,7 @@ def lesson_numbers(target: Target) -> dict:
         "s_gb_16k": f"{big.s_bytes / 1e9:.1f}",
         "naive_fwd_gb_16k": f"{naive_peak_bytes(big, 'fwd') / 1e9:.1f}",
         "naive_train_gb_16k": f"{naive_peak_bytes(big, 'fwd+bwd') / 1e9:.1f}",
-        "flash_fwd_mb_16k": f"{flash_peak_bytes(big, 'fwd', _HOPPER_MODEL_CONFIG(64, 'bf16')) / 1e6:.0f}",
+        "flash_fwd_mb_16k": f"{flash_peak_bytes(big, 'fwd', tiles_for(64, 'bf16', _cc(target))) / 1e6:.0f}",
         "memory_gb": f"{target.memory_bytes / 1e9:.0f}",
         "l2_mb": f"{target.l2_bytes / 1e6:.0f}",
         "copy_tbps": f"{c.copy_tbps:.2f}",

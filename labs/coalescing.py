@@ -170,7 +170,7 @@ def transpose_reference(x: torch.Tensor) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------------------------------------
-# The model: sectors
+# The model: DRAM sectors and L1 wavefronts
 # ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Params:

@@ -101,9 +101,12 @@ def grid_input(n: int, device=None) -> torch.Tensor:
 # Timing launch-bound work (bench.time_ms flushes the L2 with a large memset before each call; the
 # CPU enqueues the next launches while that runs, which hides exactly the cost this lab is about)
 # ---------------------------------------------------------------------------------------------
-def per_call_us(fn, budget_ms: float = 20.0, batches: int = 5) -> float:
+def per_call_us(fn, budget_ms: float = 20.0, batches: int = 5, warmup_ms: float = 5.0) -> float:
     """Median wall time of one call of `fn` when called back to back, in microseconds."""
+    start = time.perf_counter()
     fn()
+    while time.perf_counter() - start < warmup_ms * 1e-3:  # caches, allocator, CPU clock up to speed
+        fn()
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     fn()
@@ -172,6 +175,9 @@ def run_probes(step, n: int = 4096) -> dict:
     t = torch.zeros(1, device="cuda")
     out = {}
     step("probe: PyTorch launch cost")
+    # Measured first in a run, launches came out up to 30 % slower than the same launches a few seconds
+    # later (CPU clocks and caches warming up): spin for a while before the first figure.
+    per_call_us(_repeat(lambda: t.add_(1.0), PROBE_OPS), budget_ms=5, warmup_ms=100)
     out["eager_add"] = per_call_us(_repeat(lambda: t.add_(1.0), PROBE_OPS)) / PROBE_OPS
     step("probe: bf16 matmul launch cost")
     dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
@@ -417,6 +423,7 @@ def _measure_chain(params: Params, step):
 
 
 ROTATE_FROM_BYTES = MiB  # below this the launch dwarfs the kernel, wherever its data sits
+GRAPH_CALLS = 16  # calls per timed batch in the regimes (a graph replay of 16 shows the GPU's own time)
 
 
 def _rotating(op: str, size: int, l2_bytes: int) -> list:
@@ -459,13 +466,15 @@ def _measure_regimes(params: Params, target: Target, step):
                 err = bench.check_close(first[2], first[0].double() @ first[1].double(),
                                         "bf16" if first[0].dtype == torch.bfloat16 else "fp16", f"matmul ({size})")
 
+            calls = [sets[i % len(sets)] for i in range(max(len(sets), GRAPH_CALLS))]
+
             def eager():
-                for s in sets:
+                for s in calls:
                     _call(op, s)
 
-            eager_us = per_call_us(eager) / len(sets)
-            graph = capture(eager)
-            gpu_us = per_call_us(graph.replay) / len(sets)
+            eager_us = per_call_us(eager) / len(calls)
+            graph = capture(eager)  # several calls per replay, so the replay's own cost is spread out
+            gpu_us = per_call_us(graph.replay) / len(calls)
             del graph
             nbytes, flops, peak = op_work(op, size, target)
             bw_frac = nbytes / (gpu_us * 1e-6) / (target.ceilings.copy_tbps * 1e12)

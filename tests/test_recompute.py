@@ -27,12 +27,26 @@ def test_gradcheck_against_finite_differences(device, recompute_in_backward):
     assert torch.autograd.gradcheck(fn, (x,), eps=1e-6, atol=1e-8)
 
 
+def _saved_for_backward(variant: str, x: torch.Tensor) -> list:
+    """The tensors autograd packs for the backward pass during one forward call of a version."""
+    packed = []
+
+    def pack(t):
+        packed.append(t)
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        recompute.VARIANTS[variant](x)
+    return packed
+
+
 def test_what_each_version_saves_for_backward(device):
     x = torch.randn(1001, device=device, requires_grad=True)
-    stored = recompute.VARIANTS["stored"](x).grad_fn.saved_tensors
+    stored = _saved_for_backward("stored", x)
     assert len(stored) == 2 and all(t.data_ptr() != x.data_ptr() for t in stored)  # s1 and s2: new memory
-    (kept,) = recompute.VARIANTS["recomputed"](x).grad_fn.saved_tensors
+    (kept,) = _saved_for_backward("recomputed", x)
     assert kept.data_ptr() == x.data_ptr()  # only the input, which exists anyway
+    assert len(_saved_for_backward("autograd", x)) == 3  # each sigmoid keeps its output: s1, s2 and out
 
 
 def test_gradient_does_not_accumulate_into_x(device):

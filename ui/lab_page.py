@@ -91,6 +91,7 @@ class LabPage:
     def __init__(self, lab: Lab):
         self.lab = lab
         self.waiting_for_prediction = False
+        self.refusal = ""  # why this GPU cannot run the chosen parameters ('' when it can)
         st.title(lab.title)
         st.caption(lab.summary)
         st.markdown(gpu_status_line())
@@ -106,6 +107,7 @@ class LabPage:
         """A lab shown further down another lab's page: same GPU choice, its own parameters, runs and recordings."""
         page = cls.__new__(cls)
         page.lab, page.target, page.instructor, page.waiting_for_prediction = lab, host.target, host.instructor, False
+        page.refusal = ""
         classroom.visit(lab.name)
         return page
 
@@ -145,14 +147,20 @@ class LabPage:
         for i, f in enumerate(fields):
             with cols[i % columns]:
                 values[f.name] = _widget(f, f"{self.lab.name}.{f.name}", initial[f.name])
+        self.refusal = ""
         try:
             params = params_mod.from_strings(self.lab.Params, values)
-            if self.lab.check and self.target.live:
-                self.lab.check(params, self.target)
-            return params
         except params_mod.ParamError as exc:
             st.error(str(exc))
             return None
+        if self.lab.check and self.target.live:
+            try:
+                self.lab.check(params, self.target)
+            except params_mod.ParamError as exc:
+                # this GPU cannot run these parameters, but the model and the recorded runs still can be shown
+                self.refusal = str(exc)
+                st.error(self.refusal)
+        return params
 
     # --- results ---------------------------------------------------------------------------
     def results(self, params, stop: bool = True):
@@ -197,7 +205,9 @@ class LabPage:
             return None
         if params is None:
             return None
-        if st.button(f"Run on {info.name}", type="primary", key=f"run:{self.lab.name}"):
+        if self.refusal:
+            st.info("Live run disabled for these parameters (see above); the model and the recorded runs are shown.")
+        elif st.button(f"Run on {info.name}", type="primary", key=f"run:{self.lab.name}"):
             bar = st.progress(0.0, text="starting")
             waiting = st.empty()
             try:
