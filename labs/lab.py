@@ -2,6 +2,7 @@
 
     predict(params, target) -> rows      the model; pure, needs no GPU
     measure(params, target, progress)    runs the real kernels (checked first), yields measured rows
+                                         (and, optionally, strings: notes shown with the result)
     check(params, target)                optional: refuse what cannot run (memory, dtype support)
 
 Rows from `predict` and `measure` share the `key` columns; the runner joins them and adds the

@@ -143,6 +143,7 @@ def _measure_rows(lab: Lab, params, target, progress: Progress, time_limit_s: fl
     import torch
 
     rows: list = []
+    notes: list = []  # a lab's measure() may yield a string: a note for the learner, kept with the result
     started = time.monotonic()
 
     def guarded(fraction: float, message: str) -> None:
@@ -152,16 +153,16 @@ def _measure_rows(lab: Lab, params, target, progress: Progress, time_limit_s: fl
 
     try:
         for row in lab.measure(params, target, guarded):
-            rows.append(row)
+            (notes if isinstance(row, str) else rows).append(row)
     except RunTimedOut:
-        return rows, [f"The run passed its time limit of {time_limit_s:.0f} s after {len(rows)} measured points; "
+        return rows, notes + [f"The run passed its time limit of {time_limit_s:.0f} s after {len(rows)} measured points; "
                       "what was measured is kept. Try fewer or smaller points."], False
     except torch.cuda.OutOfMemoryError:
         _release_gpu_memory()
         free_gb = gpu_mod.free_memory_bytes() / 1e9
-        return rows, [f"The GPU ran out of memory after {len(rows)} measured points; the sweep stopped there "
+        return rows, notes + [f"The GPU ran out of memory after {len(rows)} measured points; the sweep stopped there "
                       f"and what was measured is kept ({free_gb:.1f} GB free now). Try a smaller size."], False
-    return rows, [], True
+    return rows, notes, True
 
 
 def calibrate(progress: Progress = noop_progress, on_wait: Optional[Callable[[int], None]] = None):

@@ -174,3 +174,14 @@ def test_runner_log_records_enter_and_exit(tmp_path, monkeypatch):
         pass
     events = [line.split()[1:3] for line in log.read_text().splitlines()]
     assert events == [["enter", "logged"], ["exit", "logged"]]
+
+
+def test_measure_may_yield_notes_for_the_learner():
+    def measure(params, target, progress):
+        yield {"i": 0}
+        yield "torch.compile was not available: shown without it"
+        yield {"i": 1}
+
+    rows, messages, complete = runner._measure_rows(_toy_lab(measure), Knobs(), None, lambda f, m: None, 60)
+    assert [r["i"] for r in rows] == [0, 1] and complete
+    assert messages == ["torch.compile was not available: shown without it"]
