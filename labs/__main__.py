@@ -82,9 +82,12 @@ def cmd_warmup(args) -> int:
         raise params_mod.ParamError(f"warmup needs a GPU: {gpu.detect().reason}")
     labs = [get_lab(n) for n in args.labs.split(",")] if args.labs else list(all_labs())
     failed = False
+    record = (lambda result: print(f"  recorded {save_recording(result)}", file=sys.stderr)) if args.record else None
     for attempt in ("first pass (compiles and measures)", "second pass (served from the cache)"):
         print(attempt, file=sys.stderr)
-        for name, seconds, status in runner.warmup(labs, lambda i, lab, s: _progress(i / len(labs), f"{lab.name}: {s}")):
+        report = runner.warmup(labs, lambda i, lab, s: _progress(i / len(labs), f"{lab.name}: {s}"),
+                               **({"on_result": record} if record and attempt.startswith("first") else {}))
+        for name, seconds, status in report:
             print(f"  {name:14s} {seconds:8.2f} s  {status}", file=sys.stderr)
             failed |= status.startswith("failed")
     return 1 if failed else 0
@@ -107,6 +110,7 @@ def main(argv=None) -> int:
     cal.set_defaults(func=cmd_calibrate)
     warm = sub.add_parser("warmup", help="run every lab's default sweep so a class demo never waits on compilation")
     warm.add_argument("--labs", help="comma-separated lab names (default: all)")
+    warm.add_argument("--record", action="store_true", help="also record each lab's first-pass run")
     warm.set_defaults(func=cmd_warmup)
     args = parser.parse_args(argv)
     try:

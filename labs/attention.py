@@ -124,9 +124,25 @@ def tile_map(lq: int, lk: int, block_m: int, block_n: int, causal: bool) -> list
 
 
 def tile_counts(lq: int, lk: int, block_m: int, block_n: int, causal: bool) -> dict:
-    grid = tile_map(lq, lk, block_m, block_n, causal)
-    flat = [s for row in grid for s in row]
-    return {state: flat.count(state) for state in ("full", "masked", "skipped")} | {"tiles": len(flat)}
+    """How many tiles of the map are full, masked and skipped (one row of tiles at a time, no map built)."""
+    n_m, n_n = max(1, -(-lq // block_m)), max(1, -(-lk // block_n))
+    full = masked = 0
+    for i in range(n_m):
+        full_end, hi, _ = visible_range(i * block_m, block_m, lq, lk, block_n, causal)
+        visited = -(-hi // block_n)
+        full += full_end // block_n
+        masked += visited - full_end // block_n
+    return {"full": full, "masked": masked, "skipped": n_m * n_n - full - masked, "tiles": n_m * n_n}
+
+
+def stepper_example(length: int = 24, seed: int = 0, dv: int = 2) -> tuple:
+    """A row of scores for the stepper: mostly small, with a few large ones arriving late, so the running
+    max jumps and the rescaling shows. Returns (scores (length,), values (length, dv))."""
+    rng = np.random.default_rng(seed)
+    scores = rng.normal(0.0, 1.0, length)
+    late = rng.choice(np.arange(length // 3, length), size=max(1, length // 8), replace=False)
+    scores[late] += rng.uniform(2.0, 4.0, len(late))
+    return np.round(scores, 2), np.round(rng.normal(0.0, 1.0, (length, dv)), 2)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -171,7 +171,8 @@ def calibrate(progress: Progress = noop_progress, on_wait: Optional[Callable[[in
         return gpu_mod.calibrate(progress)
 
 
-def warmup(labs, on_lab: Callable[[int, Lab, str], None] = lambda i, lab, status: None) -> list:
+def warmup(labs, on_lab: Callable[[int, Lab, str], None] = lambda i, lab, status: None,
+           on_result: Callable[[Result], None] = lambda result: None) -> list:
     """Run every lab's default parameters once, in order, so that kernels are compiled and results cached.
 
     `on_lab(index, lab, status)` reports "running", "done in 12.3 s", "cached" or the error. Returns
@@ -189,6 +190,7 @@ def warmup(labs, on_lab: Callable[[int, Lab, str], None] = lambda i, lab, status
         try:
             result = run(lab, params)
             status = f"done in {time.monotonic() - started:.1f} s" + ("" if result.complete else " (partial)")
+            on_result(result)
         except Exception as exc:  # noqa: BLE001 - every lab gets its turn; the error is the report
             status = f"failed: {type(exc).__name__}: {exc}"
         on_lab(i, lab, status)

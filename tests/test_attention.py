@@ -1,0 +1,283 @@
+"""FlashAttention lab: the online-softmax stepper, the tile picture, the model, the kernels, the page.
+
+Kernels run in Triton's interpreter on CPU (small odd shapes) and on the GPU (gpu-marked, larger ones),
+always against float64.
+"""
+
+import dataclasses
+import math
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from labs import attention as A
+from labs import bench, gpu
+from labs.params import ParamError
+
+H200 = gpu.datasheet_target(gpu.datasheet_by_name("H200"))
+
+
+# ------------------------------------------------------------------------------------------------
+# The online softmax, in numpy
+# ------------------------------------------------------------------------------------------------
+def test_stepper_hand_numbers():
+    # scores (1, 2), values (1, 3), one key per step
+    steps = A.online_softmax_steps([1.0, 2.0], [[1.0], [3.0]], tile=1)
+    assert [s["m"] for s in steps] == [1.0, 2.0]
+    assert steps[0]["l"] == pytest.approx(1.0) and steps[0]["o"][0] == pytest.approx(1.0)
+    assert steps[1]["alpha"] == pytest.approx(math.exp(-1))  # the old sum and output shrink by e^(1-2)
+    assert steps[1]["l"] == pytest.approx(math.exp(-1) + 1)
+    assert steps[1]["output"][0] == pytest.approx((math.exp(-1) + 3) / (math.exp(-1) + 1))
+
+
+@pytest.mark.parametrize("tile", [1, 3, 7, 50])
+def test_stepper_ends_equal_to_softmax_at_once(tile):
+    rng = np.random.default_rng(tile)
+    scores, values = rng.normal(size=37) * 3, rng.normal(size=(37, 4))
+    steps = A.online_softmax_steps(scores, values, tile)
+    once = A.softmax_at_once(scores, values)
+    assert len(steps) == math.ceil(37 / tile)
+    assert np.allclose(steps[-1]["output"], once["output"], rtol=1e-12, atol=1e-12)
+    assert steps[-1]["m"] == once["m"] and steps[-1]["l"] == pytest.approx(once["l"], rel=1e-12)
+    assert all(a["m"] <= b["m"] for a, b in zip(steps, steps[1:]))  # the running max never decreases
+    assert steps[0]["alpha"] == 0.0 and all(0.0 < s["alpha"] <= 1.0 for s in steps[1:])
+
+
+def test_stepper_rejects_bad_tile():
+    with pytest.raises(ParamError):
+        A.online_softmax_steps([1.0], [[1.0]], 0)
+
+
+# ------------------------------------------------------------------------------------------------
+# The tile picture and the pair count
+# ------------------------------------------------------------------------------------------------
+def test_tile_map_causal_square():
+    assert A.tile_map(256, 256, 128, 128, True) == [["masked", "skipped"], ["full", "masked"]]
+    assert A.tile_counts(256, 256, 128, 128, True) == {"full": 1, "masked": 2, "skipped": 1, "tiles": 4}
+
+
+def test_tile_map_ragged_and_bottom_right():
+    # 200 keys in tiles of 128: the second key tile is ragged, so it runs with a mask
+    assert A.tile_map(128, 200, 128, 128, False) == [["full", "masked"]]
+    # 128 queries, 384 keys, causal aligned bottom right: query 0 already sees keys 0..256
+    assert A.tile_map(128, 384, 128, 128, True) == [["full", "full", "masked"]]
+    # more queries than keys: the first query tile sees nothing at all
+    assert A.tile_map(256, 128, 128, 128, True) == [["skipped"], ["masked"]]
+
+
+@pytest.mark.parametrize("lq,lk", [(1, 1), (5, 5), (7, 3), (3, 7), (64, 100), (100, 64)])
+def test_visible_pairs_matches_the_mask(lq, lk):
+    assert A.visible_pairs(lq, lk, True) == int(A.causal_visible(lq, lk).sum())
+    assert A.visible_pairs(lq, lk, False) == lq * lk
+
+
+# ------------------------------------------------------------------------------------------------
+# The model, with hand-checked numbers
+# ------------------------------------------------------------------------------------------------
+def test_flops_hand_checked():
+    assert A.attention_flops("fwd", 4, 16, 4096, 4096, 64, False) == 4 * 4 * 16 * 4096 * 4096 * 64
+    assert A.attention_flops("fwd", 1, 1, 4, 4, 8, True) == 4 * 10 * 8  # 1 + 2 + 3 + 4 pairs
+    assert A.attention_flops("fwd+bwd", 1, 1, 4, 4, 8, True) == 3.5 * 4 * 10 * 8
+
+
+def test_exp_rate_from_fma_ceiling():
+    # H200 datasheet: 67 TFLOP/s FP32 = 33.5 T FMA lanes/s; 16 SFUs per 128 lanes -> 4.19 T exp/s
+    sheet = gpu.datasheet_target(gpu.datasheet_by_name("H200"))
+    expected = sheet.ceilings.fma_tflops * 1e12 / 2 / 8
+    assert A.exp_rate(sheet) == pytest.approx(expected)
+    a100 = gpu.datasheet_target(gpu.datasheet_by_name("A100 80GB"))
+    assert A.exp_rate(a100) == pytest.approx(a100.ceilings.fma_tflops * 1e12 / 2 / 4)  # 64 lanes per SM
+
+
+def test_flash_time_model_hand_checked():
+    t = H200
+    cfg = A.FlashConfig(A.Tiles(128, 128, 4, 2), A.Tiles(64, 64, 4, 2), A.Tiles(64, 64, 4, 2))
+    shape = A.Shape(1, 1, 1024, 1024, 64, False, "bf16")
+    m = A.flash_model(shape, "fwd", t, cfg)
+    mma_s = 4 * 64 * 1024 * 1024 / (t.ceilings.matmul_tflops["bf16"] * 1e12)  # 2 matmuls x 2 d FLOPs per score
+    exp_s = 1024 * 1024 / A.exp_rate(t)  # one exponential per score
+    assert m["predicted_mma_ms"] == pytest.approx(mma_s * 1e3)
+    assert m["predicted_exp_ms"] == pytest.approx(exp_s * 1e3)
+    assert m["predicted_ms"] == pytest.approx((mma_s + exp_s) * 1e3)  # compute-bound: bytes take far less
+    assert m["predicted_peak_bytes"] == 1024 * 64 * 2 + 1024 * 4  # O and the log-sum-exp
+
+
+def test_flash_model_counts_the_causal_diagonal_tiles():
+    cfg = A.FlashConfig(A.Tiles(128, 128, 4, 2), A.Tiles(64, 64, 4, 2), A.Tiles(64, 64, 4, 2))
+    full = A.flash_model(A.Shape(1, 1, 1024, 1024, 64, False, "bf16"), "fwd", H200, cfg)
+    causal = A.flash_model(A.Shape(1, 1, 1024, 1024, 64, True, "bf16"), "fwd", H200, cfg)
+    # 8 x 8 tiles; causal visits 28 below the diagonal and 8 on it: 36 of 64
+    assert causal["predicted_mma_ms"] == pytest.approx(full["predicted_mma_ms"] * 36 / 64)
+
+
+def test_memory_models_grow_as_n_squared_and_n():
+    s1, s2 = A.Shape(4, 16, 2048, 2048, 64, False, "bf16"), A.Shape(4, 16, 4096, 4096, 64, False, "bf16")
+    assert A.naive_peak_bytes(s1, "fwd") == 2 * 4 * 16 * 2048 * 2048 * 2  # S and P, bf16
+    assert A.naive_peak_bytes(s2, "fwd") == 4 * A.naive_peak_bytes(s1, "fwd")
+    assert A.flash_peak_bytes(s2, "fwd") == 2 * A.flash_peak_bytes(s1, "fwd")
+    assert A.flash_peak_bytes(s2, "fwd+bwd") < A.naive_peak_bytes(s2, "fwd+bwd") / 30
+
+
+def test_naive_model_is_memory_bound_in_the_softmax():
+    shape = A.Shape(4, 16, 4096, 4096, 64, False, "bf16")
+    ops = {o["op"]: o for o in A.naive_ops(shape, "fwd")}
+    assert ops["P = softmax(S)"]["bytes"] == 2 * shape.s_bytes and ops["P = softmax(S)"]["flops"] == 0
+    m = A.naive_model(shape, "fwd", H200)
+    assert m["predicted_ms"] > A.flash_model(shape, "fwd", H200)["predicted_ms"]
+
+
+def test_predict_has_the_headline_row_and_positive_numbers():
+    rows = A.predict(A.Params(), H200)
+    head = [r for r in rows if all(r.get(k) == v for k, v in A.LAB.headline.row.items())]
+    assert len(head) == 1 and head[0]["predicted_tflops"] > 100
+    assert all(r["predicted_ms"] > 0 and r["predicted_peak_bytes"] > 0 for r in rows)
+    assert {r["impl"] for r in rows} == {"naive", "ours"}
+
+
+def test_check_refuses_what_does_not_fit():
+    with pytest.raises(ParamError, match="GB"):
+        A.check(A.Params(seq_lens=(262144,), batch=64, heads=64, head_dims=(128,)), H200)
+    A.check(A.Params(), H200)  # the defaults fit
+
+
+def test_lesson_numbers_fill_the_lesson():
+    from ui import text
+
+    numbers = A.lesson_numbers(H200)
+    lesson = text.lesson("attention", numbers)
+    assert "{{" not in lesson, "every placeholder in the lesson has a number"
+    assert float(numbers["exp_per_s"]) > 1
+
+
+# ------------------------------------------------------------------------------------------------
+# The kernels against float64 (Triton's interpreter on CPU; the GPU when there is one)
+# ------------------------------------------------------------------------------------------------
+def _inputs(b, h, lq, lk, d, dtype, device, three_d=False, seed=0):
+    g = torch.Generator(device=device).manual_seed(seed)
+    shape = (lambda n: (b, n, d)) if three_d else (lambda n: (b, h, n, d))
+    return [bench.random_tensor(shape(n), dtype, device, generator=g).requires_grad_() for n in (lq, lk, lk)]
+
+
+def _assert_matches_float64(q, k, v, causal, dtype, config=None, scale=None):
+    out, lse = A.flash_attention_forward(q, k, v, causal, scale, config=config)
+    ref_out, ref_lse = A.reference(q, k, v, causal, scale)
+    bench.check_close(out, ref_out, dtype, "output")
+    finite = torch.isfinite(ref_lse)
+    assert torch.equal(torch.isinf(lse), ~finite), "queries that see no key have lse = -inf, the others finite"
+    if finite.any():
+        bench.check_close(lse[finite], ref_lse[finite], dtype, "lse")
+    do = torch.randn_like(out)
+    grads = torch.autograd.grad(A.flash_attention(q, k, v, causal, scale, config=config), (q, k, v), do)
+    refs = torch.autograd.grad(ref_out, (q, k, v), do.to(torch.float64))
+    for name, g, r in zip(("dq", "dk", "dv"), grads, refs):
+        bench.check_close(g, r, dtype, name)
+
+
+SMALL = A.FlashConfig(A.Tiles(16, 16, 4, 1), A.Tiles(16, 32, 4, 1), A.Tiles(32, 16, 4, 1))
+CASES = [  # (lq, lk, d, causal, dtype, config)
+    (1, 1, 16, False, "fp32", None),
+    (17, 17, 16, True, "fp32", SMALL),
+    (127, 127, 32, True, "bf16", None),
+    (127, 127, 32, False, "fp16", None),
+    (37, 20, 16, True, "fp32", SMALL),  # more queries than keys: the first 17 see nothing
+    (20, 37, 16, True, "bf16", SMALL),
+    (50, 33, 64, False, "fp32", None),
+    (33, 33, 128, True, "bf16", None),
+    (45, 45, 16, True, "fp32", dataclasses.replace(SMALL, use_tma=True)),  # the TMA-descriptor path
+    (45, 29, 16, True, "fp32", dataclasses.replace(SMALL, atomic_dq=True)),  # dQ by atomic adds
+]
+
+
+@pytest.mark.parametrize("lq,lk,d,causal,dtype,config", CASES)
+def test_kernels_match_float64(lq, lk, d, causal, dtype, config, device):
+    _assert_matches_float64(*_inputs(2, 2, lq, lk, d, dtype, device, seed=lq + lk), causal, dtype, config)
+
+
+def test_length_1000_and_three_dim_inputs(device):
+    q, k, v = _inputs(1, 1, 1000, 1000, 16, "fp32", device, three_d=True)
+    assert q.shape == (1, 1000, 16)
+    _assert_matches_float64(q, k, v, True, "fp32", scale=0.3)
+    out, lse = A.flash_attention_forward(q, k, v)
+    assert out.shape == q.shape and lse.shape == (1, 1000)
+
+
+def test_queries_that_see_no_key(device):
+    q, k, v = _inputs(1, 1, 37, 20, 16, "fp32", device)
+    out, lse = A.flash_attention_forward(q, k, v, causal=True, config=SMALL)
+    assert torch.all(out[0, 0, :17] == 0) and torch.all(lse[0, 0, :17] == float("-inf"))
+    assert torch.isfinite(lse[0, 0, 17:]).all()
+
+
+def test_every_output_element_is_written(device):
+    q, k, v = (x.detach() for x in _inputs(2, 3, 33, 45, 32, "bf16", device))
+    cfg = A.default_config(32, q.dtype, q.device)
+    out, lse = torch.full_like(q, float("nan")), torch.full((2, 3, A._lq_pad(33)), float("nan"), device=device)
+    A._forward(q, k, v, True, 0.2, cfg, out, lse)
+    grads = [torch.full_like(x, float("nan")) for x in (q, k, v)]
+    A._backward(q, k, v, out, lse, torch.randn_like(q), True, 0.2, cfg, *grads)
+    assert torch.isfinite(out).all() and torch.isfinite(lse[..., :33]).all()
+    assert all(torch.isfinite(g).all() for g in grads)
+
+
+def test_the_lab_check_passes_on_small_inputs(monkeypatch):
+    monkeypatch.setattr(A, "CHECK_LQ", 61)
+    monkeypatch.setattr(A, "CHECK_LK", 61)
+    assert A._check_ours("fp32", 16, True, "fwd+bwd") < bench.TOLERANCE["fp32"]
+
+
+def test_bad_inputs_raise():
+    q = torch.randn(1, 1, 8, 24)
+    with pytest.raises(ValueError, match="head dim"):
+        A.flash_attention(q, q, q)
+    with pytest.raises(ValueError, match="same shape"):
+        A.flash_attention(torch.randn(1, 1, 8, 16), torch.randn(1, 1, 8, 16), torch.randn(1, 1, 9, 16))
+    with pytest.raises(ValueError, match="dtype"):
+        A.flash_attention(torch.randn(1, 8, 16), torch.randn(1, 8, 16).half(), torch.randn(1, 8, 16))
+
+
+# ------------------------------------------------------------------------------------------------
+# GPU: larger odd lengths, every dtype and head dim, the lab end to end
+# ------------------------------------------------------------------------------------------------
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32"])
+@pytest.mark.parametrize("d", [16, 32, 64, 128])
+def test_gpu_odd_lengths(dtype, d):
+    for i, (lq, lk) in enumerate([(1, 1), (17, 17), (127, 127), (1000, 1000), (4097, 4097), (1000, 1537), (1537, 1000)]):
+        for causal in (False, True):
+            _assert_matches_float64(*_inputs(1, 2, lq, lk, d, dtype, "cuda", seed=i), causal, dtype)
+
+
+@pytest.mark.gpu
+def test_gpu_lab_run_refuses_naive_that_would_not_fit():
+    from labs import runner
+
+    small = A.Params(seq_lens=(300,), head_dims=(32,), masks=("causal",), batch=2, heads=2)
+    result = runner.run(A.LAB, small, use_cache=False)
+    measured = [r for r in result.rows if r.get("measured_ms")]
+    assert {r["impl"] for r in measured} >= {"naive", "ours", "sdpa-flash"} and result.complete
+    huge = A.Params(seq_lens=(1 << 18,), head_dims=(16,), masks=("full",), impls=("naive",), modes=("fwd",),
+                    batch=4, heads=16)
+    rows = runner.run(A.LAB, huge, use_cache=False).rows
+    assert "refused" in rows[0]["note"] and "GB" in rows[0]["note"]
+
+
+# ------------------------------------------------------------------------------------------------
+# The page
+# ------------------------------------------------------------------------------------------------
+def test_page_renders_without_gpu():
+    from streamlit.testing.v1 import AppTest
+
+    app = AppTest.from_file("pages/attention.py", default_timeout=30)
+    app.run()  # the first run imports streamlit, plotly and the lab
+    start = time.monotonic()
+    app.run()
+    elapsed = time.monotonic() - start
+    assert not app.exception, app.exception
+    assert elapsed < 1.0, f"the page took {elapsed:.2f} s"
+    titles = " ".join(h.value for h in app.subheader)
+    assert "online softmax" in titles.lower() and "tile" in titles.lower()
+    assert any(m.value for m in app.markdown if "FlashAttention" in m.value)
+    app.button(key="stepper_next").click().run()
+    assert not app.exception
