@@ -75,7 +75,7 @@ def online_softmax_steps(scores, values, tile: int) -> list[dict]:
         o = o * alpha + p @ v[start:start + tile]
         m = m_new
         steps.append({"step": len(steps), "start": start, "stop": start + len(block), "tile_max": float(block.max()),
-                      "m": m, "alpha": alpha, "l": l, "o": o.copy(), "output": o / l,
+                      "m": m, "alpha": alpha, "l": l, "lse": m + math.log(l), "o": o.copy(), "output": o / l,
                       "p_tile": p.copy()})
     return steps
 
@@ -831,7 +831,8 @@ def naive_ops(shape: Shape, mode: str) -> list[dict]:
         return ops
     ops += [{"op": "dP = dO V^T", "flops": mm, "bytes": q + kv + s},
             {"op": "dV = P^T dO", "flops": mm, "bytes": s + q + kv},
-            {"op": "dS = softmax'(P, dP)", "flops": 0, "bytes": 3 * s}]
+            {"op": "dP * P", "flops": 0, "bytes": 3 * s},  # PyTorch's CUDA softmax backward: a temporary first
+            {"op": "dS = dP * P - P * rowsum(dP * P)", "flops": 0, "bytes": 3 * s}]
     if shape.causal:
         ops.append({"op": "mask dS", "flops": 0, "bytes": 2 * s + mask})
     ops += [{"op": "dQ = dS K", "flops": mm, "bytes": s + kv + q},
@@ -841,12 +842,17 @@ def naive_ops(shape: Shape, mode: str) -> list[dict]:
 
 
 def naive_peak_bytes(shape: Shape, mode: str) -> int:
-    """Memory naive attention allocates beyond its inputs: two (B, H, Lq, Lk) matrices forward (S while
-    softmax writes P), three with autograd (P, dP and dS alive in the softmax backward)."""
-    mask = 2 * shape.lq * shape.lk if shape.causal else 0
+    """Memory naive attention allocates beyond its inputs.
+
+    Forward (no autograd record): S and P, both alive while the softmax reads one and writes the other.
+    Forward and backward: the peak is in the softmax's backward pass, where P (saved), dP, dS and the
+    temporary dP * P that PyTorch's CUDA softmax backward forms first are alive together: four N x N
+    matrices, beside q * scale (saved), the output and dV; and the causal mask (one byte per pair).
+    """
     if mode == "fwd":
-        return 2 * shape.s_bytes + mask // 2 * 2
-    return 3 * shape.s_bytes + mask // 2 + 2 * shape.q_bytes + shape.kv_bytes  # + q*scale, O, dV
+        return 2 * shape.s_bytes
+    mask = shape.lq * shape.lk if shape.causal else 0
+    return 4 * shape.s_bytes + 2 * shape.q_bytes + shape.kv_bytes + mask
 
 
 def naive_model(shape: Shape, mode: str, target: Target) -> dict:

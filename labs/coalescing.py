@@ -428,7 +428,7 @@ def lesson_numbers(target: Target) -> dict:
 
 
 def _fmt(x) -> str:
-    return f"{x:.2f}" if x is not None else "(unknown: no clock for this GPU)"
+    return f"{x:.2f} TB/s" if x is not None else "an unknown rate (no clock figure for this GPU)"
 
 
 LAB = Lab(

@@ -324,7 +324,7 @@ PER_SM_BY_CC = {
 }
 
 
-def hierarchy_levels(target: Target, rows: Optional[list] = None) -> list[dict]:
+def hierarchy_levels(target: Target, rows: Optional[list] = None, rows_label: str = "measured in this run") -> list[dict]:
     """The four levels with their sizes and bandwidths for the diagram, each figure with its source.
 
     Registers and shared memory/L1 come from the attached device (or the compute-capability table),
@@ -344,7 +344,7 @@ def hierarchy_levels(target: Target, rows: Optional[list] = None) -> list[dict]:
     if rows:
         fig = levels_from_rows(rows, target.l2_bytes)
         if fig["l2_tbps"] is not None:
-            l2_tbps, l2_source = fig["l2_tbps"], "measured in this run"
+            l2_tbps, l2_source = fig["l2_tbps"], rows_label
     smem_tbps, smem_source = None, "not measured"
     if info is not None and info.available and info.sm_clock_mhz:
         # 32 banks x 4 bytes per clock per SM
@@ -377,8 +377,8 @@ def lesson_numbers(target: Target) -> dict:
         "l2_mib": f"{target.l2_bytes / MiB:.0f}",
         "l2_mb": f"{target.l2_bytes / 1e6:.0f}",
         "hbm_tbps": f"{lv.hbm_tbps:.2f}",
-        "l2_tbps": f"{lv.l2_tbps:.1f}" if lv.l2_tbps else "(not measured yet)",
-        "l2_ratio": f"{lv.l2_tbps / lv.hbm_tbps:.1f}" if lv.l2_tbps else "a few",
+        "l2_tbps": f"{lv.l2_tbps:.1f} TB/s" if lv.l2_tbps else "not yet measured on this GPU",
+        "l2_ratio": f"{lv.l2_tbps / lv.hbm_tbps:.1f}x HBM's" if lv.l2_tbps else "typically a few times HBM's",
         "sm_count": str(target.sm_count),
         "l2_per_sm_kib": f"{target.l2_bytes / target.sm_count / KiB:.0f}",
         "levels_source": lv.source,

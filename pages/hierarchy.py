@@ -59,7 +59,8 @@ def diagram(levels: list) -> go.Figure:
 
 
 # --- the diagram ----------------------------------------------------------------------------------
-levels = hierarchy.hierarchy_levels(target, shown.rows if shown else None)
+levels = hierarchy.hierarchy_levels(target, shown.rows if shown else None,
+                                    f"measured by this lab ({shown.label})" if shown else "")
 st.plotly_chart(diagram(levels), width="stretch")
 st.caption("Sizes: " + "; ".join(f"{lv['level']}: {lv['size_source']}" for lv in levels) + ". Bandwidths: "
            + "; ".join(f"{lv['level']}: {lv['tbps_source']}" for lv in levels) + ".")

@@ -48,8 +48,8 @@ FWD = {
     128: [(64, 64, 4, 2), (64, 64, 4, 3), (64, 128, 4, 2), (128, 64, 4, 2), (128, 64, 4, 3), (128, 64, 8, 2),
           (128, 64, 8, 3), (128, 128, 4, 2), (128, 128, 8, 2), (128, 128, 8, 3)],
 }
-FWD_EXP16 = {64: [(128, 64, 4, 3), (128, 128, 8, 3), (128, 128, 4, 3), (128, 64, 8, 3)],
-             128: [(128, 64, 4, 2), (128, 128, 8, 2), (128, 64, 8, 2), (128, 128, 8, 3)]}
+# Round 1 also tried a packed bf16x2 exp2 (inline PTX ex2.approx.ftz.bf16x2): on sm_90 ptxas turns it into two
+# MUFU.EX2 per pair, so it cannot beat the fp32 exp2, and the lab dropped it.
 FWD_PTR = {64: [(128, 64, 4, 3), (128, 128, 8, 3)], 128: [(128, 64, 8, 2), (128, 128, 8, 2)]}
 DKDV = {
     64: [(32, 64, 4, 3), (32, 128, 4, 3), (64, 64, 4, 3), (64, 128, 4, 2), (64, 128, 8, 2), (64, 128, 8, 3),
@@ -72,14 +72,14 @@ FWD_DUMMY = (128, 64, 4, 2)
 def make_cfg(v: dict):
     from labs.attention import FlashConfig
     return FlashConfig(T(*v["fwd"]), T(*v["dkdv"]), T(*v["dq"]), use_tma=v.get("tma", True),
-                       exp16=v.get("exp16", False), atomic_dq=v.get("atomic", False))
+                       atomic_dq=v.get("atomic", False))
 
 
 def variant_name(v: dict) -> str:
     parts = [f"{v['kind']} d={v['d']} {'causal' if v['causal'] else 'full'}"]
     t = v["fwd"] if v["kind"] == "fwd" else v["dkdv"] if v["kind"] == "dkdv" else v["dq"]
     parts.append("x".join(map(str, t)))
-    for flag in ("exp16", "atomic"):
+    for flag in ("atomic",):
         if v.get(flag):
             parts.append(flag)
     if not v.get("tma", True):
@@ -94,8 +94,6 @@ def variants() -> list[dict]:
             base = {"d": d, "causal": causal, "dtype": "bf16"}
             for t in FWD[d]:
                 out.append(base | {"kind": "fwd", "fwd": t, "dkdv": REF_DKDV[d], "dq": REF_DQ[d]})
-            for t in FWD_EXP16[d]:
-                out.append(base | {"kind": "fwd", "fwd": t, "dkdv": REF_DKDV[d], "dq": REF_DQ[d], "exp16": True})
             for t in FWD_PTR[d]:
                 out.append(base | {"kind": "fwd", "fwd": t, "dkdv": REF_DKDV[d], "dq": REF_DQ[d], "tma": False})
             for t in DKDV[d]:
@@ -195,9 +193,24 @@ def tflops(mode, b, h, n, d, causal, ms):
 # ------------------------------------------------------------------------------------------------
 # Phases
 # ------------------------------------------------------------------------------------------------
-def phase_sweep(B=4, H=16, N=8192):
+FWD2 = {64: [(64, 64, 4, 2), (64, 256, 4, 2), (128, 64, 4, 2), (256, 64, 8, 2), (64, 128, 4, 2), (128, 128, 4, 3)],
+        128: [(256, 64, 8, 2), (256, 64, 8, 3), (128, 32, 4, 2), (128, 32, 4, 3), (256, 32, 8, 2), (128, 64, 4, 2),
+              (128, 128, 8, 3)]}
+
+
+def variants2() -> list[dict]:
+    """Second round: more forward tiles around the winners of the first, and the chosen defaults."""
+    out = []
+    for d in (64, 128):
+        for causal in (False, True):
+            base = {"d": d, "causal": causal, "dtype": "bf16", "dkdv": REF_DKDV[d], "dq": REF_DQ[d]}
+            out += [base | {"kind": "fwd", "fwd": t} for t in FWD2[d]]
+    return out
+
+
+def phase_sweep(B=4, H=16, N=8192, vs=None):
     from labs import attention as A
-    vs = variants()
+    vs = vs or variants()
     if DRY:
         B, H, N = 1, 2, 256
         vs = [v for v in vs if v["d"] == 64 and not v["causal"]][:2] + \
@@ -208,7 +221,7 @@ def phase_sweep(B=4, H=16, N=8192):
     def lengths_of(v):
         if DRY:
             return ((200, 200),)
-        if v["kind"] == "fwd" and v["fwd"] in (FWD_EXP16[v["d"]][:2] + FWD_PTR[v["d"]][:1]):
+        if v["kind"] == "fwd" and v["fwd"] in (FWD[v["d"]][-2:] + FWD_PTR[v["d"]][:1]):
             return odd
         if v["kind"] == "dkdv" and (v["dkdv"] == REF_DKDV[v["d"]] or v.get("atomic")) and v["dkdv"] != DKDV[v["d"]][0]:
             return odd
@@ -248,7 +261,7 @@ def phase_sweep(B=4, H=16, N=8192):
             best[("fwd", d, causal)] = rows[0][2] if rows else None
             out, lse = A._forward(q, k, v, causal, scale, make_cfg(rows[0][2] if rows else vs[0]))
             # backward: dkdv variants with the reference dq, then dq variants with the best dkdv
-            for kind in ("dkdv", "dq"):
+            for kind in ("dkdv", "dq") if any(x["kind"] != "fwd" for x in vs) else ():
                 rows = []
                 for var in [x for x in vs if x["d"] == d and x["causal"] == causal and x["kind"] == kind]:
                     name = variant_name(var)
@@ -288,10 +301,12 @@ def phase_refs(B=4, H=16, Ns=(4096, 8192, 16384), best=None):
                 for impl in impls:
                     if impl == "ours":
                         bf, bk, bq = (best.get((x, d, causal)) for x in ("fwd", "dkdv", "dq"))
-                        if not bf:
+                        if not bf:  # the lab's default tiles
+                            fn = lambda q, k, v: A.flash_attention(q, k, v, causal)
+                            line.append(_time_impl(impl, fn, q, k, v, do, B, H, n, d, causal))
                             continue
                         var = {"fwd": bf["fwd"], "dkdv": (bk or bf)["dkdv"], "dq": (bq or bf)["dq"],
-                               "exp16": bf.get("exp16", False), "tma": bf.get("tma", True),
+                               "tma": bf.get("tma", True),
                                "atomic": (bk or {}).get("atomic", False)}
                         cfg = make_cfg(var)
                         fn = lambda q, k, v: A.flash_attention(q, k, v, causal, config=cfg)
@@ -312,6 +327,40 @@ def phase_refs(B=4, H=16, Ns=(4096, 8192, 16384), best=None):
                     line.append(f"{impl} {rec['fwd_tflops']:.0f}/{rec['fb_tflops']:.0f}")
                 log(f"d={d} N={n} {'causal' if causal else 'full'} fwd/fwd+bwd TFLOP/s: " + ", ".join(line))
             del q, k, v, do
+
+
+def _time_impl(impl, fn, q, k, v, do, B, H, n, d, causal):
+    with torch.no_grad():
+        fwd_ms = tms(lambda: fn(q, k, v))
+    fb_ms = tms(lambda: torch.autograd.grad(fn(q, k, v), (q, k, v), do))
+    rec = {"impl": impl, "d": d, "N": n, "causal": causal, "fwd_ms": fwd_ms, "fb_ms": fb_ms,
+           "fwd_tflops": tflops("fwd", B, H, n, d, causal, fwd_ms), "fb_tflops": tflops("fwd+bwd", B, H, n, d, causal, fb_ms)}
+    RESULTS["refs"].append(rec)
+    return f"{impl} {rec['fwd_tflops']:.0f}/{rec['fb_tflops']:.0f}"
+
+
+def phase_naive_memory(B=4, H=16, N=1024, d=64):
+    """Which ops of naive attention allocate, and what is alive at the peak (autograd forward + backward)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from labs import attention as A
+    q, k, v, do = inputs(B, H, N, d, grad=True)
+    S = B * H * N * N * 2
+    trace = []
+
+    class Trace(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            trace.append((func.__name__, torch.cuda.memory_allocated(), torch.cuda.max_memory_allocated()))
+            return out
+
+    A.naive_attention(q, k, v, False).sum()  # warm-up (cuBLAS workspace)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    with Trace():
+        torch.autograd.grad(A.naive_attention(q, k, v, False), (q, k, v), do)
+    for name, now, peak in trace:
+        print(f"  naive op {name:40s} allocated {(now - base) / S:6.3f} S   peak so far {(peak - base) / S:6.3f} S")
 
 
 def phase_memory(B=4, H=16):
@@ -365,23 +414,66 @@ def phase_lab(seq_lens="1024,4096", extra=()):
     RESULTS["lab"] = {"seconds": dt, "rows": res.rows}
 
 
+def phase_labcli():
+    """The lab's default run through the CLI, in a fresh process with an empty Triton cache (compile included)."""
+    import subprocess
+    import tempfile
+    out = os.path.join(os.environ.get("OUT", "/tmp"), "attention.json")
+    env = dict(os.environ, TRITON_CACHE_DIR=tempfile.mkdtemp(prefix="triton-fresh-"))
+    t0 = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "labs", "run", "attention", "--out", out], env=env,
+                            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    last = 0.0
+    for line in proc.stderr:
+        now = time.monotonic() - t0
+        if "checking" in line or now - last > 2.0 or "refused" in line or "%]" not in line:
+            print(f"  [{now:5.1f}s] {line.rstrip()[:150]}")
+            last = now
+    proc.wait()
+    log(f"lab default run: {time.monotonic() - t0:.1f} s wall, exit {proc.returncode}")
+    if proc.returncode == 0:
+        phase_summary(out)
+
+
+def phase_summary(path):
+    res = json.load(open(path))
+    print(f"duration_s {res['meta'].get('duration_s')}, complete {res['complete']}, messages {res['messages']}")
+    for r in res["rows"]:
+        if r.get("measured_ms") is None and not r.get("note"):
+            continue
+        print(f"  {r['impl']:14s} {r['mode']:8s} {'causal' if r['causal'] else 'full':6s} N={r['seq_len']:6d} "
+              f"{r.get('measured_tflops') or 0:6.1f} TF/s (model {r.get('predicted_tflops') or 0:6.1f}, "
+              f"err {r.get('error_pct') or 0:+6.1f}%) {r.get('measured_ms') or 0:9.3f} ms "
+              f"peak {(r.get('measured_peak_bytes') or 0) / 1e6:9.1f} MB (mem err {r.get('memory_error_pct') or 0:+.1f}%) "
+              f"{(r.get('note') or '')[:70]}")
+
+
 def main():
     sys.path.insert(0, os.getcwd())
     phases = sys.argv[1:] or ["sweep", "refs", "memory"]
+    if phases[0] == "summary":
+        return phase_summary(phases[1])
     print(f"torch {torch.__version__}, triton {__import__('triton').__version__}, {'cpu' if DRY else torch.cuda.get_device_name()}",
           flush=True)
     best = None
     if DRY:
         phases = [p for p in phases if p != "memory"]
     try:
+        if "lab" in phases:
+            phase_lab()
+        if "labcli" in phases:
+            phase_labcli()
+        if "naivemem" in phases:
+            phase_naive_memory()
         if "sweep" in phases:
             best = phase_sweep()
+        if "sweep2" in phases:
+            phase_sweep(vs=variants2())
         if "refs" in phases and elapsed() < BUDGET_S - 40:
-            phase_refs(best=best, **({"B": 1, "H": 2, "Ns": (256,)} if DRY else {}))
+            phase_refs(best=best, **({"B": 1, "H": 2, "Ns": (256,)} if DRY else
+                                     {"Ns": (1024, 2048, 4096, 8192, 16384)} if best is None else {}))
         if "memory" in phases and elapsed() < BUDGET_S - 20:
             phase_memory()
-        if "lab" in phases and elapsed() < BUDGET_S - 60:
-            phase_lab()
     finally:
         out = os.environ.get("OUT")
         if out:

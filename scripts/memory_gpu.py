@@ -176,7 +176,7 @@ def explore_strides():
     params = co.Params(experiments=("stride",))
     preds = {r["variant"]: r["predicted_tbps"] for r in co.predict(params, target)}
     saved = (co.STRIDE_CACHE, co.STRIDE_BLOCK, co.STRIDE_WARPS)
-    for cache, block, warps in (("", 4096, 8), (".cg", 4096, 8), (".cs", 4096, 8), ("", 1024, 4), (".cg", 1024, 4)):
+    for cache, block, warps in (("", 4096, 8), (".cg", 4096, 8), ("", 1024, 4), (".cg", 1024, 4)):
         co.STRIDE_CACHE, co.STRIDE_BLOCK, co.STRIDE_WARPS = cache, block, warps
         rows = list(co.measure_strides(params, lambda f, m: None, 0, 1))
         errs = [100 * (r["measured_tbps"] / preds[r["variant"]] - 1) for r in rows]

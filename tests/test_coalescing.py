@@ -146,7 +146,8 @@ def test_live_run_is_checked_and_the_stride_model_holds():
 
 # --- the page ----------------------------------------------------------------------------------
 def test_page_renders_fast_without_a_gpu():
-    from streamlit.testing.v1 import AppTest
+    AppTest = pytest.importorskip("streamlit.testing.v1").AppTest  # the GPU image has no streamlit
+    pytest.importorskip("plotly")
 
     at = AppTest.from_file(str(ROOT / "pages" / "coalescing.py"), default_timeout=60)
     at.run()

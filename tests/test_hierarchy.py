@@ -117,7 +117,8 @@ def test_live_run_sees_the_l2():
 
 
 def test_page_renders_fast_without_a_gpu():
-    from streamlit.testing.v1 import AppTest
+    AppTest = pytest.importorskip("streamlit.testing.v1").AppTest  # the GPU image has no streamlit
+    pytest.importorskip("plotly")
 
     at = AppTest.from_file(str(ROOT / "pages" / "hierarchy.py"), default_timeout=60)
     at.run()

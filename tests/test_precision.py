@@ -99,7 +99,8 @@ def test_live_run_time_follows_bytes():
 
 
 def test_page_renders_fast_without_a_gpu():
-    from streamlit.testing.v1 import AppTest
+    AppTest = pytest.importorskip("streamlit.testing.v1").AppTest  # the GPU image has no streamlit
+    pytest.importorskip("plotly")
 
     at = AppTest.from_file(str(ROOT / "pages" / "precision.py"), default_timeout=60)
     at.run()

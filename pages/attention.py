@@ -1,0 +1,137 @@
+"""FlashAttention lab page: the online softmax step by step, the tile picture, then the measured sweep."""
+
+import plotly.graph_objects as go
+import streamlit as st
+
+from labs import attention
+from labs.attention import LAB
+from ui import charts
+from ui.lab_page import LabPage, recorded_caption
+
+page = LabPage(LAB)
+page.lesson(expanded=False)
+
+# --- 1. the online softmax, one tile at a time (numpy, no GPU) ------------------------------------
+st.subheader("The online softmax, one tile at a time")
+c1, c2, c3 = st.columns(3)
+length = c1.slider("keys in the row", 4, 48, 24, key="stepper_length")
+tile = c2.slider("keys per tile", 1, 16, 4, key="stepper_tile")
+seed = c3.number_input("random row", 0, 999, 0, key="stepper_seed")
+scores, values = attention.stepper_example(length, int(seed))
+steps = attention.online_softmax_steps(scores, values, tile)
+once = attention.softmax_at_once(scores, values)
+config = (length, tile, int(seed))
+if st.session_state.get("stepper_config") != config:  # new row or tile size: start over
+    st.session_state.stepper_config, st.session_state.stepper_step = config, 0
+b1, b2, b3 = st.columns([1, 1, 4])
+if b1.button("Back", key="stepper_back", disabled=st.session_state.stepper_step == 0):
+    st.session_state.stepper_step -= 1
+if b2.button("Next tile", key="stepper_next", disabled=st.session_state.stepper_step >= len(steps) - 1):
+    st.session_state.stepper_step += 1
+k = min(st.session_state.stepper_step, len(steps) - 1)
+step = steps[k]
+b3.markdown(f"Step **{k + 1} of {len(steps)}**: keys {step['start']} to {step['stop'] - 1}")
+
+colors = ["#1f77b4" if j < step["start"] else "#ff7f0e" if j < step["stop"] else "#d3d3d3" for j in range(length)]
+fig = charts.figure("One query's scores: done (blue), this tile (orange), not loaded yet (grey)", "key", "score")
+fig.add_trace(go.Bar(x=list(range(length)), y=list(scores), marker_color=colors, name="scores"))
+fig.add_hline(y=step["m"], line_dash="dash", annotation_text=f"running max m = {step['m']:.2f}")
+fig.update_layout(height=320, showlegend=False)
+st.plotly_chart(fig, width="stretch")
+m1, m2, m3, m4 = st.columns(4)
+m1.metric("running max m", f"{step['m']:.3f}", f"{step['m'] - steps[k - 1]['m']:+.3f}" if k else None)
+m2.metric("rescale alpha = exp(m_old - m_new)", f"{step['alpha']:.4f}")
+m3.metric("running sum l", f"{step['l']:.4f}")
+m4.metric("output so far o / l", ", ".join(f"{x:.3f}" for x in step["output"]))
+st.dataframe([{"step": s["step"] + 1, "keys": f"{s['start']}-{s['stop'] - 1}", "tile max": round(s["tile_max"], 3),
+               "m": round(s["m"], 3), "alpha": round(s["alpha"], 4), "l": round(s["l"], 4),
+               "o / l": ", ".join(f"{x:.4f}" for x in s["output"])} for s in steps[:k + 1]],
+             hide_index=True, width="stretch")
+if k == len(steps) - 1:
+    diff = max(abs(a - b) for a, b in zip(step["output"], once["output"]))
+    st.success(f"Last tile: o / l = softmax(scores) @ values computed at once, to {diff:.1e}. "
+               f"The log-sum-exp m + ln l = {step['lse']:.4f} is the one number "
+               f"per query the backward pass keeps ({once['lse']:.4f} at once).")
+else:
+    st.caption("Press Next tile: when a tile brings a larger score, alpha < 1 shrinks the old sum and output.")
+
+# --- 2. which tiles one program touches ------------------------------------------------------------
+st.subheader("The tile picture: what one program of the forward kernel loads")
+c1, c2, c3, c4, c5 = st.columns(5)
+lq = c1.number_input("queries Lq", 1, 65536, 1000, key="tiles_lq")
+lk = c2.number_input("keys Lk", 1, 65536, 1000, key="tiles_lk")
+bm = c3.selectbox("BLOCK_M", [16, 32, 64, 128], index=2, key="tiles_bm")
+bn = c4.selectbox("BLOCK_N", [16, 32, 64, 128], index=3, key="tiles_bn")
+causal = c5.checkbox("causal", True, key="tiles_causal")
+grid = attention.tile_map(int(lq), int(lk), bm, bn, causal)
+n_m, n_n = len(grid), len(grid[0])
+if n_m * n_n > 4096:
+    st.info(f"{n_m} x {n_n} tiles is too many to draw: choose fewer queries or keys, or larger tiles.")
+else:
+    program = st.slider("program (query tile)", 0, n_m - 1, n_m // 2, key="tiles_program")
+    code = {"skipped": 0, "full": 1, "masked": 2}
+    z = [[code[s] + (3 if i == program and s != "skipped" else 0) for s in row] for i, row in enumerate(grid)]
+    fig = go.Figure(go.Heatmap(z=z, x=[f"K,V {j}" for j in range(n_n)], y=[f"Q {i}" for i in range(n_m)],
+                               zmin=0, zmax=5, showscale=False, text=grid, hovertemplate="%{y}, %{x}: %{text}<extra></extra>",
+                               colorscale=[[0, "#f0f0f0"], [0.2, "#9ecae1"], [0.4, "#fdae6b"], [0.6, "#08519c"],
+                                           [0.8, "#08519c"], [1.0, "#e6550d"]]))
+    fig.update_yaxes(autorange="reversed")
+    fig.update_layout(height=min(600, 120 + 22 * n_m), margin=dict(t=30, b=10),
+                      title="light blue: no mask · orange: mask (diagonal or ragged end) · grey: skipped")
+    st.plotly_chart(fig, width="stretch")
+    row = grid[program]
+    counts = attention.tile_counts(int(lq), int(lk), bm, bn, causal)
+    st.markdown(f"Program {program} loads its **Q tile once** ({bm} rows) and streams **{row.count('full')} K,V tiles "
+                f"without a mask and {row.count('masked')} with one**; it skips {row.count('skipped')}. Over the whole "
+                f"grid: {counts['full']} full, {counts['masked']} masked, {counts['skipped']} skipped of "
+                f"{counts['tiles']} tiles.")
+
+# --- 3. the measured sweep ---------------------------------------------------------------------------
+params = page.params_form()
+if params is None:
+    st.stop()
+live, model, recorded = page.results(params)
+runs = ([live] if live else []) + recorded
+st.subheader("Time, rate and memory against sequence length")
+f1, f2, f3, f4 = st.columns(4)
+mode = f1.selectbox("pass", list(params.modes), key="view_mode")
+mask = f2.selectbox("mask", list(params.masks), key="view_mask")
+d = f3.selectbox("head dim", list(params.head_dims), key="view_d")
+dtype = f4.selectbox("dtype", list(params.dtypes), key="view_dtype")
+view = dict(mode=mode, causal=mask == "causal", head_dim=d, dtype=dtype)
+hover = ("impl", "seq_len", "error_pct")
+for metric, unit, log_y in (("tflops", "TFLOP/s", False), ("ms", "time (ms)", True), ("peak_bytes", "peak memory (bytes)", True)):
+    fig = charts.figure(f"{unit}, {mode}, {mask}, d = {d}, {dtype}", "sequence length N", unit, log_x=True, log_y=log_y)
+    for impl in ("naive", "ours"):
+        charts.add_series(fig, charts.rows_where(model.rows, impl=impl, **view), "seq_len", f"predicted_{metric}",
+                          f"model, {impl}", charts.MODEL_STYLE, hover[:2])
+    for run in runs:
+        for impl in params.impls:
+            charts.add_series(fig, charts.rows_where(run.rows, impl=impl, **view), "seq_len", f"measured_{metric}",
+                              f"{impl}, {run.label}", charts.LIVE_STYLE if run is live else charts.RECORDED_STYLE, hover)
+    st.plotly_chart(fig, width="stretch")
+refused = [r for run in runs for r in run.rows if str(r.get("note", "")).startswith("refused")]
+for r in refused[:3]:
+    st.warning(f"N = {r['seq_len']}, {r['mode']}: {r['note']}")
+
+# --- 4. where the model's time goes, and how far off it is -----------------------------------------
+st.subheader("The model of our kernel: tensor cores plus exponentials")
+ours = charts.rows_where(model.rows, impl="ours", **view)
+fig = charts.figure("Predicted time per part (they add up: this schedule does not overlap them)", "sequence length N",
+                    "time (ms)", log_x=True, log_y=True)
+for part, name in (("predicted_mma_ms", "matrix multiplies (tensor cores)"), ("predicted_exp_ms", "exponentials (SFU)"),
+                   ("predicted_mem_ms", "HBM traffic (overlapped)")):
+    charts.add_series(fig, ours, "seq_len", part, name, dict(mode="lines+markers"))
+st.plotly_chart(fig, width="stretch")
+shown = live or (recorded[0] if recorded else None)
+if shown is not None:
+    mine = [r for r in charts.rows_where(shown.rows, impl="ours", dtype=dtype, head_dim=d) if r.get("error_pct") is not None]
+    if mine:
+        for r in mine:
+            r["pass, mask"] = f"{r['mode']}, {'causal' if r['causal'] else 'full'}"
+        st.plotly_chart(charts.error_figure(mine, "seq_len", "pass, mask", 25, log_x=True,
+                                           title=f"Model error of our kernels, {shown.label}"), width="stretch")
+st.markdown(page.section("Why the model misses"))
+if recorded:
+    st.caption(recorded_caption(recorded))
+page.table_and_downloads(live or model)
