@@ -25,7 +25,7 @@ sees key j when j <= i + (Lk - Lq), so the last query sees every key. A query th
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
@@ -642,7 +642,8 @@ def naive_attention(q, k, v, causal: bool = False, scale: Optional[float] = None
     return torch.matmul(p, v)  # read P again
 
 
-SDPA_BACKENDS = {"sdpa-flash": "FLASH_ATTENTION", "sdpa-cudnn": "CUDNN_ATTENTION", "sdpa-efficient": "EFFICIENT_ATTENTION"}
+SDPA_BACKENDS = {"sdpa-flash": "FLASH_ATTENTION", "sdpa-cudnn": "CUDNN_ATTENTION",
+                 "sdpa-efficient": "EFFICIENT_ATTENTION"}
 
 
 def sdpa(q, k, v, causal: bool, backend: str):
@@ -901,7 +902,8 @@ def predict(params: Params, target: Target) -> list[dict]:
                         for impl in ("naive", "ours"):
                             if impl not in params.impls:
                                 continue
-                            m = naive_model(shape, mode, target) if impl == "naive" else flash_model(shape, mode, target)
+                            model = naive_model if impl == "naive" else flash_model
+                            m = model(shape, mode, target)
                             rows.append(_row_key(impl, mode, mask, dtype, d, n) | {"flops": flops} | m |
                                         {"predicted_tflops": flops / (m["predicted_ms"] * 1e-3) / 1e12})
     return rows
@@ -913,6 +915,11 @@ CHECK_BH = (1, 2)
 
 def _free_bytes(target: Target) -> int:
     return free_memory_bytes() if target.live else target.memory_bytes
+
+
+def _available_bytes() -> int:
+    """Free device memory plus what PyTorch's allocator holds cached but unused (it reuses that first)."""
+    return free_memory_bytes() + torch.cuda.memory_reserved() - torch.cuda.memory_allocated()
 
 
 def check(params: Params, target: Target) -> None:
@@ -948,7 +955,8 @@ def _check_ours(dtype: str, d: int, causal: bool, mode: str) -> float:
     err = max(err, bench.check_close(lse[..., :CHECK_LQ][fin], ref_lse[fin], dtype, f"{what} log-sum-exp"))
     if mode == "fwd+bwd":
         do = bench.random_tensor(q.shape, dtype)
-        grads = _backward(q, k, v, out, lse, do, causal, 1 / math.sqrt(d), cfg, _poisoned(q), _poisoned(k), _poisoned(v))
+        grads = _backward(q, k, v, out, lse, do, causal, 1 / math.sqrt(d), cfg,
+                          _poisoned(q), _poisoned(k), _poisoned(v))
         qr, kr, vr = (x.detach().to(torch.float64).requires_grad_() for x in (q, k, v))
         refs = torch.autograd.grad(reference(qr, kr, vr, causal)[0], (qr, kr, vr), do.to(torch.float64))
         for name, g, r in zip(("dQ", "dK", "dV"), grads, refs):
@@ -1044,7 +1052,7 @@ def measure(params: Params, target: Target, progress):
                             row = dict(key)
                             if impl == "naive":
                                 need = naive_peak_bytes(shape, mode)
-                                free = free_memory_bytes()
+                                free = _available_bytes()
                                 if need > 0.9 * free:
                                     progress(frac, f"{label}: refused ({need / 1e9:.1f} GB needed)")
                                     yield key | {"predicted_peak_bytes": need,
@@ -1063,7 +1071,8 @@ def measure(params: Params, target: Target, progress):
                             ms = bench.time_ms(run, warmup_ms=10, rep_ms=50)
                             flops = attention_flops(mode, shape.b, shape.h, n, n, d, causal)
                             row |= {"measured_ms": ms, "measured_tflops": bench.tflops(flops, ms),
-                                    "measured_peak_bytes": peak, "check_rel_error": checked[(impl, dtype, d, causal, mode)]}
+                                    "measured_peak_bytes": peak,
+                                    "check_rel_error": checked[(impl, dtype, d, causal, mode)]}
                             if impl in ("naive", "ours"):
                                 predicted = naive_peak_bytes(shape, mode) if impl == "naive" else \
                                     flash_peak_bytes(shape, mode)
@@ -1071,6 +1080,11 @@ def measure(params: Params, target: Target, progress):
                             yield row
                 del q, k, v, do
     progress(1.0, "done")
+
+
+def _tflops(shape: Shape, m: dict, mode: str = "fwd") -> float:
+    flops = attention_flops(mode, shape.b, shape.h, shape.lq, shape.lk, shape.d, shape.causal)
+    return flops / (m["predicted_ms"] * 1e-3) / 1e12
 
 
 def lesson_numbers(target: Target) -> dict:
@@ -1090,13 +1104,16 @@ def lesson_numbers(target: Target) -> dict:
         "mma_per_exp": f"{mm / ex:.0f}",
         "exp_share_d64_pct": f"{100 * f64['predicted_exp_ms'] / f64['predicted_ms']:.0f}",
         "exp_share_d128_pct": f"{100 * f128['predicted_exp_ms'] / f128['predicted_ms']:.0f}",
-        "predicted_d64_tflops": f"{attention_flops('fwd', 4, 16, 8192, 8192, 64, False) / f64['predicted_ms'] / 1e9:.0f}",
-        "predicted_d128_tflops": f"{attention_flops('fwd', 4, 16, 8192, 8192, 128, False) / f128['predicted_ms'] / 1e9:.0f}",
+        "predicted_d64_tflops": f"{_tflops(shape64, f64):.0f}",
+        "predicted_d128_tflops": f"{_tflops(shape128, f128):.0f}",
         "s_gb_16k": f"{big.s_bytes / 1e9:.1f}",
         "naive_fwd_gb_16k": f"{naive_peak_bytes(big, 'fwd') / 1e9:.1f}",
         "naive_train_gb_16k": f"{naive_peak_bytes(big, 'fwd+bwd') / 1e9:.1f}",
         "flash_fwd_mb_16k": f"{flash_peak_bytes(big, 'fwd', tiles_for(64, 'bf16', _cc(target))) / 1e6:.0f}",
         "memory_gb": f"{target.memory_bytes / 1e9:.0f}",
+        "block_m_d64": str(tiles_for(64, "bf16", _cc(target)).fwd.block_m),
+        "kv_requested_gb_8k": f"{(f64['predicted_l2_request_bytes'] - 2 * shape64.q_bytes) / 1e9:.1f}",
+        "kv_once_mb_8k": f"{2 * shape64.kv_bytes / 1e6:.0f}",
         "l2_mb": f"{target.l2_bytes / 1e6:.0f}",
         "copy_tbps": f"{c.copy_tbps:.2f}",
         "ridge_bf16": f"{mm / (c.copy_tbps * 1e12):.0f}",

@@ -77,7 +77,43 @@ def time_ms(fn: Callable[[], object], warmup_ms: float = 25, rep_ms: float = 100
     return float(triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median"))
 
 
-def graph_time_ms(fn: Callable[[], object]) -> float:
+FLUSH_BYTES = 512 * 2**20  # larger than any L2 so far
+
+
+def time_ms_clean_l2(fn, warmup_ms: float = 25, rep_ms: float = 60) -> float:
+    """Median time of one call of `fn` (ms), CUDA events around each call, the L2 emptied by a *read* before it.
+
+    `time_ms` (triton's do_bench) empties the L2 by writing 256 MB, which leaves it full of dirty lines that
+    the timed kernel pays to write back: ~L2-size bytes of extra traffic, a large error for a kernel that
+    moves ~100 MB. Reading a large buffer leaves clean lines instead.
+    """
+    flush = torch.empty(FLUSH_BYTES // 4, device="cuda", dtype=torch.float32)  # contents do not matter: only read
+    fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(5):
+        flush.sum()
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    estimate = start.elapsed_time(end) / 5
+    for _ in range(max(1, int(warmup_ms / estimate))):
+        fn()
+    n = min(2000, max(5, int(rep_ms / estimate)))
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+    for i in range(n):
+        flush.sum()
+        starts[i].record()
+        fn()
+        ends[i].record()
+    torch.cuda.synchronize()
+    times = sorted(s.elapsed_time(e) for s, e in zip(starts, ends))
+    return float(times[len(times) // 2])
+
+
+def graph_time_ms(fn: Callable[[], object], timer: Callable = time_ms) -> float:
     """Time of one call of `fn` captured in a CUDA graph (for work dominated by launch cost)."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
@@ -88,7 +124,7 @@ def graph_time_ms(fn: Callable[[], object]) -> float:
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         fn()
-    return time_ms(graph.replay)
+    return timer(graph.replay)
 
 
 def tbps(nbytes: float, ms: float) -> float:

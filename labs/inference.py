@@ -42,56 +42,14 @@ from labs.lab import Headline, Lab
 from labs.params import ParamError, param
 
 
-# ---------------------------------------------------------------------------------------------
-# Timing with a clean L2
-# ---------------------------------------------------------------------------------------------
-# bench.time_ms (triton's do_bench) empties the L2 before each call by *writing* 256 MB. That leaves
-# the L2 full of dirty lines, and the timed kernel pays for writing them back to memory as it evicts
-# them: ~L2-size bytes of extra traffic, a large error for a kernel that moves ~100 MB (a decode GEMM).
-# Here the L2 is emptied by *reading* a large buffer instead: the lines it leaves are clean.
-FLUSH_BYTES = 512 * 2**20
-
-
-def time_ms(fn, warmup_ms: float = 25, rep_ms: float = 60) -> float:
-    """Median time of one call of `fn` (ms), CUDA events around each call, the L2 emptied by a read before it."""
-    flush = torch.empty(FLUSH_BYTES // 4, device="cuda", dtype=torch.float32)  # contents do not matter: only read
-    fn()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(5):
-        flush.sum()
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    estimate = start.elapsed_time(end) / 5
-    for _ in range(max(1, int(warmup_ms / estimate))):
-        fn()
-    n = min(2000, max(5, int(rep_ms / estimate)))
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
-    for i in range(n):
-        flush.sum()
-        starts[i].record()
-        fn()
-        ends[i].record()
-    torch.cuda.synchronize()
-    times = sorted(s.elapsed_time(e) for s, e in zip(starts, ends))
-    return float(times[len(times) // 2])
+# Timing: bench.time_ms_clean_l2 empties the L2 by *reading* a buffer (see its docstring): a decode
+# GEMM moves only ~100 MB, so the write-back of do_bench's dirty flush lines would be a large error.
+time_ms = bench.time_ms_clean_l2
 
 
 def graph_time_ms(fn) -> float:
-    """Time of one replay of `fn` captured as a CUDA graph (kernels launched back to back, no Python)."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):  # warm up (compiles, allocates) on a side stream, as capture requires
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    return time_ms(graph.replay)
+    """Time of one replay of `fn` captured as a CUDA graph, timed with a clean (read-flushed) L2."""
+    return bench.graph_time_ms(fn, timer=time_ms)
 
 
 @functools.lru_cache(maxsize=4)
@@ -784,7 +742,7 @@ def check(p: Params, target: Target) -> None:
     if not need:
         return
     name, most = max(need.items(), key=lambda kv: kv[1])
-    most += FLUSH_BYTES
+    most += bench.FLUSH_BYTES
     free = free_memory_bytes() if target.live else target.memory_bytes
     if most > 0.9 * free:
         hints = {"gemm": "smaller gemm_k, gemm_n or largest gemm_m", "attention": "shorter attn_context or "

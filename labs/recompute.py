@@ -330,7 +330,7 @@ LAB = Lab(
     summary="Three stacked sigmoids, forward and backward: a backward pass that recomputes the activations "
             "from x instead of reading them back moves 5/8 of the bytes and runs 1.6x faster.",
     terms=("recomputation", "activation-checkpointing", "kernel-fusion", "memory-bound", "hbm",
-           "memory-bandwidth", "training-memory", "triton", "kernel", "arithmetic-intensity"),
+           "memory-bandwidth", "training-memory", "triton", "kernel", "arithmetic-intensity", "registers", "sfu"),
     Params=Params,
     predict=predict,
     measure=measure,

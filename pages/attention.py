@@ -72,7 +72,8 @@ else:
     code = {"skipped": 0, "full": 1, "masked": 2}
     z = [[code[s] + (3 if i == program and s != "skipped" else 0) for s in row] for i, row in enumerate(grid)]
     fig = go.Figure(go.Heatmap(z=z, x=[f"K,V {j}" for j in range(n_n)], y=[f"Q {i}" for i in range(n_m)],
-                               zmin=0, zmax=5, showscale=False, text=grid, hovertemplate="%{y}, %{x}: %{text}<extra></extra>",
+                               zmin=0, zmax=5, showscale=False, text=grid,
+                               hovertemplate="%{y}, %{x}: %{text}<extra></extra>",
                                colorscale=[[0, "#f0f0f0"], [0.2, "#9ecae1"], [0.4, "#fdae6b"], [0.6, "#08519c"],
                                            [0.8, "#08519c"], [1.0, "#e6550d"]]))
     fig.update_yaxes(autorange="reversed")
@@ -100,23 +101,36 @@ d = f3.selectbox("head dim", list(params.head_dims), key="view_d")
 dtype = f4.selectbox("dtype", list(params.dtypes), key="view_dtype")
 view = dict(mode=mode, causal=mask == "causal", head_dim=d, dtype=dtype)
 hover = ("impl", "seq_len", "error_pct")
-for metric, unit, log_y in (("tflops", "TFLOP/s", False), ("ms", "time (ms)", True), ("peak_bytes", "peak memory (bytes)", True)):
+for metric, unit, log_y in (("tflops", "TFLOP/s", False), ("ms", "time (ms)", True),
+                             ("peak_bytes", "peak memory (bytes)", True)):
     fig = charts.figure(f"{unit}, {mode}, {mask}, d = {d}, {dtype}", "sequence length N", unit, log_x=True, log_y=log_y)
     for impl in ("naive", "ours"):
         charts.add_series(fig, charts.rows_where(model.rows, impl=impl, **view), "seq_len", f"predicted_{metric}",
                           f"model, {impl}", charts.MODEL_STYLE, hover[:2])
     for run in runs:
         for impl in params.impls:
+            style = charts.LIVE_STYLE if run is live else charts.RECORDED_STYLE
             charts.add_series(fig, charts.rows_where(run.rows, impl=impl, **view), "seq_len", f"measured_{metric}",
-                              f"{impl}, {run.label}", charts.LIVE_STYLE if run is live else charts.RECORDED_STYLE, hover)
+                              f"{impl}, {run.label}", style, hover)
+    if metric == "peak_bytes":
+        fig.add_hline(y=page.target.memory_bytes, line_dash="dash", line_color="gray",
+                      annotation_text=f"{page.target.name}: {page.target.memory_bytes / 1e9:.0f} GB")
     st.plotly_chart(fig, width="stretch")
 refused = [r for run in runs for r in run.rows if str(r.get("note", "")).startswith("refused")]
 for r in refused[:3]:
     st.warning(f"N = {r['seq_len']}, {r['mode']}: {r['note']}")
 
 # --- 4. where the model's time goes, and how far off it is -----------------------------------------
-st.subheader("The model of our kernel: tensor cores plus exponentials")
+st.subheader("The model: bytes, then tensor cores plus exponentials")
 ours = charts.rows_where(model.rows, impl="ours", **view)
+fig = charts.figure("Bytes moved (model): naive's N x N round trips against FlashAttention's K, V re-reads",
+                    "sequence length N", "bytes", log_x=True, log_y=True)
+charts.add_series(fig, charts.rows_where(model.rows, impl="naive", **view), "seq_len", "predicted_hbm_bytes",
+                  "naive: HBM", dict(mode="lines+markers"))
+charts.add_series(fig, ours, "seq_len", "predicted_l2_request_bytes", "ours: requested by the tiles (L2 serves repeats)",
+                  dict(mode="lines+markers", line=dict(dash="dot")))
+charts.add_series(fig, ours, "seq_len", "predicted_hbm_bytes", "ours: HBM", dict(mode="lines+markers"))
+st.plotly_chart(fig, width="stretch")
 fig = charts.figure("Predicted time per part (they add up: this schedule does not overlap them)", "sequence length N",
                     "time (ms)", log_x=True, log_y=True)
 for part, name in (("predicted_mma_ms", "matrix multiplies (tensor cores)"), ("predicted_exp_ms", "exponentials (SFU)"),
@@ -125,7 +139,8 @@ for part, name in (("predicted_mma_ms", "matrix multiplies (tensor cores)"), ("p
 st.plotly_chart(fig, width="stretch")
 shown = live or (recorded[0] if recorded else None)
 if shown is not None:
-    mine = [r for r in charts.rows_where(shown.rows, impl="ours", dtype=dtype, head_dim=d) if r.get("error_pct") is not None]
+    mine = [dict(r) for r in charts.rows_where(shown.rows, impl="ours", dtype=dtype, head_dim=d)
+            if r.get("error_pct") is not None]
     if mine:
         for r in mine:
             r["pass, mask"] = f"{r['mode']}, {'causal' if r['causal'] else 'full'}"

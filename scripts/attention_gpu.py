@@ -414,6 +414,73 @@ def phase_lab(seq_lens="1024,4096", extra=()):
     RESULTS["lab"] = {"seconds": dt, "rows": res.rows}
 
 
+def _kernel_ms(fn, reps=3) -> dict:
+    """GPU time per call of each kernel fn launches (torch.profiler), in ms."""
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            fn()
+        torch.cuda.synchronize()
+    out = {}
+    for item in prof.key_averages():
+        t = getattr(item, "device_time_total", 0) or getattr(item, "cuda_time_total", 0)
+        if t > 0:
+            out[item.key[:70]] = t / reps / 1e3
+    return out
+
+
+def phase_profile(B=4, H=16):
+    """Where the time goes: naive attention's kernels, and our kernels' GPU time against wall time at small N."""
+    from labs import attention as A
+    for causal in (False, True):
+        q, k, v, do = inputs(B, H, 8192, 64, grad=True)
+        shape = A.Shape(B, H, 8192, 8192, 64, causal, "bf16")
+        for mode in ("fwd", "fwd+bwd"):
+            run = A._runner(A._impl_fn("naive", causal), mode, q, k, v, do)
+            ks = _kernel_ms(run, reps=2)
+            total = sum(ks.values())
+            log(f"naive {mode} {'causal' if causal else 'full'} N=8192: kernels {total:.2f} ms "
+                f"(model {A.naive_model(shape, mode, H200_T())['predicted_ms']:.2f} ms, S = {shape.s_bytes / 1e9:.2f} GB)")
+            for name, ms in sorted(ks.items(), key=lambda kv: -kv[1])[:7]:
+                print(f"    {ms:8.3f} ms  {shape.s_bytes / (ms * 1e-3) / 1e12:6.2f} S-bytes/s(TB/s)  {name}")
+        del q, k, v, do
+    # our kernels: GPU time against the timed wall time, TMA and pointer loads
+    tasks = [{"kind": "dkdv", "d": d, "causal": c, "dtype": "bf16", "tma": False,
+              **dict(zip(("fwd", "dkdv", "dq"), _default_tiles(d)))} for d in (64, 128) for c in (False, True)]
+    checks = check_all(tasks, lambda v: ((1000, 1000), (4097, 4097)), 4)
+    log("pointer-load variants checked: " + ", ".join(f"{c['name']} {'ok' if c['ok'] else 'FAIL'}" for c in checks))
+    for d in (64, 128):
+        for n in (1024, 2048, 8192):
+            q, k, v, do = inputs(B, H, n, d, grad=True)
+            for causal in (False, True):
+                line = []
+                for tma in (True, False):
+                    cfg = make_cfg({"fwd": _default_tiles(d)[0], "dkdv": _default_tiles(d)[1],
+                                    "dq": _default_tiles(d)[2], "tma": tma})
+                    fn = lambda q, k, v: A.flash_attention(q, k, v, causal, config=cfg)
+                    for mode in ("fwd", "fwd+bwd"):
+                        run = A._runner(fn, mode, q, k, v, do)
+                        ms = tms(run)
+                        gpu_ms = sum(_kernel_ms(run).values())
+                        line.append(f"{'tma' if tma else 'ptr'} {mode} {ms:.3f} ms (GPU {gpu_ms:.3f}) "
+                                    f"{tflops(mode, B, H, n, d, causal, ms):.0f} TF/s")
+                log(f"ours d={d} N={n} {'causal' if causal else 'full'}: " + " | ".join(line))
+            del q, k, v, do
+
+
+def _default_tiles(d):
+    from labs import attention as A
+    c = A.tiles_for(d, "bf16", (9, 0))
+    return [(t.block_m, t.block_n, t.warps, t.stages) for t in (c.fwd, c.dkdv, c.dq)]
+
+
+def H200_T():
+    from labs import gpu
+    return gpu.live_target() or gpu.datasheet_target(gpu.datasheet_by_name("H200"))
+
+
 def phase_labcli():
     """The lab's default run through the CLI, in a fresh process with an empty Triton cache (compile included)."""
     import subprocess
@@ -463,6 +530,8 @@ def main():
             phase_lab()
         if "labcli" in phases:
             phase_labcli()
+        if "profile" in phases:
+            phase_profile()
         if "naivemem" in phases:
             phase_naive_memory()
         if "sweep" in phases:

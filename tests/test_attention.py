@@ -248,7 +248,8 @@ def test_bad_inputs_raise():
 @pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32"])
 @pytest.mark.parametrize("d", [16, 32, 64, 128])
 def test_gpu_odd_lengths(dtype, d):
-    for i, (lq, lk) in enumerate([(1, 1), (17, 17), (127, 127), (1000, 1000), (4097, 4097), (1000, 1537), (1537, 1000)]):
+    lengths = [(1, 1), (17, 17), (127, 127), (1000, 1000), (4097, 4097), (1000, 1537), (1537, 1000)]
+    for i, (lq, lk) in enumerate(lengths):
         for causal in (False, True):
             _assert_matches_float64(*_inputs(1, 2, lq, lk, d, dtype, "cuda", seed=i), causal, dtype)
 
