@@ -422,6 +422,12 @@ class Tiles:
     warps: int  # num_warps
     stages: int  # num_stages: how many tiles ahead the loads run (software pipelining)
 
+    def __post_init__(self):
+        # tl.dot needs at least 16 rows; the padded log-sum-exp rows (LSE_ALIGN) must hold whole query tiles
+        for size in (self.block_m, self.block_n):
+            if size not in (16, 32, 64, 128):
+                raise ValueError(f"tile sizes must be 16, 32, 64 or 128; got {self.block_m} x {self.block_n}")
+
 
 @dataclass(frozen=True)
 class FlashConfig:

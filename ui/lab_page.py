@@ -92,6 +92,7 @@ class LabPage:
         self.lab = lab
         self.waiting_for_prediction = False
         self.refusal = ""  # why this GPU cannot run the chosen parameters ('' when it can)
+        self.host, self.normalise = None, False  # host: the page's first lab when this one is shown below it
         st.title(lab.title)
         st.caption(lab.summary)
         st.markdown(gpu_status_line())
@@ -107,7 +108,7 @@ class LabPage:
         """A lab shown further down another lab's page: same GPU choice, its own parameters, runs and recordings."""
         page = cls.__new__(cls)
         page.lab, page.target, page.instructor, page.waiting_for_prediction = lab, host.target, host.instructor, False
-        page.refusal = ""
+        page.refusal, page.host, page.normalise = "", host, False
         classroom.visit(lab.name)
         return page
 
@@ -189,8 +190,12 @@ class LabPage:
             classroom.prediction_panel(self.lab, params_dict, model.rows, shown.rows if shown else [],
                                        shown.label if shown else "")
         self.absolute = live or model  # the table and downloads always hold absolute numbers
-        if recorded and st.sidebar.radio("Overlay scale", ["absolute", "normalised"], key="scale",
-                                         horizontal=True) == "normalised":
+        if self.host is not None:  # a second lab on the page follows the page's one scale switch
+            self.normalise = self.host.normalise
+        elif recorded:
+            self.normalise = st.sidebar.radio("Overlay scale", ["absolute", "normalised"], key="scale",
+                                              horizontal=True) == "normalised"
+        if recorded and self.normalise:
             st.caption(f"Normalised: every run's {self.lab.metric} is divided by that run's own best value, "
                        "so GPUs of different speeds compare by shape. The table below stays absolute.")
             live, model = (normalised(r, self.lab.metric) if r else None for r in (live, model))
