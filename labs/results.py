@@ -18,6 +18,7 @@ import datetime as _dt
 import io
 import json
 import math
+import os
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -148,6 +149,9 @@ def merge_rows(measured: list, predicted: list, key: tuple, metric: str) -> list
 
 
 def git_commit() -> str:
+    """The checkout's commit; ROOFLINE_GIT_COMMIT names it where the tree travels without .git (a GPU machine)."""
+    if os.environ.get("ROOFLINE_GIT_COMMIT"):
+        return os.environ["ROOFLINE_GIT_COMMIT"]
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
                              timeout=5)
