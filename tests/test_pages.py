@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from labs import all_labs
+from labs import all_labs, gpu
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = ["pages/home.py", "pages/gpu.py"] + [f"pages/{lab.name}.py" for lab in all_labs()
@@ -50,13 +50,16 @@ def test_gpu_page_shows_the_datasheet_and_recorded_ceilings():
     assert any(s.value == "NVIDIA H200" for s in at.subheader)
 
 
-def test_roofline_page_draws_model_and_recorded_runs_without_gpu():
+def test_roofline_page_draws_model_and_recorded_runs():
     at = open_page("pages/roofline.py")
     charts = at.get("plotly_chart")
-    assert len(charts) >= 1
+    assert len(charts) >= 2  # the roofline and the model error of the recorded run
     figure = charts[0].proto.spec
-    assert "model, fp32" in figure and "roof:" in figure
-    assert any("Live runs are off" in i.value for i in at.info)
+    assert "model, fp32" in figure and "roof:" in figure and "recorded, fp32" in figure
+    if not gpu.detect().available:
+        assert any("Live runs are off" in i.value for i in at.info)
+    else:
+        assert any(b.key == "run:roofline" for b in at.button)
 
 
 def test_roofline_page_reports_bad_parameters():
