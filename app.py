@@ -4,6 +4,7 @@ from pathlib import Path
 
 import streamlit as st
 
+import ui  # noqa: F401  (imports pandas and plotly completely before any session draws a chart)
 from labs import all_labs
 
 HERE = Path(__file__).resolve().parent

@@ -93,3 +93,20 @@ def test_page_loads_in_chromium_without_errors(server, browser, path):
     assert page.locator("[data-testid='stException']").count() == 0, f"{path}: the page shows an exception"
     assert not errors, f"{path}: JavaScript errors {errors}"
     page.close()
+
+
+def test_predict_then_run_in_the_browser(server, browser):
+    """A learner on a predict-first link writes a guess, locks it in, and sees it scored beside the model."""
+    page = browser.new_page(viewport={"width": 1400, "height": 3200})
+    page.goto(f"{server}/roofline?predict=1", wait_until="domcontentloaded", timeout=60_000)
+    page.get_by_text("Write down your prediction").first.wait_for(timeout=90_000)
+    assert page.locator(".js-plotly-plot").count() == 0
+    field = page.get_by_label("Your prediction (TFLOP/s)")
+    field.fill("0.4")
+    field.press("Enter")
+    page.get_by_role("button", name="Lock in").click()
+    page.get_by_text("you: 0.4 TFLOP/s").first.wait_for(timeout=60_000)
+    page.locator(".js-plotly-plot").first.wait_for(timeout=60_000)
+    page.screenshot(path=str(ARTIFACTS / "predict-then-run.png"))
+    assert page.locator("[data-testid='stException']").count() == 0
+    page.close()

@@ -48,10 +48,18 @@ def test_predict_first_hides_results_until_a_guess_is_locked_in():
     assert progress["visited"] == ["roofline"] and progress["predictions"][0]["guess"] == 0.4
 
 
-def test_skip_reveals_results_without_a_guess():
-    at = open_page("pages/roofline.py", predict="1")
-    at.button(key=next(b.key for b in at.button if b.key.startswith("skip:"))).click().run()
-    assert at.get("plotly_chart") and not at.exception
+LAB_PAGES = [lab.name for lab in all_labs() if (ROOT / "pages" / f"{lab.name}.py").exists()]
+
+
+@pytest.mark.parametrize("name", LAB_PAGES)
+def test_every_lab_page_asks_first_and_reveals_after_skip(name):
+    at = open_page(f"pages/{name}.py", predict="1")
+    before = len(at.get("plotly_chart"))  # tools above the results (e.g. attention's stepper) may be charts
+    assert any("Predict, then run" in m.value for m in at.markdown)
+    assert not any(b.key.startswith("csv:") for b in at.get("download_button")), f"{name}: results shown early"
+    at.button(key=next(b.key for b in at.button if b.key.startswith(f"skip:guess:{name}:"))).click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert len(at.get("plotly_chart")) > before, f"{name}: result charts stay hidden after skipping"
 
 
 def test_without_predict_first_results_show_and_the_question_waits():

@@ -6,6 +6,7 @@ server's memory comes back to its level after the first wave of sessions once th
 """
 
 import asyncio
+import os
 import re
 import time
 from pathlib import Path
@@ -16,7 +17,9 @@ from labs import all_labs, gpu
 from tests.test_browser import CHROMIUM, LAUNCH_ARGS, start_server
 
 ROOT = Path(__file__).resolve().parent.parent
-SESSIONS = 30
+SESSIONS = int(os.environ.get("ROOFLINE_LOAD_SESSIONS", "30"))
+WAIT_MS = int(os.environ.get("ROOFLINE_LOAD_WAIT_MS", "600000"))  # per step, generous for a 2-core CI machine
+ARTIFACTS = ROOT / "tests" / "artifacts" / "screenshots"
 LAB_PAGES = [lab for lab in all_labs() if (ROOT / "pages" / f"{lab.name}.py").exists()]
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed")]
@@ -34,18 +37,21 @@ async def one_learner(browser, url: str, i: int, live: bool) -> str:
     errors = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     try:
-        await page.goto(f"{url}/", wait_until="domcontentloaded", timeout=300_000)
-        await page.get_by_text("The labs").first.wait_for(timeout=300_000)
-        await page.goto(f"{url}/{lab.name}", wait_until="domcontentloaded", timeout=300_000)
-        await page.get_by_text(lab.summary[:40]).first.wait_for(timeout=300_000)
+        await page.goto(f"{url}/", wait_until="domcontentloaded", timeout=WAIT_MS)
+        await page.get_by_text("The labs").first.wait_for(timeout=WAIT_MS)
+        await page.goto(f"{url}/{lab.name}", wait_until="domcontentloaded", timeout=WAIT_MS)
+        await page.get_by_text(lab.summary[:40]).first.wait_for(timeout=WAIT_MS)
         if live:  # start a run with the lab's defaults
             await page.get_by_role("button", name=re.compile("^Run on")).first.click()
         # the result (live, or the model and recorded runs without a GPU) ends with its table and downloads
-        await page.get_by_role("button", name="Download CSV").first.wait_for(state="attached", timeout=600_000)
+        await page.get_by_role("button", name="Download CSV").first.wait_for(state="attached", timeout=WAIT_MS)
         assert await page.locator("[data-testid='stException']").count() == 0, f"session {i}: exception on {lab.name}"
         assert not errors, f"session {i}: JavaScript errors {errors}"
+        print(f"session {i:2d} done: {lab.name}", flush=True)
         return lab.name
     except Exception as exc:
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        await page.screenshot(path=str(ARTIFACTS / f"load-session-{i}-{lab.name}.png"))
         raise AssertionError(f"session {i} on the {lab.name} page: {exc}") from None
     finally:
         await context.close()
