@@ -15,6 +15,7 @@ from plotly.subplots import make_subplots  # noqa: E402
 from streamlit.errors import StreamlitAPIException  # noqa: E402
 
 from labs import glossary  # noqa: E402
+from ui import classroom  # noqa: E402
 
 G = glossary.load()
 ALL = "All sections"
@@ -127,6 +128,7 @@ def diagram(name: str, key: str) -> None:
 
 # --- the page -------------------------------------------------------------------------------------
 st.title("Glossary")
+classroom.instructor_mode()
 st.caption(f"{len(G)} terms in {len(glossary.SECTIONS)} sections, cross-linked, each with the labs where "
            "you can measure it. Numbers come from the datasheet table in the app and from recorded runs.")
 

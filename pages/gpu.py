@@ -4,9 +4,10 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from labs import gpu, params, runner
-from ui import text
+from ui import classroom, text
 
 st.title("Your GPU")
+classroom.instructor_mode()
 sections = text.split_sections(text.link_terms(text.read("gpu.md")))
 st.markdown(sections[""])
 info = gpu.detect()
