@@ -11,27 +11,11 @@ COLORS = {"eager": "#d62728", "compiled": "#9467bd", "triton": "#1f77b4", "copy"
           "eager_decomposed": "#d62728", "torch_softmax": "#ff7f0e", "triton_online": "#1f77b4"}
 
 
-def styled(style: dict, variant: str) -> dict:
-    color = COLORS.get(variant)
-    out = dict(style)
-    out["marker"] = {**style.get("marker", {}), "color": color}
-    if "line" in style:
-        out["line"] = {**style["line"], "color": color}
-    return out
-
-
 def overlay(fig, model, live, recorded, experiment, variants, x, y, hover, **match):
-    """Model (open circles), this GPU now (filled) and recorded runs (diamonds), one colour per variant."""
+    """Model, this GPU now and recorded runs, one colour per variant."""
     for variant in variants:
-        where = dict(experiment=experiment, variant=variant, **match)
-        charts.add_series(fig, charts.rows_where(model.rows, **where), x, f"predicted_{y}", f"model, {variant}",
-                          styled(charts.MODEL_STYLE, variant), hover)
-        if live is not None:
-            charts.add_series(fig, charts.rows_where(live.rows, **where), x, f"measured_{y}", f"measured, {variant}",
-                              styled(charts.LIVE_STYLE, variant), hover + ("error_pct",))
-        for rec in recorded:
-            charts.add_series(fig, charts.rows_where(rec.rows, **where), x, f"measured_{y}", f"{rec.label}, {variant}",
-                              styled(charts.RECORDED_STYLE, variant), hover + ("error_pct",))
+        charts.overlay(fig, model, live, recorded, x, y, variant, dict(experiment=experiment, variant=variant, **match),
+                       hover, COLORS.get(variant))
 
 
 def sincos_view(params, model, live, recorded, target):

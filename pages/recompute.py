@@ -10,25 +10,10 @@ from ui.lab_page import LabPage, recorded_caption
 COLORS = {"stored": "#ff7f0e", "recomputed": "#1f77b4", "autograd": "#d62728"}
 
 
-def styled(style: dict, variant: str) -> dict:
-    out = dict(style)
-    out["marker"] = {**style.get("marker", {}), "color": COLORS[variant]}
-    if "line" in style:
-        out["line"] = {**style["line"], "color": COLORS[variant]}
-    return out
-
-
 def overlay(fig, model, live, recorded, dtype, x, y, hover):
     for variant in KERNELS:
-        where = dict(dtype=dtype, variant=variant)
-        charts.add_series(fig, charts.rows_where(model.rows, **where), x, f"predicted_{y}", f"model, {variant}",
-                          styled(charts.MODEL_STYLE, variant), hover)
-        if live is not None:
-            charts.add_series(fig, charts.rows_where(live.rows, **where), x, f"measured_{y}", f"measured, {variant}",
-                              styled(charts.LIVE_STYLE, variant), hover + ("error_pct",))
-        for rec in recorded:
-            charts.add_series(fig, charts.rows_where(rec.rows, **where), x, f"measured_{y}", f"{rec.label}, {variant}",
-                              styled(charts.RECORDED_STYLE, variant), hover + ("error_pct",))
+        charts.overlay(fig, model, live, recorded, x, y, variant, dict(dtype=dtype, variant=variant), hover,
+                       COLORS[variant])
 
 
 def memory_figure(model, shown, dtype):

@@ -29,17 +29,9 @@ fig.add_vline(x=ridge, line_dash="dash", line_color="gray")
 fig.add_annotation(x=math.log10(ridge), y=1, yref="paper", text=f"ridge {ridge:.1f} FLOP/byte", showarrow=False,
                    xanchor="right", yanchor="top")
 fig.add_vrect(x0=ridge / 2, x1=ridge * 2, fillcolor="orange", opacity=0.08, line_width=0)
-hover = ("dtype", "flops_per_element", "predicted_tflops", "error_pct")
 for dtype in params.dtypes:
-    charts.add_series(fig, charts.rows_where(model.rows, dtype=dtype), "intensity_flop_per_byte",
-                      "predicted_tflops", f"model, {dtype}", charts.MODEL_STYLE, hover[:3])
-    if live is not None:
-        charts.add_series(fig, charts.rows_where(live.rows, dtype=dtype), "intensity_flop_per_byte",
-                          "measured_tflops", f"measured, {dtype}", charts.LIVE_STYLE, hover)
-for rec in recorded:
-    for dtype in params.dtypes:
-        charts.add_series(fig, charts.rows_where(rec.rows, dtype=dtype), "intensity_flop_per_byte",
-                          "measured_tflops", f"{rec.label}, {dtype}", charts.RECORDED_STYLE, hover)
+    charts.overlay(fig, model, live, recorded, "intensity_flop_per_byte", "tflops", dtype, {"dtype": dtype},
+                   ("flops_per_element", "predicted_tflops"))
 st.plotly_chart(fig, width="stretch")
 st.caption("Open circles: the model min(peak, intensity x bandwidth). Filled: this GPU, measured now. "
            "Diamonds: recorded runs of real GPUs (each against its own roof). Shaded: within 2x of the ridge.")

@@ -45,3 +45,28 @@ def error_figure(rows: list, x: str, group: str, band_pct: float, log_x: bool = 
     fig.add_hrect(y0=-band_pct, y1=band_pct, fillcolor="green", opacity=0.08, line_width=0)
     fig.add_hline(y=0, line_color="gray", line_width=1)
     return fig
+
+
+def colored(style: dict, color) -> dict:
+    """A copy of a trace style with its marker (and line) in one colour."""
+    out = dict(style)
+    out["marker"] = {**style.get("marker", {}), "color": color}
+    if "line" in style:
+        out["line"] = {**style["line"], "color": color}
+    return out
+
+
+def overlay(fig: go.Figure, model, live, recorded: list, x: str, metric: str, name: str, where: dict,
+            hover: tuple = (), color=None) -> None:
+    """One series three ways: the model (open circles), this GPU now (filled), recorded runs (diamonds).
+
+    `where` picks the rows of the series; the y values are predicted_<metric> and measured_<metric>.
+    """
+    paint = (lambda style: colored(style, color)) if color else dict
+    add_series(fig, rows_where(model.rows, **where), x, f"predicted_{metric}", f"model, {name}", paint(MODEL_STYLE), hover)
+    if live is not None:
+        add_series(fig, rows_where(live.rows, **where), x, f"measured_{metric}", f"measured, {name}",
+                   paint(LIVE_STYLE), hover + ("error_pct",))
+    for rec in recorded:
+        add_series(fig, rows_where(rec.rows, **where), x, f"measured_{metric}", f"{rec.label}, {name}",
+                   paint(RECORDED_STYLE), hover + ("error_pct",))
