@@ -265,6 +265,6 @@ def recorded_caption(results: list) -> str:
     parts = []
     for r in results:
         v = r.meta.get("versions", {})
-        parts.append(f"{r.label} (torch {v.get('torch')}, triton {v.get('triton')}, commit {r.meta.get('git_commit') or '?'})")
+        parts.append(f"{r.label} (torch {v.get('torch')}, triton {v.get('triton')}, commit {r.meta.get('git_commit') or 'not recorded'})")
     return "Recorded: " + "; ".join(parts) if parts else ""
 
