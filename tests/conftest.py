@@ -42,3 +42,22 @@ def pytest_collection_modifyitems(config, items):
 def device():
     """Where kernels run in tests: the GPU if there is one, else the CPU through Triton's interpreter."""
     return "cuda" if HAS_CUDA else "cpu"
+
+
+def render_page(page: str, timeout: int = 60):
+    """Run pages/<page> standalone in AppTest twice; the second render (caches warm) must take < 1 s.
+
+    Returns the AppTest so a test can look at what the page shows. Fails on any exception.
+    """
+    import time
+
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(ROOT / "pages" / page), default_timeout=timeout)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    started = time.perf_counter()
+    at.run()
+    assert time.perf_counter() - started < 1.0
+    assert not at.exception
+    return at

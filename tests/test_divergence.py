@@ -5,7 +5,6 @@ import dataclasses
 import re
 import shutil
 import subprocess
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import torch
 
 from labs import bench, cuda, divergence as dv, gpu, runner
 from labs.params import ParamError
+from tests.conftest import render_page
 
 ROOT = Path(__file__).resolve().parent.parent
 H200 = gpu.datasheet_target(gpu.datasheet_by_name("H200"))
@@ -205,15 +205,7 @@ def test_live_sweep_shows_the_step_at_the_warp_size():
 
 # --- the page ---------------------------------------------------------------------------------------
 def test_page_renders_model_and_charts_without_a_gpu():
-    from streamlit.testing.v1 import AppTest
-
-    at = AppTest.from_file(str(ROOT / "pages" / "divergence.py"), default_timeout=60)
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    started = time.perf_counter()
-    at.run()
-    assert time.perf_counter() - started < 1.0
-    assert not at.exception
+    at = render_page("divergence.py", timeout=60)
     assert at.title[0].value == dv.LAB.title
     specs = " ".join(c.proto.spec for c in at.get("plotly_chart"))
     assert "g sweep" in specs and "tl.where" in specs and "sorted" in specs

@@ -3,7 +3,6 @@ GPU), the roofline model and the calculator against hand-computed numbers, the p
 
 import dataclasses
 import re
-import time
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,7 @@ from labs import bench, gpu, memcalc, runner
 from labs import inference as inf
 from labs.gpu import Ceilings, Target
 from labs.params import ParamError
+from tests.conftest import render_page
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -274,15 +274,7 @@ def test_calculator_refuses_invalid_combinations(changes, message):
 # The page, without a GPU
 # ---------------------------------------------------------------------------------------------
 def test_page_renders_model_calculator_and_recorded_runs_quickly():
-    from streamlit.testing.v1 import AppTest
-
-    at = AppTest.from_file(str(ROOT / "pages" / "inference.py"), default_timeout=120)
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    started = time.perf_counter()
-    at.run()
-    assert time.perf_counter() - started < 1.0
-    assert not at.exception
+    at = render_page("inference.py", timeout=120)
     assert at.title
     shown = " ".join(str(el.value) for el in list(at.markdown) + list(at.caption) + list(at.subheader) + list(at.header))
     assert "ridge" in shown.lower() and "KV cache" in shown

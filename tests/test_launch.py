@@ -2,7 +2,6 @@
 by hand, where the launch figures come from, a live run under `gpu`, and the page."""
 
 import dataclasses
-import time
 from pathlib import Path
 
 import pytest
@@ -10,6 +9,7 @@ import torch
 
 from labs import bench, gpu, launch as ln, runner
 from labs.params import ParamError
+from tests.conftest import render_page
 
 ROOT = Path(__file__).resolve().parent.parent
 H200 = gpu.datasheet_target(gpu.datasheet_by_name("H200"))
@@ -130,15 +130,7 @@ def test_live_run_measures_launch_costs_and_graphs_remove_most_of_them():
 
 # --- the page ------------------------------------------------------------------------------------------
 def test_page_renders_model_and_charts_without_a_gpu():
-    from streamlit.testing.v1 import AppTest
-
-    at = AppTest.from_file(str(ROOT / "pages" / "launch.py"), default_timeout=60)
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    started = time.perf_counter()
-    at.run()
-    assert time.perf_counter() - started < 1.0
-    assert not at.exception
+    at = render_page("launch.py", timeout=60)
     assert at.title[0].value == ln.LAB.title
     specs = " ".join(c.proto.spec for c in at.get("plotly_chart"))
     assert "eager" in specs and "graph" in specs and "overhead" in specs
