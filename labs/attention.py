@@ -183,13 +183,15 @@ def _mma(a, b, acc, PREC: tl.constexpr):
 @triton.jit
 def _fwd_key_tiles(acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, kv_row, offs_m, lo, hi, qk_scale, LK, SHIFT,
                    HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, MASKED: tl.constexpr,
-                   USE_TMA: tl.constexpr, PREC: tl.constexpr):
+                   USE_TMA: tl.constexpr, PREC: tl.constexpr, WS: tl.constexpr):
     """Stream key tiles [lo, hi) past one query tile, updating the online-softmax state (acc, l_i, m_i).
 
     Scores are kept in log2 units (qk_scale = scale * log2 e) so that every exponential is one exp2.
+    WS asks Triton to warp-specialize the loop: producer warps issue the tile loads while consumer
+    warps run the matrix multiplies and the softmax.
     """
     offs_n = tl.arange(0, BLOCK_N)
-    for start_n in range(lo, hi, BLOCK_N):
+    for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WS):
         start_n = tl.multiple_of(start_n, BLOCK_N)
         k = _load_tile(k_base, k_desc, kv_row, start_n, LK - start_n, BLOCK_N, HEAD_DIM, USE_TMA, MASKED)
         qk = _mma(q, tl.trans(k), None, PREC)  # (BLOCK_M, BLOCK_N) scores, fp32, never leave the chip
@@ -218,7 +220,7 @@ def _fwd_key_tiles(acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, kv_row, off
 @triton.jit(do_not_specialize=["LQ", "LK"])
 def attention_fwd_kernel(Q, K, V, O, LSE, q_desc, k_desc, v_desc, qk_scale, LQ, LK, LQ_PAD,
                          HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                         CAUSAL: tl.constexpr, USE_TMA: tl.constexpr, PREC: tl.constexpr):
+                         CAUSAL: tl.constexpr, USE_TMA: tl.constexpr, PREC: tl.constexpr, WS: tl.constexpr):
     # grid = (query tiles, batch * heads); consecutive programs share a head, so its K and V stay in L2
     pid_m = tl.program_id(0)
     if CAUSAL:  # causal tiles near the end see the most keys: launch them first so the last wave is short
@@ -246,9 +248,9 @@ def attention_fwd_kernel(Q, K, V, O, LSE, q_desc, k_desc, v_desc, qk_scale, LQ, 
         full_end = LK
     full_end = (full_end // BLOCK_N) * BLOCK_N
     acc, l_i, m_i = _fwd_key_tiles(acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, kv_row, offs_m, 0, full_end,
-                                   qk_scale, LK, SHIFT, HEAD_DIM, BLOCK_N, CAUSAL, False, USE_TMA, PREC)
+                                   qk_scale, LK, SHIFT, HEAD_DIM, BLOCK_N, CAUSAL, False, USE_TMA, PREC, WS)
     acc, l_i, m_i = _fwd_key_tiles(acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, kv_row, offs_m, full_end, hi,
-                                   qk_scale, LK, SHIFT, HEAD_DIM, BLOCK_N, CAUSAL, True, USE_TMA, PREC)
+                                   qk_scale, LK, SHIFT, HEAD_DIM, BLOCK_N, CAUSAL, True, USE_TMA, PREC, False)
 
     # epilogue: normalise once; the log-sum-exp (natural log) is all the backward pass needs
     empty = l_i == 0.0  # a query that sees no key (causal with Lq > Lk)
@@ -436,6 +438,7 @@ class FlashConfig:
     dq: Tiles
     use_tma: bool = False  # load tiles with the Hopper copy engine (TMA descriptors)
     atomic_dq: bool = False  # dQ by atomic adds inside the dK/dV kernel instead of its own kernel
+    warp_specialize: bool = False  # forward: split loads and math between warps (Triton's warp specialization)
 
 
 def _has_tma(device: torch.device) -> bool:
@@ -537,7 +540,7 @@ def _forward(q4, k4, v4, causal: bool, scale: float, cfg: FlashConfig, out=None,
         q4, k4, v4, out, lse, _descriptor(q4, t.block_m, use_tma), _descriptor(k4, t.block_n, use_tma),
         _descriptor(v4, t.block_n, use_tma), scale * LOG2E, lq, lk, lse.shape[-1],
         HEAD_DIM=d, BLOCK_M=t.block_m, BLOCK_N=t.block_n, CAUSAL=causal, USE_TMA=use_tma,
-        PREC=_prec(q4), num_warps=t.warps, num_stages=t.stages)
+        PREC=_prec(q4), WS=cfg.warp_specialize and q4.is_cuda, num_warps=t.warps, num_stages=t.stages)
     return out, lse
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -142,11 +143,13 @@ def affine_chain(x: torch.Tensor, ops: int, out: Optional[torch.Tensor] = None) 
     return out
 
 
-# Measured on an H200 (scripts/fusion_gpu.py): a row held whole in registers, up to 32 values per
-# thread, reads at 0.93-0.97x the copy bandwidth; streaming in chunks re-reads each chunk (from the L2
-# at best) and reached 0.74x at 65536 columns.
+# Measured on an H200 (scripts/fusion_gpu.py, scripts/explore_gpu.py): a row held whole in registers,
+# up to 32 values per thread, reads at 0.93-0.97x the copy bandwidth. Longer rows are streamed in
+# chunks and each chunk is read twice (the second time from the L2 when the row still fits there):
+# with 32768-column chunks a 65536-column row reached 0.86x, with 16384-column chunks 0.76x.
 SOFTMAX_ROW_MAX = 32768  # rows up to this many columns are held in registers
-SOFTMAX_CHUNK = 16384  # longer rows are streamed in chunks of this many columns
+SOFTMAX_CHUNK = 32768  # longer rows are streamed in chunks of this many columns
+SOFTMAX_CHUNK_WARPS = 16
 
 
 def softmax_config(n_cols: int, row_max: int = SOFTMAX_ROW_MAX, chunk: int = SOFTMAX_CHUNK) -> tuple:
@@ -154,7 +157,7 @@ def softmax_config(n_cols: int, row_max: int = SOFTMAX_ROW_MAX, chunk: int = SOF
     block = triton.next_power_of_2(n_cols)
     if block <= row_max:
         return block, 1, min(32, max(4, block // 512))  # 4 warps for 1024 columns ... 32 for 16384 and up
-    return chunk, triton.cdiv(n_cols, chunk), 16
+    return chunk, triton.cdiv(n_cols, chunk), SOFTMAX_CHUNK_WARPS
 
 
 def online_softmax(x: torch.Tensor, out: Optional[torch.Tensor] = None, row_max: int = SOFTMAX_ROW_MAX,
@@ -253,6 +256,33 @@ def model_ms(nbytes: float, kernels: int, target: Target, compute_ms: float = 0.
     """The lesson's model: each kernel's time is the larger of its bytes and its arithmetic, plus a
     fixed launch cost; the kernels run one after the other."""
     return max(memory_ms(nbytes, target), compute_ms) + kernels * LAUNCH_US * 1e-3
+
+
+def host_ms_per_call(fn: Callable[[], object], kernels: int) -> float:
+    """CPU time to issue one call of `fn` when the calls are queued back to back, in ms.
+
+    The GPU runs a call no faster than the CPU can issue it: Python, PyTorch's dispatcher (or
+    Triton's launcher, or torch.compile's guards and wrapper) and the driver all run before the
+    kernels reach the GPU. The calls here are not waited for, so this is the CPU's part alone, as
+    long as the queue of launches does not fill up (a few hundred kernels at most are queued).
+    """
+    fn()
+    bench.sync()
+    calls = max(2, min(20, 200 // max(1, kernels)))
+    started = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    elapsed = time.perf_counter() - started
+    bench.sync()
+    return elapsed / calls * 1e3
+
+
+def with_host_floor(row: dict, nbytes_useful: float, nbytes: float, kernels: int, gpu_ms: float, host_ms: float,
+                    target: Target) -> dict:
+    """The model once the host's time per call is known: the larger of the GPU's time and the CPU's."""
+    limit = "host" if host_ms > gpu_ms else "GPU"
+    return {**row, **_predicted(nbytes_useful, nbytes, kernels, max(gpu_ms, host_ms), target), "host_ms": host_ms,
+            "gpu_model_ms": gpu_ms, "limited_by": limit}
 
 
 def chain_compute_ms(n: int, ops: int, target: Target) -> float:
@@ -450,9 +480,9 @@ def measure(params: Params, target: Target, progress):
         progress(min(done[0] / total, 1.0), message)
 
     if "sincos" in params.experiments:
-        yield from _measure_sincos(params, step, done)
+        yield from _measure_sincos(params, target, step, done)
     if "chain" in params.experiments:
-        yield from _measure_chain(params, step, done)
+        yield from _measure_chain(params, target, step, done)
     if "softmax" in params.experiments:
         yield from _measure_softmax(params, target, step, done)
     progress(1.0, "done")
@@ -463,7 +493,7 @@ def _time_and_profile(run: Callable[[], object]) -> tuple:
     return bench.time_ms(run), launched_kernels(run)
 
 
-def _measure_sincos(params: Params, step, done):
+def _measure_sincos(params: Params, target: Target, step, done):
     probe = bench.random_tensor((CHECK_ELEMENTS,), "fp32")
     ref, out = reference_sincos(probe), torch.empty_like(probe)
     step("sin^2 + cos^2: checking the kernels against float64 (b = 1, and b = -1 which gives -cos 2x)")
@@ -497,11 +527,14 @@ def _measure_sincos(params: Params, step, done):
                 yield _row("sincos", variant, size, measured_ms=None, note=note)
                 continue
             ms, profiled = _time_and_profile(runs[variant])
-            yield _row("sincos", variant, size, **_measured(ms, moves * n * F32, 2 * n * F32, profiled))
+            row = _row("sincos", variant, size, **_measured(ms, moves * n * F32, 2 * n * F32, profiled))
+            yield with_host_floor(row, 2 * n * F32, moves * n * F32, kernels,
+                                  model_ms(moves * n * F32, kernels, target), host_ms_per_call(runs[variant], kernels),
+                                  target)
         del x, runs
 
 
-def _measure_chain(params: Params, step, done):
+def _measure_chain(params: Params, target: Target, step, done):
     probe = bench.random_tensor((CHECK_ELEMENTS,), "fp32")
     out = torch.empty_like(probe)
     n = params.chain_mib * MiB // F32
@@ -517,8 +550,12 @@ def _measure_chain(params: Params, step, done):
             ms, profiled = _time_and_profile(run)
             done[0] += 1
             moved = 2 * n * F32 * (ops if variant == "eager" else 1)
-            yield _row("chain", variant, params.chain_mib, ops, **_measured(ms, moved, 2 * n * F32, profiled),
+            kernels = ops if variant == "eager" else 1
+            gpu_ms = (ops * model_ms(2 * n * F32, 1, target) if variant == "eager"
+                      else model_ms(2 * n * F32, 1, target, chain_compute_ms(n, ops, target)))
+            row = _row("chain", variant, params.chain_mib, ops, **_measured(ms, moved, 2 * n * F32, profiled),
                        measured_tflops=bench.tflops(2.0 * n * ops, ms))
+            yield with_host_floor(row, 2 * n * F32, moved, kernels, gpu_ms, host_ms_per_call(run, kernels), target)
     del x, y
 
 
@@ -541,9 +578,12 @@ def _measure_softmax(params: Params, target: Target, step, done):
             step(f"softmax, {n_cols} columns x {rows} rows: timing {variant}, then one call under torch.profiler")
             ms, profiled = _time_and_profile(lambda: runs[variant](x))
             done[0] += 1
-            yield _row("softmax", variant, params.softmax_mib, n_cols=n_cols,
-                       **_measured(ms, moves * x.numel() * F32, 2 * x.numel() * F32, profiled),
+            nbytes = moves * x.numel() * F32
+            row = _row("softmax", variant, params.softmax_mib, n_cols=n_cols,
+                       **_measured(ms, nbytes, 2 * x.numel() * F32, profiled),
                        fraction_of_copy=bench.tbps(2 * x.numel() * F32, ms) / target.ceilings.copy_tbps)
+            yield with_host_floor(row, 2 * x.numel() * F32, nbytes, kernels, model_ms(nbytes, kernels, target),
+                                  host_ms_per_call(lambda: runs[variant](x), kernels), target)
         del x
 
 

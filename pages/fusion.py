@@ -21,25 +21,29 @@ def overlay(fig, model, live, recorded, experiment, variants, x, y, hover, **mat
 def sincos_view(params, model, live, recorded, target):
     fig = charts.figure("sin²x + cos²x: time per call", "tensor size (MiB, fp32)", "time (ms)", log_x=True, log_y=True)
     variants = [v for v in fusion.SINCOS if params.compile or v != "compiled"]
-    overlay(fig, model, live, recorded, "sincos", variants, "size_mib", "ms", ("bytes_moved", "predicted_kernels"))
+    overlay(fig, model, live, recorded, "sincos", variants, "size_mib", "ms",
+            ("bytes_moved", "predicted_kernels", "host_ms", "limited_by"))
     l2_mib = target.l2_bytes / 2**20
     fig.add_vline(x=l2_mib, line_dash="dash", line_color="gray", annotation_text=f"L2 {target.l2_bytes / 1e6:.0f} MB",
                   annotation_position="top left")
     st.plotly_chart(fig, width="stretch")
-    st.caption("Open circles: the model, bytes / bandwidth + kernels x launch cost. Filled: measured now. "
-               "Diamonds: recorded runs. Right of the dashed line the tensor no longer fits in the L2.")
+    st.caption("Open circles: the model, bytes / bandwidth + kernels x launch cost (before a run), then the larger "
+               "of that and the CPU's time per call measured in the run. Filled: measured now. Diamonds: recorded "
+               "runs. Right of the dashed line the tensor no longer fits in the L2.")
     shown = live or (recorded[0] if recorded else None)
     if shown is not None:
         rows = [r for r in charts.rows_where(shown.rows, experiment="sincos") if r.get("kernel_names")]
         largest = max((r["size_mib"] for r in rows), default=None)
         st.markdown(f"**What torch.profiler saw** ({shown.label}, {largest} MiB): kernels launched by one call")
         st.dataframe([{"variant": r["variant"], "kernels": r.get("measured_kernels"),
-                       "model's kernels": r.get("predicted_kernels"), "names and times": r["kernel_names"]}
+                       "model's kernels": r.get("predicted_kernels"),
+                       "CPU per call (us)": round(1e3 * r["host_ms"], 1) if r.get("host_ms") else None,
+                       "limited by": r.get("limited_by"), "names and times": r["kernel_names"]}
                       for r in rows if r["size_mib"] == largest], width="stretch", hide_index=True)
         notes = {r.get("note") for r in charts.rows_where(shown.rows, experiment="sincos") if r.get("note")}
         for note in notes:
             st.warning(note)
-    st.markdown(page.section("Why small tensors miss the model"))
+    st.markdown(page.section("The CPU's share: why small tensors miss the bytes model"))
 
 
 def chain_view(params, model, live, recorded, target):

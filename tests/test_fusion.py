@@ -195,6 +195,19 @@ def test_lesson_numbers_fill_the_lesson():
     assert numbers["ridge_ops"] == "64"
 
 
+def test_host_floor_takes_the_larger_of_gpu_and_cpu_time():
+    calls = []
+    host = fusion.host_ms_per_call(lambda: calls.append(time.sleep(0.002)), kernels=1)
+    assert host >= 2.0 and len(calls) > 2  # a warm-up call, then calls queued back to back
+    row = {"experiment": "sincos", "variant": "compiled", "size_mib": 64}
+    slow_host = fusion.with_host_floor(row, 2e8, 2e8, 1, gpu_ms=0.05, host_ms=0.07, target=ROUND)
+    assert slow_host["predicted_ms"] == 0.07 and slow_host["limited_by"] == "host"
+    assert slow_host["gpu_model_ms"] == 0.05 and slow_host["host_ms"] == 0.07
+    slow_gpu = fusion.with_host_floor(row, 2e8, 2e8, 1, gpu_ms=0.5, host_ms=0.07, target=ROUND)
+    assert slow_gpu["predicted_ms"] == 0.5 and slow_gpu["limited_by"] == "GPU"
+    assert slow_gpu["predicted_tbps"] == pytest.approx(2e8 / 0.5e-3 / 1e12)
+
+
 # --- on a GPU: the whole lab on small sizes -------------------------------------------------------
 @pytest.mark.gpu
 def test_measure_small_run_on_gpu():
@@ -207,6 +220,10 @@ def test_measure_small_run_on_gpu():
     assert all(r["measured_kernels"] == 5 for r in eager)
     chain = [r for r in rows if r["experiment"] == "chain" and r["variant"] == "eager"]
     assert [r["measured_kernels"] for r in chain] == [1, 3]
+    # the CPU's share is measured for every point, and a launch-bound 1 MiB point is limited by it
+    assert all(r["host_ms"] > 0 and r["limited_by"] in ("host", "GPU") for r in rows)
+    small = [r for r in rows if r["experiment"] == "sincos" and r["size_mib"] == 1]
+    assert any(r["limited_by"] == "host" for r in small)
 
 
 # --- the page -------------------------------------------------------------------------------------
@@ -230,7 +247,7 @@ def test_page_renders_fast_and_shows_every_experiment():
     assert at.title[0].value == "Kernel fusion"
     spec = at.get("plotly_chart")[0].proto.spec
     assert "model, eager" in spec and "model, triton" in spec and "L2" in spec
-    assert any("Why small tensors miss the model" in m.value or "launch" in m.value for m in at.markdown)
+    assert any("The CPU's share" in m.value or "launch" in m.value for m in at.markdown)
     for view, expected in (("A chain of k operations", "ridge: k ="), ("Online softmax", "copy bandwidth")):
         at.radio(key="fusion_view").set_value(view).run()
         assert not at.exception
