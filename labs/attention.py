@@ -882,7 +882,7 @@ def naive_model(shape: Shape, mode: str, target: Target) -> dict:
 class Params:
     seq_lens: tuple = param((1024, 2048, 4096, 8192, 16384), "sequence lengths N (queries = keys)", unit="tokens",
                             min=1, max=262144)
-    head_dims: tuple = param((64,), "head dimension d", choices=HEAD_DIMS)
+    head_dims: tuple = param((64, 128), "head dimension d", choices=HEAD_DIMS)
     masks: tuple = param(("full", "causal"), "attention masks", choices=MASKS)
     dtypes: tuple = param(("bf16",), "input dtype (accumulation is fp32)", choices=("bf16", "fp16", "fp32"))
     impls: tuple = param(IMPLS, "implementations", choices=IMPLS)

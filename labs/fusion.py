@@ -227,7 +227,7 @@ class Params:
     chain_ops: tuple = param((1, 2, 4, 8, 16, 32, 64, 128, 256), "chain: multiply-adds per element",
                              unit="ops", min=1, max=4096, log=True)
     chain_mib: int = param(256, "chain: input size (fp32)", unit="MiB", min=1, max=4096, log=True)
-    softmax_cols: tuple = param((1024, 4096, 16384, 32768), "softmax: row lengths", unit="columns", min=2,
+    softmax_cols: tuple = param((1024, 4096, 16384, 32768, 65536), "softmax: row lengths", unit="columns", min=2,
                                 max=1 << 20, log=True)
     softmax_mib: int = param(256, "softmax: input size (fp32; rows = size / row bytes)", unit="MiB", min=1,
                              max=4096, log=True)

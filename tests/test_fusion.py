@@ -167,7 +167,7 @@ def test_softmax_model_by_hand():
 def test_default_prediction_rows_have_unique_keys():
     rows = fusion.predict(fusion.Params(), ROUND)
     keys = [tuple(r[k] for k in fusion.LAB.key) for r in rows]
-    assert len(keys) == len(set(keys)) == 6 * 4 + 2 * 9 + 4 * 3
+    assert len(keys) == len(set(keys)) == 6 * 4 + 2 * 9 + 5 * 3
     assert all(math.isfinite(r["predicted_ms"]) and r["predicted_ms"] > 0 for r in rows)
     headline = runner.model(fusion.LAB, fusion.Params(), ROUND)
     assert fusion.LAB.headline.answer(headline.rows)[1] == pytest.approx(11 * 2**30 / 4e12 * 1e3 + 0.015)
