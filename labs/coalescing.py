@@ -13,8 +13,11 @@ What you will learn:
 - the transpose ladder: naive (strided writes) -> shared-memory tiles -> tiles padded against
   bank conflicts, against `x.t().contiguous()`.
 
-The model is the lower of two limits: DRAM (bytes fetched at the calibrated copy bandwidth) and the
-L1 (SMs x clock x useful bytes per wavefront).
+The model is the lowest of three limits: DRAM bytes (what the L2 fetches, in 64-byte granules, at the
+calibrated copy bandwidth), DRAM requests (reads whose lanes each need their own sector arrive as
+separate small requests, served at a rate a probe measures in the same run) and the L1 (SMs x clock x
+useful bytes per wavefront). The lecture's sector model, 32-byte sectors at copy bandwidth, is kept
+beside it for comparison.
 
 Three experiments:
 1. stride: y[i] = x[i * s] for s = 1, 2, 4, ... 64 floats. Writes stay contiguous; reads touch a
@@ -39,6 +42,9 @@ from labs.lab import Headline, Lab
 from labs.params import ParamError, param
 
 SECTOR_BYTES = 32  # the unit the L1/L2 fetch in: a warp's load costs every 32-byte sector it touches
+# What the L2 asks DRAM for on a miss: cudaLimitMaxL2FetchGranularity reads 64 bytes by default on
+# an H200 (the transpose extension's l2_fetch_granularity reports it); assumed for every GPU here.
+GRANULE_BYTES = 64
 WARP = 32
 ELEMENT = "fp32"  # every experiment moves 4-byte floats, so a sector holds 8 of them
 
@@ -68,6 +74,33 @@ def strided_read(x: torch.Tensor, stride: int, out: torch.Tensor | None = None) 
     grid = (triton.cdiv(n, STRIDE_BLOCK),)
     strided_read_kernel[grid](x, out, n, STRIDE=stride, BLOCK=STRIDE_BLOCK, CACHE=STRIDE_CACHE,
                               num_warps=STRIDE_WARPS)
+    return out
+
+
+# The probe: one float from each 64-byte granule, granules visited in a scrambled order. Every lane
+# needs its own granule and no two neighbours share a DRAM row: it measures how many separate small
+# requests DRAM serves per second, with nothing streamed.
+SCATTER = 2654435761  # odd, so i -> i * SCATTER mod 2^k visits every granule exactly once
+
+
+@triton.jit
+def scattered_read_kernel(x_ptr, y_ptr, n, GRANULE_FLOATS: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    granule = (offs * SCATTER) & (n - 1)  # n is a power of two: a bijection on [0, n)
+    tl.store(y_ptr + offs, tl.load(x_ptr + granule * GRANULE_FLOATS, mask=mask), mask=mask)
+
+
+def scattered_granules(span_elements: int, element_bytes: int = 4) -> int:
+    """Granules the probe reads from a span: the largest power of two that fits."""
+    return 1 << ((span_elements * element_bytes // GRANULE_BYTES).bit_length() - 1)
+
+
+def scattered_read(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    n = scattered_granules(x.numel(), x.element_size())
+    out = torch.empty(n, device=x.device, dtype=x.dtype) if out is None else out
+    scattered_read_kernel[(triton.cdiv(n, STRIDE_BLOCK),)](x, out, n, GRANULE_FLOATS=GRANULE_BYTES // x.element_size(),
+                                                          BLOCK=STRIDE_BLOCK, num_warps=STRIDE_WARPS)
     return out
 
 
@@ -169,6 +202,12 @@ def transpose_reference(x: torch.Tensor) -> torch.Tensor:
     return x.to(torch.float64).t()
 
 
+def scattered_reference(x: torch.Tensor) -> torch.Tensor:
+    n = scattered_granules(x.numel(), x.element_size())
+    granule = (torch.arange(n, device=x.device, dtype=torch.int64) * SCATTER) & (n - 1)
+    return x.to(torch.float64)[granule * (GRANULE_BYTES // x.element_size())]
+
+
 # ---------------------------------------------------------------------------------------------
 # The model: DRAM sectors and L1 wavefronts
 # ---------------------------------------------------------------------------------------------
@@ -184,20 +223,29 @@ class Params:
                                choices=("stride", "walk", "transpose"))
 
 
-def fetched_bytes_per_element(stride: int, element_bytes: int = 4, sector: int = SECTOR_BYTES) -> float:
-    """Bytes a strided read fetches from DRAM per useful element.
+def fetched_bytes_per_element(stride: int, element_bytes: int = 4, fetch: int = SECTOR_BYTES) -> float:
+    """Bytes a strided read fetches per useful element, in units of `fetch` bytes.
 
-    Lanes stride * element_bytes apart: below a sector, the warp's addresses cover every sector of the
-    span (stride elements fetched per useful one); at a sector or beyond, each element costs a sector.
+    Lanes stride * element_bytes apart: below a unit, the warp's addresses cover every unit of the
+    span (stride elements fetched per useful one); at a unit or beyond, each element costs a unit.
     """
-    return float(min(stride * element_bytes, sector))
+    return float(min(stride * element_bytes, fetch))
 
 
-def stride_efficiency(stride: int, element_bytes: int = 4) -> float:
-    """Useful bytes / fetched bytes for read-with-stride + contiguous write (one element each way)."""
+def stride_efficiency(stride: int, element_bytes: int = 4, fetch: int = SECTOR_BYTES) -> float:
+    """Useful bytes / fetched bytes for read-with-stride + contiguous write (one element each way),
+    when the read is fetched in units of `fetch` bytes (32-byte sectors; 64-byte DRAM granules)."""
     useful = 2 * element_bytes
-    fetched = fetched_bytes_per_element(stride, element_bytes) + element_bytes
+    fetched = fetched_bytes_per_element(stride, element_bytes, fetch) + element_bytes
     return useful / fetched
+
+
+def requests_per_element(stride: int, element_bytes: int = 4) -> float:
+    """Separate DRAM requests per element read: one per granule when each lane needs its own sector
+    (lanes 32 bytes apart or more), none counted when lanes share sectors (the warp asks for whole
+    lines and DRAM streams them)."""
+    gap = stride * element_bytes
+    return 0.0 if gap < SECTOR_BYTES else min(1.0, gap / GRANULE_BYTES)
 
 
 def walk_sectors_per_load(along_rows: bool, element_bytes: int = 4) -> float:
@@ -254,13 +302,31 @@ def l1_bound_tbps(cost, target: Target):
     return target.sm_count * clock * 1e6 * useful / wavefronts / 1e12
 
 
-def _bounded(row: dict, dram_tbps: float, l1_tbps, useful_bytes: float) -> dict:
-    """The model: the lower of the two limits."""
-    rate = dram_tbps if l1_tbps is None else min(dram_tbps, l1_tbps)
-    row.update({"dram_bound_tbps": dram_tbps, "l1_bound_tbps": l1_tbps,
-                "bound": "DRAM" if l1_tbps is None or dram_tbps <= l1_tbps else "L1",
-                "predicted_tbps": rate, "predicted_ms": useful_bytes / (rate * 1e12) * 1e3})
+def _bounded(row: dict, dram_tbps: float, l1_tbps, useful_bytes: float, request_tbps=None) -> dict:
+    """The model: the lowest of the limits that apply (None: no such limit)."""
+    limits = {"DRAM": dram_tbps, "DRAM requests": request_tbps, "L1": l1_tbps}
+    bound = min((name for name, rate in limits.items() if rate is not None), key=lambda name: limits[name])
+    rate = limits[bound]
+    row.update({"dram_bound_tbps": dram_tbps, "l1_bound_tbps": l1_tbps, "request_bound_tbps": request_tbps,
+                "bound": bound, "predicted_tbps": rate, "predicted_ms": useful_bytes / (rate * 1e12) * 1e3})
     return row
+
+
+def stride_row(params, stride: int, target: Target, requests_per_s=None) -> dict:
+    """One stride's model. Before a run only the bytes and the L1 are known; the run's probe adds
+    the rate of separate DRAM requests."""
+    n = stride_elements(params, stride)
+    sector_eff, granule_eff = stride_efficiency(stride), stride_efficiency(stride, fetch=GRANULE_BYTES)
+    requests = n * requests_per_element(stride)
+    row = {"experiment": "stride", "variant": f"stride {stride}", "stride": stride, "useful_bytes": 8 * n,
+           "fetched_bytes": n * (fetched_bytes_per_element(stride, fetch=GRANULE_BYTES) + 4),
+           "sector_efficiency": sector_eff, "granule_efficiency": granule_eff,
+           "sector_model_tbps": target.ceilings.copy_tbps * sector_eff, "dram_requests": requests}
+    request_tbps = None
+    if requests_per_s and requests:
+        request_tbps = 8 * n / (requests / requests_per_s) / 1e12
+    return _bounded(row, target.ceilings.copy_tbps * granule_eff, l1_bound_tbps(stride_wavefronts(stride), target),
+                    8 * n, request_tbps)
 
 
 def stride_elements(params: Params, stride: int) -> int:
@@ -271,12 +337,7 @@ def predict(params: Params, target: Target) -> list[dict]:
     bw = target.ceilings.copy_tbps
     rows = []
     if "stride" in params.experiments:
-        for s in params.strides:
-            n = stride_elements(params, s)
-            eff = stride_efficiency(s)
-            row = {"experiment": "stride", "variant": f"stride {s}", "stride": s, "useful_bytes": 8 * n,
-                   "fetched_bytes": n * (fetched_bytes_per_element(s) + 4), "sector_efficiency": eff}
-            rows.append(_bounded(row, bw * eff, l1_bound_tbps(stride_wavefronts(s), target), 8 * n))
+        rows += [stride_row(params, s, target) for s in params.strides]
     if "walk" in params.experiments:
         n = params.matrix_n
         for along_rows, name in ((False, "column walk"), (True, "row walk")):
@@ -328,9 +389,22 @@ def _timed_row(experiment: str, variant: str, useful_bytes: int, ms: float, err:
             "measured_tbps": bench.tbps(useful_bytes, ms), "check_rel_error": err}
 
 
-def measure_strides(params: Params, progress, done: int, total: int):
+def measure_scattered(x: torch.Tensor, probe: torch.Tensor) -> dict:
+    """The probe's row: separate one-granule DRAM requests served per second."""
+    out = torch.full((scattered_granules(probe.numel()),), float("nan"), device=probe.device)
+    err = bench.check_close(scattered_read(probe, out), scattered_reference(probe), ELEMENT, "scattered read")
+    y = torch.empty(scattered_granules(x.numel()), device=x.device)
+    ms = bench.time_ms(lambda: scattered_read(x, y))
+    return _timed_row("probe", "scattered granules", 8 * y.numel(), ms, err, dram_requests=y.numel(),
+                      requests_per_s=y.numel() / (ms * 1e-3), granule_bytes=GRANULE_BYTES)
+
+
+def measure_strides(params: Params, target: Target, progress, done: int, total: int):
     probe = bench.random_tensor((CHECK_SPAN,), ELEMENT)
     x = bench.random_tensor((params.size_mib * MiB // 4,), ELEMENT)
+    progress(done / total, "probe: one float from each 64-byte granule, in a scrambled order")
+    scattered = measure_scattered(x, probe)
+    yield scattered
     for s in params.strides:
         progress(done / total, f"stride {s}: checking against float64")
         out = torch.full((triton.cdiv(probe.numel(), s),), float("nan"), device=probe.device)
@@ -340,12 +414,13 @@ def measure_strides(params: Params, progress, done: int, total: int):
         y = torch.empty(triton.cdiv(x.numel(), s), device=x.device)
         ms = bench.time_ms(lambda: strided_read(x, s, y))
         done += 1
-        yield _timed_row("stride", f"stride {s}", 8 * y.numel(), ms, err, stride=s)
+        model = stride_row(params, s, target, scattered["requests_per_s"])  # the model, now with the request rate
+        yield {**model, **_timed_row("stride", f"stride {s}", 8 * y.numel(), ms, err, stride=s)}
         del y
     del x
 
 
-def measure_walks(params: Params, progress, done: int, total: int):
+def measure_walks(params: Params, target: Target, progress, done: int, total: int):
     probe = bench.random_tensor((CHECK_MATRIX[0],) * 2, ELEMENT)
     x = bench.random_tensor((params.matrix_n,) * 2, ELEMENT)
     for along_rows, name in ((False, "column walk"), (True, "row walk")):
@@ -361,7 +436,7 @@ def measure_walks(params: Params, progress, done: int, total: int):
         yield _timed_row("walk", name, 4 * x.numel(), ms, err, sectors_per_warp_load=walk_sectors_per_load(along_rows))
 
 
-def measure_transposes(params: Params, progress, done: int, total: int):
+def measure_transposes(params: Params, target: Target, progress, done: int, total: int):
     probe = bench.random_tensor(CHECK_MATRIX, ELEMENT)
     x = bench.random_tensor((params.matrix_n,) * 2, ELEMENT)
     y = torch.empty_like(x)
@@ -383,7 +458,7 @@ def measure(params: Params, target: Target, progress):
     done = 0
     for experiment, fn in (("stride", measure_strides), ("walk", measure_walks), ("transpose", measure_transposes)):
         if experiment in params.experiments:
-            yield from fn(params, progress, done, total)
+            yield from fn(params, target, progress, done, total)
             done += counts[experiment]
             torch.cuda.empty_cache()
     progress(1.0, "done")

@@ -482,7 +482,7 @@ def measure(params: Params, target: Target, progress):
     if "sincos" in params.experiments:
         yield from _measure_sincos(params, target, step, done)
     if "chain" in params.experiments:
-        yield from _measure_chain(params, target, step, done)
+        yield from _measure_chain(params, step, done)
     if "softmax" in params.experiments:
         yield from _measure_softmax(params, target, step, done)
     progress(1.0, "done")
@@ -526,7 +526,8 @@ def _measure_sincos(params: Params, target: Target, step, done):
             if variant not in runs:
                 yield _row("sincos", variant, size, measured_ms=None, note=note)
                 continue
-            ms, profiled = _time_and_profile(runs[variant])
+            # calls back to back, as in a loop: the CPU's share shows on small tensors (see bench.per_call_us)
+            ms, profiled = bench.per_call_us(runs[variant]) / 1e3, launched_kernels(runs[variant])
             row = _row("sincos", variant, size, **_measured(ms, moves * n * F32, 2 * n * F32, profiled))
             yield with_host_floor(row, 2 * n * F32, moves * n * F32, kernels,
                                   model_ms(moves * n * F32, kernels, target), host_ms_per_call(runs[variant], kernels),
@@ -534,7 +535,7 @@ def _measure_sincos(params: Params, target: Target, step, done):
         del x, runs
 
 
-def _measure_chain(params: Params, target: Target, step, done):
+def _measure_chain(params: Params, step, done):
     probe = bench.random_tensor((CHECK_ELEMENTS,), "fp32")
     out = torch.empty_like(probe)
     n = params.chain_mib * MiB // F32
@@ -550,12 +551,8 @@ def _measure_chain(params: Params, target: Target, step, done):
             ms, profiled = _time_and_profile(run)
             done[0] += 1
             moved = 2 * n * F32 * (ops if variant == "eager" else 1)
-            kernels = ops if variant == "eager" else 1
-            gpu_ms = (ops * model_ms(2 * n * F32, 1, target) if variant == "eager"
-                      else model_ms(2 * n * F32, 1, target, chain_compute_ms(n, ops, target)))
-            row = _row("chain", variant, params.chain_mib, ops, **_measured(ms, moved, 2 * n * F32, profiled),
+            yield _row("chain", variant, params.chain_mib, ops, **_measured(ms, moved, 2 * n * F32, profiled),
                        measured_tflops=bench.tflops(2.0 * n * ops, ms))
-            yield with_host_floor(row, 2 * n * F32, moved, kernels, gpu_ms, host_ms_per_call(run, kernels), target)
     del x, y
 
 
@@ -578,12 +575,9 @@ def _measure_softmax(params: Params, target: Target, step, done):
             step(f"softmax, {n_cols} columns x {rows} rows: timing {variant}, then one call under torch.profiler")
             ms, profiled = _time_and_profile(lambda: runs[variant](x))
             done[0] += 1
-            nbytes = moves * x.numel() * F32
-            row = _row("softmax", variant, params.softmax_mib, n_cols=n_cols,
-                       **_measured(ms, nbytes, 2 * x.numel() * F32, profiled),
+            yield _row("softmax", variant, params.softmax_mib, n_cols=n_cols,
+                       **_measured(ms, moves * x.numel() * F32, 2 * x.numel() * F32, profiled),
                        fraction_of_copy=bench.tbps(2 * x.numel() * F32, ms) / target.ceilings.copy_tbps)
-            yield with_host_floor(row, 2 * x.numel() * F32, nbytes, kernels, model_ms(nbytes, kernels, target),
-                                  host_ms_per_call(lambda: runs[variant](x), kernels), target)
         del x
 
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +31,7 @@ import triton
 import triton.language as tl
 
 from labs import bench
+from labs.bench import per_call_us  # noqa: F401 - the launch lab's timer, also used by scripts
 from labs.gpu import MiB, Target, free_memory_bytes
 from labs.lab import Headline, Lab
 from labs.params import ParamError, param
@@ -98,32 +98,10 @@ def grid_input(n: int, device=None) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------------------------------------
-# Timing launch-bound work (bench.time_ms flushes the L2 with a large memset before each call; the
-# CPU enqueues the next launches while that runs, which hides exactly the cost this lab is about)
+# Timing launch-bound work: bench.per_call_us (calls back to back, the CPU's share included) and
+# CUDA graphs (bench.time_ms flushes the L2 with a large memset before each call; the CPU enqueues
+# the next launches while that runs, which hides exactly the cost this lab is about)
 # ---------------------------------------------------------------------------------------------
-def per_call_us(fn, budget_ms: float = 20.0, batches: int = 5, warmup_ms: float = 5.0) -> float:
-    """Median wall time of one call of `fn` when called back to back, in microseconds."""
-    start = time.perf_counter()
-    fn()
-    while time.perf_counter() - start < warmup_ms * 1e-3:  # caches, allocator, CPU clock up to speed
-        fn()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    fn()
-    torch.cuda.synchronize()
-    single = time.perf_counter() - t0
-    reps = max(1, min(20_000, int(budget_ms * 1e-3 / batches / max(single, 1e-7))))
-    samples = []
-    for _ in range(batches):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(reps):
-            fn()
-        torch.cuda.synchronize()
-        samples.append((time.perf_counter() - t0) / reps)
-    return statistics.median(samples) * 1e6
-
-
 def capture(fn) -> torch.cuda.CUDAGraph:
     """Record fn's kernels into a CUDA graph (warm-up on a side stream, as capture requires)."""
     stream = torch.cuda.Stream()

@@ -8,6 +8,8 @@ from labs.coalescing import LAB
 from ui import charts
 from ui.lab_page import LabPage, recorded_caption
 
+GRANULE = coalescing.GRANULE_BYTES
+
 page = LabPage(LAB)
 page.lesson()
 params = page.params_form()
@@ -42,11 +44,19 @@ if "stride" in params.experiments:
     fig = charts.figure(f"Useful bandwidth against read stride, {target.name}", "stride (floats)",
                         "useful bandwidth (TB/s)", log_x=True, log_y=True)
     stride_model = charts.rows_where(model.rows, experiment="stride")
-    hover = ("sector_efficiency", "bound", "error_pct")
-    charts.add_series(fig, stride_model, "stride", "dram_bound_tbps", "sector model (32-byte sectors at copy bandwidth)",
-                      charts.MODEL_STYLE, hover[:2])
+    hover = ("sector_efficiency", "granule_efficiency", "bound", "error_pct")
+    charts.add_series(fig, stride_model, "stride", "sector_model_tbps", "sector model (32-byte sectors at copy bandwidth)",
+                      dict(mode="lines+markers", line=dict(dash="dot", color="gray"), marker=dict(symbol="circle-open")),
+                      hover[:1])
+    charts.add_series(fig, stride_model, "stride", "dram_bound_tbps", "DRAM bytes (64-byte granules at copy bandwidth)",
+                      charts.MODEL_STYLE, hover[1:3])
     charts.add_series(fig, stride_model, "stride", "l1_bound_tbps", "L1 limit (one 128-byte line per clock per SM)",
                       dict(mode="lines", line=dict(dash="dash", color="gray")))
+    shown = live or (recorded[0] if recorded else None)
+    if shown is not None:
+        charts.add_series(fig, charts.rows_where(shown.rows, experiment="stride"), "stride", "predicted_tbps",
+                          f"model with the measured request rate, {shown.label}",
+                          dict(mode="lines", line=dict(color="black", width=3)), hover[2:3])
     if live is not None:
         charts.add_series(fig, charts.rows_where(live.rows, experiment="stride"), "stride", "measured_tbps",
                           "measured", charts.LIVE_STYLE, hover)
@@ -54,10 +64,18 @@ if "stride" in params.experiments:
         charts.add_series(fig, charts.rows_where(rec.rows, experiment="stride"), "stride", "measured_tbps",
                           rec.label, charts.RECORDED_STYLE, hover)
     st.plotly_chart(fig, width="stretch")
-    shown = live or (recorded[0] if recorded else None)
+    st.caption("Before a run the model knows the bytes and the L1. A run first measures how many separate small "
+               "requests DRAM serves per second (one float from each 64-byte granule, in a scrambled order); "
+               "strides whose lanes each need their own sector are capped by that rate (black line).")
     if shown is not None:
+        probe = charts.rows_where(shown.rows, experiment="probe")
+        if probe and probe[0].get("requests_per_s"):
+            rate = probe[0]["requests_per_s"]
+            st.markdown(f"**Probe** ({shown.label}): DRAM served **{rate / 1e9:.1f} G** separate {GRANULE}-byte "
+                        f"requests per second, {rate * GRANULE / 1e12:.2f} TB/s of granules against a copy's "
+                        f"{target.ceilings.copy_tbps:.2f} TB/s.")
         st.plotly_chart(charts.error_figure(charts.rows_where(shown.rows, experiment="stride"), "stride", "experiment",
-                                            15, log_x=True, title=f"Sector model error by stride, {shown.label}"),
+                                            15, log_x=True, title=f"Model error by stride, {shown.label}"),
                         width="stretch")
         st.markdown(page.section("Why large strides fall below the sector model"))
 

@@ -178,7 +178,7 @@ def explore_strides():
     saved = (co.STRIDE_CACHE, co.STRIDE_BLOCK, co.STRIDE_WARPS)
     for cache, block, warps in (("", 4096, 8), (".cg", 4096, 8), ("", 1024, 4), (".cg", 1024, 4)):
         co.STRIDE_CACHE, co.STRIDE_BLOCK, co.STRIDE_WARPS = cache, block, warps
-        rows = list(co.measure_strides(params, lambda f, m: None, 0, 1))
+        rows = [r for r in co.measure_strides(params, target, lambda f, m: None, 0, 1) if r["experiment"] == "stride"]
         errs = [100 * (r["measured_tbps"] / preds[r["variant"]] - 1) for r in rows]
         print(f"  cache={cache or 'default':7s} block={block} warps={warps}: " + ", ".join(
             f"s{r['stride']}={r['measured_tbps']:.3f} ({e:+.0f}%)" for r, e in zip(rows, errs))
@@ -237,7 +237,8 @@ def explore_granularity():
     log(f"L2 fetch granularity limit by default: {default_gran} B")
     for gran in (32, 128):
         now = ext.l2_fetch_granularity(gran)
-        rows = list(co.measure_strides(co.Params(experiments=("stride",)), lambda f, m: None, 0, 1))
+        rows = [r for r in co.measure_strides(co.Params(experiments=("stride",)), target, lambda f, m: None, 0, 1)
+                if r["experiment"] == "stride"]
         preds = {r["variant"]: r for r in co.predict(co.Params(experiments=("stride",)), target)}
         print(f"  granularity {now} B: " + ", ".join(
             f"s{r['stride']}={r['measured_tbps']:.3f} ({100 * (r['measured_tbps'] / preds[r['variant']]['predicted_tbps'] - 1):+.0f}%)"

@@ -8,9 +8,10 @@ import pytest
 import torch
 
 from labs import bench, gpu, runner
-from labs.coalescing import (LAB, Params, TRANSPOSES, fetched_bytes_per_element, ladder_gains, predict,
-                             stride_efficiency, stride_wavefronts, strided_read, strided_reference, transpose,
-                             transpose_reference, walk, walk_efficiency, walk_reference)
+from labs.coalescing import (GRANULE_BYTES, LAB, Params, TRANSPOSES, fetched_bytes_per_element, ladder_gains,
+                             predict, requests_per_element, scattered_granules, scattered_read, scattered_reference,
+                             stride_efficiency, stride_row, stride_wavefronts, strided_read, strided_reference,
+                             transpose, transpose_reference, walk, walk_efficiency, walk_reference)
 from labs.params import ParamError
 from tests.conftest import render_page
 
@@ -38,6 +39,21 @@ def test_walks_match_float64_on_odd_sizes(device, along_rows, n):
     bench.check_close(out, ref, "fp32", "walk")
 
 
+@pytest.mark.parametrize("span", [16, 4097, 100_003])
+def test_scattered_probe_reads_every_granule_once(device, span):
+    x = bench.random_tensor((span,), "fp32", device)
+    n = scattered_granules(span)
+    assert n & (n - 1) == 0 and n * GRANULE_BYTES <= 4 * span < 2 * n * GRANULE_BYTES
+    out = torch.full((n,), float("nan"), device=device)
+    scattered_read(x, out)
+    assert bench.check_close(out, scattered_reference(x), "fp32", "scattered read") == 0.0
+    firsts = x[: n * 16].reshape(n, 16)[:, 0]  # the first float of every granule, each exactly once
+    assert torch.equal(torch.sort(out).values, torch.sort(firsts).values)
+    if n >= 8:  # neighbouring lanes land far apart
+        order = (torch.arange(8, dtype=torch.int64) * 2654435761) & (n - 1)
+        assert (order[1:] - order[:-1]).abs().min() > 1
+
+
 def test_walk_reference_sums_segments_of_rows_and_columns():
     x = torch.arange(100 * 100, dtype=torch.float32).reshape(100, 100)
     rows, cols = walk_reference(x, True), walk_reference(x, False)
@@ -53,6 +69,30 @@ def test_check_catches_a_wrong_stride(device):
 
 
 # --- the sector model, by hand ----------------------------------------------------------------
+def test_granules_and_requests_by_hand():
+    # 64-byte DRAM granules: strides up to 16 floats fetch the whole span, beyond that a granule per float
+    assert [fetched_bytes_per_element(s, fetch=64) for s in (1, 2, 8, 16, 32, 64)] == [4, 8, 32, 64, 64, 64]
+    assert stride_efficiency(16, fetch=64) == pytest.approx(8 / 68)
+    # lanes closer than a sector share it (whole lines, streamed); from 32 bytes apart each lane asks on its
+    # own: two floats per granule at stride 8, one from stride 16 on
+    assert [requests_per_element(s) for s in (1, 2, 4, 8, 16, 64)] == [0, 0, 0, 0.5, 1, 1]
+
+
+def test_request_rate_caps_scattered_strides_once_measured():
+    params = Params(size_mib=1024)
+    before = stride_row(params, 16, H200)
+    assert before["bound"] == "DRAM" and before["request_bound_tbps"] is None
+    assert before["predicted_tbps"] == pytest.approx(H200.ceilings.copy_tbps * 8 / 68)
+    assert before["sector_model_tbps"] == pytest.approx(H200.ceilings.copy_tbps * 8 / 36)
+    rate = 40e9  # separate requests per second
+    after = stride_row(params, 16, H200, rate)
+    n = 1024 * 2**20 // 4 // 16
+    assert after["dram_requests"] == n and after["bound"] == "DRAM requests"
+    assert after["predicted_ms"] == pytest.approx(n / rate * 1e3)
+    assert stride_row(params, 2, H200, rate)["bound"] == "DRAM"  # streamed: no request limit
+
+
+
 def test_sector_model_by_hand():
     # fp32, 32-byte sectors: stride 1 fetches 4 B per float, stride 2 8 B, stride 8 and beyond a whole sector
     assert [fetched_bytes_per_element(s) for s in (1, 2, 4, 8, 16, 64)] == [4, 8, 16, 32, 32, 32]
@@ -142,6 +182,9 @@ def test_live_run_is_checked_and_the_stride_model_holds():
     assert all(r["check_rel_error"] < 1e-5 for r in result.rows)
     assert by["stride 2"]["measured_tbps"] < by["stride 1"]["measured_tbps"]
     assert by["tiled+padded"]["measured_tbps"] > by["tiled"]["measured_tbps"]
+    probe = by["scattered granules"]
+    assert probe["experiment"] == "probe" and 1e9 < probe["requests_per_s"] < 1e12
+    assert by["stride 8"]["request_bound_tbps"] > 0 and by["stride 1"]["request_bound_tbps"] is None
 
 
 # --- the page ----------------------------------------------------------------------------------
