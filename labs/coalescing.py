@@ -80,7 +80,7 @@ def strided_read(x: torch.Tensor, stride: int, out: torch.Tensor | None = None) 
 # The probe: one float from each 64-byte granule, granules visited in a scrambled order. Every lane
 # needs its own granule and no two neighbours share a DRAM row: it measures how many separate small
 # requests DRAM serves per second, with nothing streamed.
-SCATTER = 2654435761  # odd, so i -> i * SCATTER mod 2^k visits every granule exactly once
+SCATTER = tl.constexpr(2654435761)  # odd, so i -> i * SCATTER mod 2^k visits every granule exactly once
 
 
 @triton.jit
@@ -204,7 +204,7 @@ def transpose_reference(x: torch.Tensor) -> torch.Tensor:
 
 def scattered_reference(x: torch.Tensor) -> torch.Tensor:
     n = scattered_granules(x.numel(), x.element_size())
-    granule = (torch.arange(n, device=x.device, dtype=torch.int64) * SCATTER) & (n - 1)
+    granule = (torch.arange(n, device=x.device, dtype=torch.int64) * SCATTER.value) & (n - 1)
     return x.to(torch.float64)[granule * (GRANULE_BYTES // x.element_size())]
 
 

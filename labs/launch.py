@@ -121,7 +121,7 @@ def capture(fn) -> torch.cuda.CUDAGraph:
 # Probes: the launch costs the model uses, measured on this machine
 # ---------------------------------------------------------------------------------------------
 PROBES = {  # name -> what it measures
-    "eager_add": "one PyTorch op (in-place add on 1 element), launched back to back",
+    "eager_add": "one PyTorch op (in-place add or multiply on the chain's tensor), launched back to back",
     "eager_matmul": "one PyTorch bf16 matmul (16 x 16), launched back to back",
     "eager_triton": "one launch of the fused Triton kernel (K = 1, on the chain's tensor), back to back",
     "graph_replay": "one replay of a CUDA graph holding a single tiny kernel, back to back",
@@ -153,10 +153,17 @@ def run_probes(step, n: int = 4096) -> dict:
     t = torch.zeros(1, device="cuda")
     out = {}
     step("probe: PyTorch launch cost")
+    # The same two in-place ops the eager chain alternates, on a tensor of the chain's size.
     # Measured first in a run, launches came out up to 30 % slower than the same launches a few seconds
     # later (CPU clocks and caches warming up): spin for a while before the first figure.
-    per_call_us(_repeat(lambda: t.add_(1.0), PROBE_OPS), budget_ms=5, warmup_ms=100)
-    out["eager_add"] = per_call_us(_repeat(lambda: t.add_(1.0), PROBE_OPS)) / PROBE_OPS
+    chain_like = torch.zeros(n, device="cuda")
+
+    def add_then_mul():
+        chain_like.add_(B)
+        chain_like.mul_(A)
+
+    per_call_us(_repeat(add_then_mul, PROBE_OPS // 2), budget_ms=5, warmup_ms=100)
+    out["eager_add"] = per_call_us(_repeat(add_then_mul, PROBE_OPS // 2)) / PROBE_OPS
     step("probe: bf16 matmul launch cost")
     dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
     m16 = torch.randn(16, 16, device="cuda", dtype=dtype)

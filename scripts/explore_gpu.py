@@ -259,7 +259,48 @@ def compile_floor():
     return rows
 
 
-for fn in (attention, strides, softmax, compile_floor):
+@section("backtoback")
+def back_to_back():
+    """Why calls timed back to back at 1 GiB take longer than do_bench's GPU time."""
+    from labs import fusion as fu
+    rows = []
+    x = torch.rand(256 * MiB, device="cuda")
+    compiled, note = fu.try_compile(fu.sincos_eager, x)
+    y = torch.empty_like(x)
+    runs = {"compiled": lambda: compiled(x), "triton": lambda: fu.sin2_cos2(x), "triton out=": lambda: fu.sin2_cos2(x, 1.0, y),
+            "copy": lambda: torch.empty_like(x).copy_(x), "copy out=": lambda: y.copy_(x), "eager": lambda: fu.sincos_eager(x)}
+    for name, fn in runs.items():
+        fn()
+        torch.cuda.synchronize()
+        with torch.cuda._DeviceGuard(0):
+            torch.cuda.set_sync_debug_mode("warn")
+            import warnings
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                fn()
+            torch.cuda.set_sync_debug_mode(0)
+        syncs = len(caught)
+        t_bench = bench.time_ms(fn)
+        t_b2b = bench.per_call_us(fn) / 1e3
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        w0 = time.perf_counter()
+        start.record()
+        for _ in range(20):
+            fn()
+        end.record()
+        w1 = time.perf_counter()
+        torch.cuda.synchronize()
+        w2 = time.perf_counter()
+        ev = start.elapsed_time(end) / 20
+        row = {"variant": name, "do_bench": t_bench, "per_call": t_b2b, "events20": ev, "host20": (w1 - w0) / 20 * 1e3,
+               "wall20": (w2 - w0) / 20 * 1e3, "sync_warnings": syncs}
+        rows.append(row)
+        log("  ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()))
+    return rows
+
+
+for fn in (attention, strides, softmax, compile_floor, back_to_back):
     fn()
 if os.environ.get("OUT"):
     with open(os.path.join(os.environ["OUT"], "explore.json"), "w") as fh:
