@@ -214,21 +214,23 @@ def strides():
 def softmax():
     from labs import fusion as fu
     rows = []
-    for n_cols in (32768, 65536, 131072):
+    for n_cols in (65536, 131072):
         r = 256 * MiB // (4 * n_cols)
         x = torch.randn(r, n_cols, device="cuda")
         y = torch.empty_like(x)
         t_copy = bench.time_ms(lambda: y.copy_(x))
         ref = torch.softmax(x.double(), dim=1)
         cells = []
-        for row_max, chunk in ((32768, 8192), (32768, 16384), (32768, 32768), (65536, 16384)):
+        for row_max, chunk, warps in ((32768, 16384, 16), (32768, 32768, 16), (32768, 32768, 32), (32768, 32768, 8),
+                                      (32768, 16384, 32), (32768, 65536, 32)):
+            fu.SOFTMAX_CHUNK_WARPS = warps
             try:
                 fu.online_softmax(x, y, row_max, chunk)
                 err = bench.rel_error(y, ref)
                 t = bench.time_ms(lambda: fu.online_softmax(x, y, row_max, chunk))
-                cells.append(f"rowmax {row_max} chunk {chunk} cfg {fu.softmax_config(n_cols, row_max, chunk)}: "
+                cells.append(f"rowmax {row_max} chunk {chunk} warps {warps} cfg {fu.softmax_config(n_cols, row_max, chunk)}: "
                              f"{t_copy / t:.2f}x copy (err {err:.1e})")
-                rows.append({"n_cols": n_cols, "row_max": row_max, "chunk": chunk, "fraction_of_copy": t_copy / t,
+                rows.append({"n_cols": n_cols, "row_max": row_max, "chunk": chunk, "warps": warps, "fraction_of_copy": t_copy / t,
                              "err": err})
             except Exception as exc:  # noqa: BLE001
                 cells.append(f"rowmax {row_max} chunk {chunk}: {type(exc).__name__} {str(exc)[:120]}")
