@@ -63,13 +63,14 @@ def softmax_view(params, model, live, recorded, target):
     fig = charts.figure(f"Softmax over {params.softmax_mib} MiB: effective bandwidth (2 x size / time)",
                         "row length (columns)", "TB/s", log_x=True)
     overlay(fig, model, live, recorded, "softmax", tuple(fusion.SOFTMAX), "n_cols", "effective_tbps",
-            ("predicted_kernels", "bytes_moved"))
+            ("predicted_kernels", "bytes_moved", "kernel_names"))
     copy = target.ceilings.copy_tbps
     fig.add_hline(y=copy, line_color="black", annotation_text=f"copy bandwidth {copy:.2f} TB/s")
     fig.add_hline(y=0.85 * copy, line_dash="dot", line_color="gray", annotation_text="85 % of copy")
     st.plotly_chart(fig, width="stretch")
     st.caption("Every version is credited with the same useful bytes (read the input once, write the output once), "
                "so the height shows how close each gets to the one-pass floor.")
+    st.markdown(page.section("Where the softmax models miss"))
 
 
 def error_view(shown):

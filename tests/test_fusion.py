@@ -253,6 +253,7 @@ def test_page_renders_fast_and_shows_every_experiment():
         at.radio(key="fusion_view").set_value(view).run()
         assert not at.exception
         assert expected in at.get("plotly_chart")[0].proto.spec
+    assert any("Where the softmax models miss" in m.value or "broadcast" in m.value for m in at.markdown)
 
 
 def test_page_reports_bad_parameters_in_words():
