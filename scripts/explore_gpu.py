@@ -302,7 +302,44 @@ def back_to_back():
     return rows
 
 
-for fn in (attention, strides, softmax, compile_floor, back_to_back):
+@triton.jit
+def strided_passes_kernel(x_ptr, y_ptr, n, passes, STRIDE: tl.constexpr, BLOCK: tl.constexpr):
+    """y[i] = sum over `passes` re-reads of x[i * STRIDE]: after the first pass the span sits in the L2."""
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for p in range(passes):
+        acc += tl.load(x_ptr + offs * STRIDE + (p % 2) * 0, mask=mask, cache_modifier=".cg")
+    tl.store(y_ptr + offs, acc, mask=mask)
+
+
+@section("l2strides")
+def l2_strides():
+    """Strided reads served by the L2 (many passes over a span that fits) against the same from DRAM."""
+    rows = []
+    for span_mib, passes in ((2048, 1), (24, 64), (24, 128)):
+        x = torch.randn(span_mib * MiB // 4, device="cuda")
+        cells = []
+        for s in (1, 2, 4, 8, 16, 32, 64):
+            n = x.numel() // s
+            y = torch.empty(n, device="cuda")
+            fn = lambda: strided_passes_kernel[(triton.cdiv(n, 4096),)](x, y, n, passes, STRIDE=s, BLOCK=4096,
+                                                                       num_warps=8)
+            fn()
+            if passes == 1:
+                assert torch.equal(y, x[::s][:n])
+            t = bench.time_ms(fn)
+            reads = n * passes
+            row = {"span_mib": span_mib, "passes": passes, "stride": s, "ms": t,
+                   "sector_requests_per_s": reads / (t * 1e-3), "useful_read_tbps": 4 * reads / (t * 1e-3) / 1e12}
+            rows.append(row)
+            cells.append(f"s{s}: {row['useful_read_tbps']:.2f} TB/s useful, {row['sector_requests_per_s'] / 1e9:.0f} G loads/s")
+        log(f"span {span_mib} MiB x {passes} passes: " + " | ".join(cells))
+        del x
+    return rows
+
+
+for fn in (attention, strides, softmax, compile_floor, back_to_back, l2_strides):
     fn()
 if os.environ.get("OUT"):
     with open(os.path.join(os.environ["OUT"], "explore.json"), "w") as fh:
