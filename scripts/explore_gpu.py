@@ -309,7 +309,8 @@ def strided_passes_kernel(x_ptr, y_ptr, n, passes, STRIDE: tl.constexpr, BLOCK: 
     mask = offs < n
     acc = tl.zeros([BLOCK], dtype=tl.float32)
     for p in range(passes):
-        acc += tl.load(x_ptr + offs * STRIDE + (p % 2) * 0, mask=mask, cache_modifier=".cg")
+        idx = offs + (p % 2) * BLOCK  # odd passes read the neighbouring block: the load cannot be hoisted
+        acc += tl.load(x_ptr + idx * STRIDE, mask=idx < n, other=0.0, cache_modifier=".cg")
     tl.store(y_ptr + offs, acc, mask=mask)
 
 
