@@ -1,0 +1,58 @@
+"""Triton's CPU interpreter lets a kernel read any module-level global; the GPU compiler accepts only
+tl.constexpr globals (and modules, other jitted functions). CI runs the kernels in the interpreter
+only, so this checks every kernel in labs/ for globals the GPU would refuse."""
+
+import importlib
+import pkgutil
+import types
+
+import triton
+import triton.language as tl
+
+import labs
+
+try:  # under TRITON_INTERPRET=1, @triton.jit gives an InterpretedFunction
+    from triton.runtime.interpreter import InterpretedFunction
+except ImportError:  # pragma: no cover - older Triton
+    InterpretedFunction = triton.runtime.jit.JITFunction
+JIT = (triton.runtime.jit.JITFunction, InterpretedFunction)
+
+
+def lab_kernels():
+    for info in pkgutil.iter_modules(labs.__path__):
+        module = importlib.import_module(f"labs.{info.name}")
+        for name, obj in vars(module).items():
+            if isinstance(obj, JIT) and obj.fn.__module__ == module.__name__:
+                yield f"labs.{info.name}.{name}", obj
+
+
+def globals_read(fn) -> set:
+    """Names the function's code (nested code included) loads from its module's globals."""
+    names, stack = set(), [fn.__code__]
+    while stack:
+        code = stack.pop()
+        names.update(code.co_names)
+        stack.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
+    return {n for n in names if n in fn.__globals__}
+
+
+def allowed(value) -> bool:
+    return isinstance(value, (types.ModuleType, tl.constexpr) + JIT)
+
+
+def test_every_kernel_reads_only_globals_the_gpu_compiler_accepts():
+    kernels = dict(lab_kernels())
+    assert len(kernels) >= 10  # the labs' kernels were found
+    bad = {f"{where}: {name} = {fn.fn.__globals__[name]!r}"
+           for where, fn in kernels.items() for name in globals_read(fn.fn)
+           if not allowed(fn.fn.__globals__[name])}
+    assert not bad, "make these tl.constexpr(...) or pass them as arguments: " + "; ".join(sorted(bad))
+
+
+def test_the_check_catches_a_plain_global():
+    source = "import triton\nimport triton.language as tl\nFACTOR = 3\n" \
+             "@triton.jit\ndef k(x_ptr):\n    tl.store(x_ptr, tl.load(x_ptr) * FACTOR)\n"
+    namespace = {"__name__": "probe_module"}
+    exec(compile(source, "probe_module", "exec"), namespace)  # noqa: S102 - a fixed test snippet
+    kernel = namespace["k"]
+    assert "FACTOR" in globals_read(kernel.fn) and not allowed(namespace["FACTOR"])
