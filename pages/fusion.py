@@ -21,16 +21,21 @@ def overlay(fig, model, live, recorded, experiment, variants, x, y, hover, **mat
 def sincos_view(params, model, live, recorded, target):
     fig = charts.figure("sin²x + cos²x: time per call", "tensor size (MiB, fp32)", "time (ms)", log_x=True, log_y=True)
     variants = [v for v in fusion.SINCOS if params.compile or v != "compiled"]
-    overlay(fig, model, live, recorded, "sincos", variants, "size_mib", "ms",
+    shown = live or (recorded[0] if recorded else None)
+    # once a run has measured the CPU's time per call, its rows carry the complete model
+    with_cpu = (shown is not None and shown.meta.get("gpu", {}).get("key") == target.key  # the GPU modelled here
+                and any(r.get("host_ms") for r in charts.rows_where(shown.rows, experiment="sincos")))
+    overlay(fig, shown if with_cpu else model, live, recorded, "sincos", variants, "size_mib", "ms",
             ("bytes_moved", "predicted_kernels", "host_ms", "limited_by"))
     l2_mib = target.l2_bytes / 2**20
     fig.add_vline(x=l2_mib, line_dash="dash", line_color="gray", annotation_text=f"L2 {target.l2_bytes / 1e6:.0f} MB",
                   annotation_position="top left")
     st.plotly_chart(fig, width="stretch")
-    st.caption("Open circles: the model, bytes / bandwidth + kernels x launch cost (before a run), then the larger "
-               "of that and the CPU's time per call measured in the run. Filled: measured now. Diamonds: recorded "
-               "runs. Right of the dashed line the tensor no longer fits in the L2.")
-    shown = live or (recorded[0] if recorded else None)
+    model_text = (f"the larger of bytes / bandwidth + kernels x launch cost and the CPU's time per call measured in "
+                  f"{shown.label}" if with_cpu else "bytes / bandwidth + kernels x launch cost (a run adds the CPU's "
+                  "time per call)")
+    st.caption(f"Open circles: the model, {model_text}. Filled: measured now. Diamonds: recorded runs. Right of the "
+               "dashed line the tensor no longer fits in the L2.")
     if shown is not None:
         rows = [r for r in charts.rows_where(shown.rows, experiment="sincos") if r.get("kernel_names")]
         largest = max((r["size_mib"] for r in rows), default=None)
