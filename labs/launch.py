@@ -31,7 +31,7 @@ import triton
 import triton.language as tl
 
 from labs import bench
-from labs.bench import per_call_us  # noqa: F401 - the launch lab's timer, also used by scripts
+from labs.bench import per_call_us  # the launch lab's timer (scripts reach it as launch.per_call_us)
 from labs.gpu import MiB, Target, free_memory_bytes
 from labs.lab import Headline, Lab
 from labs.params import ParamError, param
