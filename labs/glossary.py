@@ -13,18 +13,22 @@ library: the parser below reads `key: value` and `key: [a, b, c]` lines):
     Body in Markdown. [[thread]] or [[thread-block|a block]] links another entry;
     {{H100 SXM.sm_count}} quotes a number from the datasheet table in labs/gpu.py.
 
-Numbers are never typed into an entry when a table in the code already holds them. Four kinds of
+Numbers are never typed into an entry when a table in the code already holds them. Five kinds of
 placeholder, each rendered with the source it came from:
 - `{{<datasheet row>.<field>}}`: labs.gpu.DATASHEET ("H100 SXM", "H200", "A100 80GB", ...), plus a few
   derived fields (`ridge_fp32`, `ridge_bf16`, `bf16_over_fp32`, `clock_ghz`, ...);
-- `{{<architecture>.<field>}}`: per-SM facts of an architecture (ARCH below: "Hopper", "Ampere");
+- `{{<architecture>.<field>}}`: per-SM facts of an architecture (ARCH below: "Hopper", "Ampere",
+  "Ada Lovelace"), chosen for a datasheet row by its compute capability;
 - `{{<fact>}}`: other vendor figures (interconnects, memory granularity), FACTS below;
+- `{{latency.<level>}}`: approximate load-to-use latencies in cycles from published microbenchmarks;
 - `{{recorded:<gpu key>.<field>}}`: a calibration this app recorded on a real GPU
   (content/recorded/<gpu key>/ceilings.json), e.g. `{{recorded:nvidia-h200.copy_tbps}}`.
 
 The module also gives the page everything it needs without streamlit or plotly: search, sections,
 backlinks, links to the labs, and the data behind the two diagrams (the thread hierarchy mapped onto
-the hardware, and the memory hierarchy with sizes, latencies and bandwidths).
+the hardware, and the memory hierarchy with sizes, latencies and bandwidths). The tests use it to check
+numbers quoted in entries and lessons against the tables and the recordings, the coverage of another
+glossary's titles, and Home's reading routes ("What to read next").
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Optional
 
-from labs.gpu import DATASHEET, RECORDED_DIR, Datasheet
+from labs.gpu import DATASHEET, RECORDED_DIR, Datasheet, datasheet_for
 
 ROOT = Path(__file__).resolve().parent.parent
 GLOSSARY_DIR = ROOT / "content" / "glossary"
@@ -76,6 +80,7 @@ LABS: dict[str, str] = {
     "coalescing": "Coalescing",
     "matmul": "Matmul: tiles, waves and alignment",
     "matmul_ladder": "Matmul ladder: naive, tiled, Triton, cuBLAS",
+    "hopper": "Hopper matmul anatomy",
     "hierarchy": "Memory hierarchy",
     "precision": "Lower precision",
     "divergence": "Warp divergence",
@@ -84,6 +89,9 @@ LABS: dict[str, str] = {
     "recompute": "Recomputation",
     "attention": "FlashAttention",
     "inference": "Inference: prefill vs decode",
+    "transfers": "Host transfers: PCIe",
+    "collectives": "Collectives and parallelism",
+    "trainmem": "Training memory",
 }
 
 
@@ -94,6 +102,8 @@ _HOPPER_SRC = ("NVIDIA H100 Tensor Core GPU Architecture whitepaper and the CUDA
                "(compute capability 9.0)")
 _AMPERE_SRC = ("NVIDIA A100 Tensor Core GPU Architecture whitepaper and the CUDA C++ Programming Guide "
                "(compute capability 8.0)")
+_ADA_SRC = ("NVIDIA Ada GPU Architecture whitepaper and the CUDA C++ Programming Guide "
+            "(compute capability 8.9)")
 
 
 @dataclass(frozen=True)
@@ -142,6 +152,8 @@ ARCH: dict[str, ArchFacts] = {
                         "GH100", 8, 72, 144, 2, 8, _HOPPER_SRC),
     "Ampere": ArchFacts("Ampere", 4, 64, 4, 16, 32, 65536, 255, 192, 164, 163, 2048, 64, 32, 1024, 32,
                         "GA100", 8, 64, 128, 2, 0, _AMPERE_SRC),
+    "Ada Lovelace": ArchFacts("Ada Lovelace", 4, 128, 4, 16, 16, 65536, 255, 128, 100, 99, 1536, 48, 24, 1024, 32,
+                              "AD102", 12, 72, 144, 2, 0, _ADA_SRC),
 }
 
 
@@ -152,6 +164,7 @@ class Fact:
     source: str
 
 
+_TMEM_SRC = "NVIDIA PTX ISA, Tensor Memory and the tcgen05 instructions (sm_100a, Blackwell)"
 _PCIE_SRC = "PCI-SIG PCI Express base specifications (x16 link, after encoding)"
 _NVLINK_SRC = "NVIDIA H100, H200 and A100 datasheets (NVLink bandwidth per GPU, both directions together)"
 FACTS: dict[str, Fact] = {
@@ -170,6 +183,11 @@ FACTS: dict[str, Fact] = {
     "cache_line_bytes": Fact(128, "bytes", "CUDA C++ Best Practices Guide (global memory accesses)"),
     "smem_banks": Fact(32, "banks", "CUDA C++ Programming Guide (shared memory, compute capability 5.x and later)"),
     "smem_bank_bytes": Fact(4, "bytes", "CUDA C++ Programming Guide (shared memory, compute capability 5.x and later)"),
+    # Blackwell's tensor memory (sm_100): 128 lanes x 512 columns of 32-bit cells per SM
+    "tmem_lanes": Fact(128, "lanes", _TMEM_SRC),
+    "tmem_columns": Fact(512, "columns of 32 bits", _TMEM_SRC),
+    "tmem_alloc_columns": Fact(32, "columns (smallest allocation)", _TMEM_SRC),
+    "tmem_per_sm_kb": Fact(256, "KB per SM (128 x 512 x 4 bytes)", _TMEM_SRC),
 }
 
 
@@ -179,7 +197,9 @@ FACTS: dict[str, Fact] = {
 _PLACEHOLDER = re.compile(r"\{\{\s*([^{}]+?)\s*\}\}")
 _LINK = re.compile(r"\[\[([a-z0-9-]+)(?:\|([^\]]+))?\]\]")
 _DATASHEET = {row.name: row for row in DATASHEET}
-_ARCH_OF = {"Hopper": "Hopper", "Ampere": "Ampere"}
+# Per-SM facts are keyed by compute capability, not family name: A100 (8.0) and A10G (8.6) are both
+# "Ampere" but their SMs differ (64 against 128 FP32 lanes), and 8.6 has no facts here.
+_ARCH_OF = {"9.0": "Hopper", "8.0": "Ampere", "8.9": "Ada Lovelace"}
 
 
 def _fmt(x) -> str:
@@ -197,7 +217,7 @@ def _fmt_measured(x: float) -> str:
 
 
 def arch_for(sheet: Datasheet) -> Optional[ArchFacts]:
-    return ARCH.get(_ARCH_OF.get(sheet.arch, ""))
+    return ARCH.get(_ARCH_OF.get(sheet.compute_capability, ""))
 
 
 def boost_clock_ghz(sheet: Datasheet) -> Optional[float]:
@@ -276,6 +296,8 @@ def resolve(name: str) -> Optional[tuple[str, str]]:
     if name in FACTS:
         fact = FACTS[name]
         return _fmt(fact.value), fact.source
+    if name.startswith("latency.") and name[len("latency."):] in _LATENCY_CYCLES:  # {{latency.hbm}}: cycles
+        return _fmt(_LATENCY_CYCLES[name[len("latency."):]]), _LATENCY_SRC
     return None
 
 
@@ -522,9 +544,28 @@ _GPU_NAMES = {  # how entries name a GPU -> datasheet rows the numbers may come 
     r"\bH100\b(?! PCIe)": ("H100 SXM",),
     r"\bH200\b": ("H200",),
     r"\bA100\b": ("A100 40GB", "A100 80GB"),
+    r"\bL4\b": ("L4",),
+    r"\bL40S\b": ("L40S",),
+    r"\bT4\b": ("T4",),
+    r"\bA10G\b": ("A10G",),
+    r"\bRTX 4090\b": ("RTX 4090",),
+    r"\bB200\b": ("B200",),
 }
-_GPU_RECORDINGS = {"H200": "nvidia-h200"}
-_QUOTED = re.compile(r"(\d[\d,]*(?:\.\d+)?)\s*(TB/s|TB/sec|TFLOP/s|TFLOPS|TFLOPs|TFLOP|GB|MB|SMs)(?![/\w])")
+
+
+def _discover_recordings() -> dict:
+    """Datasheet row name -> recording folder, for every GPU with a committed calibration."""
+    found = {}
+    for path in sorted(RECORDED_DIR.glob("*/ceilings.json")):
+        sheet = datasheet_for(str((_recorded(path.parent.name) or {}).get("gpu", "")))
+        if sheet:
+            found.setdefault(sheet.name, path.parent.name)
+    return found
+
+
+_GPU_RECORDINGS = {"H200": "nvidia-h200", **_discover_recordings()}
+# The look-behind keeps digits inside names out: "A100 SMs" quotes no "100 SMs".
+_QUOTED = re.compile(r"(?<![\w.])(\d[\d,]*(?:\.\d+)?)\s*(TB/s|TB/sec|TFLOP/s|TFLOPS|TFLOPs|TFLOP|GB|MB|SMs)(?![/\w])")
 _UNIT_FIELDS = {"TB/s": ("bandwidth_tbps",), "TFLOP/s": ("fp32_tflops", "tf32_tflops", "fp16_tflops",
                                                          "bf16_tflops", "fp8_tflops"),
                 "GB": ("memory_gb",), "MB": ("l2_mb",), "SMs": ("sm_count",)}
@@ -575,6 +616,42 @@ def drifted_numbers(glossary: Glossary) -> list[str]:
                 bad.append(f"{e.slug}: {value:g} {unit} beside {rows}: {sentence!r}")
     return bad
 
+
+
+# Lessons quote what a lab measured on a real GPU ("about 610 TFLOP/s on an H200"). Such a number must be a
+# datasheet figure, a recorded ceiling, or within the rounding of "about" (5 %) of a value in the lab's own
+# recording on that GPU (its measured_ and predicted_ columns), so a re-recording that moves it is caught.
+LESSON_TOLERANCE = 0.05
+_UNIT_SUFFIX = {"TB/s": "_tbps", "TFLOP/s": "_tflops"}
+
+
+def recorded_lab_values(gpu_key: str, lab: str, unit: str) -> list[float]:
+    """The measured_ and predicted_ values in this unit of content/recorded/<gpu_key>/<lab>.json."""
+    suffix = _UNIT_SUFFIX.get(unit)
+    try:
+        data = json.loads((RECORDED_DIR / gpu_key / f"{lab}.json").read_text())
+    except (OSError, ValueError):
+        return []
+    if not suffix or not isinstance(data, dict):
+        return []
+    return [float(v) for row in data.get("rows", []) for k, v in row.items()
+            if k.startswith(("measured_", "predicted_")) and k.endswith(suffix)
+            and isinstance(v, (int, float)) and not isinstance(v, bool)]
+
+
+def untraced_lesson_numbers(text: str, lab: Optional[str] = None) -> list[str]:
+    """Numbers quoted beside a GPU's name in a lesson that trace neither to the tables nor to a recording."""
+    bad = []
+    for sentence, rows, value, unit in quoted_gpu_numbers(_plain(text)):
+        names = rows.split(",")
+        if round(value, 3) in allowed_values(names, unit):
+            continue
+        recorded = [v for n in names if n in _GPU_RECORDINGS and lab
+                    for v in recorded_lab_values(_GPU_RECORDINGS[n], lab, unit)]
+        if any(abs(v - value) <= LESSON_TOLERANCE * value for v in recorded):
+            continue
+        bad.append(f"{value:g} {unit} beside {rows}: {sentence!r}")
+    return bad
 
 # --------------------------------------------------------------------------------------------
 # Diagram data (drawn by the page with plotly)
@@ -631,7 +708,8 @@ def thread_hierarchy(gpu: str = "H100 SXM") -> dict:
 # vary with clock, load and access pattern, and are here to show orders of magnitude.
 _LATENCY_SRC = ("approximate: microbenchmarks of Hopper (Luo et al., 'Benchmarking and Dissecting the Nvidia "
                 "Hopper GPU Architecture', 2024), rounded")
-_LATENCY_CYCLES = {"registers": 1, "shared": 30, "l1": 40, "l2": 260, "hbm": 480, "pcie": 2000}
+_LATENCY_CYCLES = {"registers": 1, "shared": 30, "l1": 40, "l2": 260, "hbm": 480, "pcie": 2000,
+                   "fma": 4}  # a dependent FP32 FMA
 _L2_OVER_HBM = 2.5  # L2 serves roughly 2-3x the HBM bandwidth (microbenchmarks); an estimate
 
 
@@ -667,7 +745,8 @@ def memory_hierarchy(gpu: str = "H100 SXM") -> list[dict]:
          "bandwidth_tbps": _L2_OVER_HBM * sheet.bandwidth_tbps,
          "note": "bandwidth is an estimate (about 2-3x HBM in microbenchmarks)",
          "sources": [sheet.source, _LATENCY_SRC]},
-        {"level": f"HBM ({sheet.memory_type})", "slug": "hbm", "scope": "whole GPU (global memory)",
+        {"level": f"{'HBM' if sheet.memory_type.startswith('HBM') else 'DRAM'} ({sheet.memory_type})", "slug": "hbm",
+         "scope": "whole GPU (global memory)",
          "unit_bytes": sheet.memory_gb * 1e9, "total_bytes": sheet.memory_gb * 1e9,
          "latency_cycles": _LATENCY_CYCLES["hbm"], "bandwidth_tbps": sheet.bandwidth_tbps,
          "note": "the datasheet bandwidth; a copy kernel reaches roughly 85-90 % of it",
@@ -695,7 +774,8 @@ def human_bytes(n: float) -> str:
 # Entries that show a diagram under their text.
 DIAGRAMS = {
     "threads": ("thread", "warp", "thread-block", "grid", "thread-block-cluster", "sm", "gpc", "tpc",
-                "warp-scheduler", "cuda-core", "simt", "kernel", "warpgroup"),
+                "warp-scheduler", "cuda-core", "simt", "kernel", "warpgroup", "thread-hierarchy",
+                "cuda-programming-model", "launch-configuration", "core", "cuda-device-architecture"),
     "memory": ("memory-hierarchy", "registers", "register-file", "shared-memory", "l1-cache", "l2-cache", "hbm",
                "global-memory", "local-memory", "memory-bandwidth"),
 }
@@ -707,3 +787,74 @@ def diagram_for(slug: str) -> Optional[str]:
         if slug in slugs:
             return name
     return None
+
+
+# --------------------------------------------------------------------------------------------
+# Coverage: which entry explains a term named elsewhere (another glossary's titles, a lesson's words)
+# --------------------------------------------------------------------------------------------
+def name_key(name: str) -> str:
+    """A name reduced to compare with others: 'NVIDIA Nsight Systems' and 'Nsight systems' agree,
+    'Load/Store Unit' and 'load-store unit' agree, 'CUDA (Device Architecture)' keeps its qualifier."""
+    key = name.lower().replace("\u2019", "'")
+    key = re.sub(r"^nvidia\s+", "", key)  # the vendor's prefix names nothing new
+    key = re.sub(r"[()]", " ", key)
+    key = re.sub(r"[-_/]", " ", key)
+    return re.sub(r"\s+", " ", key).strip()
+
+
+def names_index(glossary: Glossary) -> dict:
+    """name key -> slug, for every entry's slug, title and aliases (a title wins over an alias)."""
+    index: dict = {}
+    for e in glossary.entries.values():
+        for name in e.aliases:
+            index.setdefault(name_key(name), e.slug)
+    for e in glossary.entries.values():
+        index[name_key(e.slug)] = e.slug
+        index[name_key(e.title)] = e.slug
+    return index
+
+
+def covering_entry(glossary: Glossary, names: tuple, index: Optional[dict] = None) -> Optional[str]:
+    """The slug of the entry whose slug, title or an alias is one of `names` (a term's title and its
+    abbreviation), or None when no entry explains the term."""
+    index = names_index(glossary) if index is None else index
+    for name in names:
+        slug = index.get(name_key(name))
+        if slug:
+            return slug
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# Reading routes: Home's "What to read next", one ordered route per kind of user
+# --------------------------------------------------------------------------------------------
+_STEP = re.compile(r"^\s*\d+\.\s+(.*)$")
+_PAGE_LINK = re.compile(r"\[([^\]]+)\]\(([a-z0-9_]+)(?:\?[^)]*)?\)")
+
+
+def reading_routes(markdown: str) -> tuple[str, list[tuple[str, list[str]]]]:
+    """('intro', [(route title, [step, ...]), ...]) from a section whose '### ' headings are routes and
+    whose numbered list items are the steps, in order."""
+    intro, routes = [], []
+    for line in markdown.splitlines():
+        if line.startswith("### "):
+            routes.append((line[4:].strip(), []))
+        elif routes and _STEP.match(line):
+            routes[-1][1].append(_STEP.match(line).group(1).strip())
+        elif not routes and line.strip():
+            intro.append(line.strip())
+    return " ".join(intro), routes
+
+
+def step_targets(step: str) -> tuple[list[str], list[str]]:
+    """(app pages linked as [words](page), glossary slugs linked as [[slug]]) in one step of a route."""
+    pages = [m.group(2) for m in _PAGE_LINK.finditer(step)]
+    return pages, [m.group(1) for m in _LINK.finditer(step)]
+
+
+def ready_steps(steps: list[str], pages_dir: Path = PAGES_DIR) -> list[str]:
+    """The steps whose linked pages all exist: a route may name a lab whose page is still being built,
+    and a learner should never follow a link to a page that is not there."""
+    special = {"glossary"}  # pages served under another file name or url
+    return [step for step in steps
+            if all(page in special or (pages_dir / f"{page}.py").exists() for page in step_targets(step)[0])]

@@ -61,7 +61,9 @@ class Datasheet:
                 "bf16": self.bf16_tflops, "fp8": self.fp8_tflops}[dtype]
 
 
-_H100_SOURCE = "NVIDIA H100 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/h100), dense rates"
+_H100_SOURCE = ("NVIDIA H100 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/h100): memory, bandwidth, FP32, "
+                "tensor rates (dense = half the sparsity figures); SMs, L2 and the dense tensor rates to one decimal "
+                "from the NVIDIA H100 Tensor Core GPU Architecture whitepaper")
 DATASHEET: tuple[Datasheet, ...] = (
     Datasheet("H100 SXM", ("H100 80GB HBM3", "H100 SXM"), "Hopper", "9.0", 132, 50, 80, "HBM3", 3.35,
               67, 494.7, 989.4, 989.4, 1978.9, _H100_SOURCE),
@@ -69,17 +71,22 @@ DATASHEET: tuple[Datasheet, ...] = (
               51, 378, 756, 756, 1513, _H100_SOURCE),
     Datasheet("H200", ("H200",), "Hopper", "9.0", 132, 62.9, 141, "HBM3e", 4.8,
               67, 494.7, 989.4, 989.4, 1978.9,
-              "NVIDIA H200 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/h200), dense rates",
-              "L2 is not on the datasheet: the device reports 60 MiB (62.9 MB)."),
+              "NVIDIA H200 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/h200): memory, bandwidth, FP32, "
+              "tensor rates (dense = half the sparsity figures, equal to the H100 SXM's)",
+              "SMs and L2 are not on the datasheet: the device reports 132 SMs and 60 MiB (62.9 MB) of L2."),
     Datasheet("A100 40GB", ("A100-SXM4-40GB", "A100-PCIE-40GB", "A100 40GB"), "Ampere", "8.0", 108, 40, 40,
               "HBM2", 1.555, 19.5, 156, 312, 312, None,
-              "NVIDIA A100 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/a100), dense rates"),
+              "NVIDIA A100 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/a100), dense rates; SMs and L2 "
+              "from the NVIDIA A100 Tensor Core GPU Architecture whitepaper"),
     Datasheet("A100 80GB", ("A100-SXM4-80GB", "A100 80GB", "A100-PCIE-80GB"), "Ampere", "8.0", 108, 40, 80,
               "HBM2e", 2.039, 19.5, 156, 312, 312, None,
-              "NVIDIA A100 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/a100), SXM, dense rates"),
+              "NVIDIA A100 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/a100), SXM, dense rates; SMs and "
+              "L2 from the NVIDIA A100 Tensor Core GPU Architecture whitepaper",
+              "The A100 PCIe 80GB card has 1.935 TB/s (datasheet); this row holds the SXM figure."),
     Datasheet("L4", ("L4",), "Ada Lovelace", "8.9", 58, 48, 24, "GDDR6", 0.300,
               30.3, 60, 121, 121, 242.5,
-              "NVIDIA L4 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/l4), dense = half the sparse figures"),
+              "NVIDIA L4 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/l4), dense = half the sparse figures",
+              "SMs and L2 are not on the datasheet: 58 SMs (7,424 FP32 lanes / 128 per Ada SM) and 48 MB as the device reports."),
     Datasheet("L40S", ("L40S",), "Ada Lovelace", "8.9", 142, 96, 48, "GDDR6", 0.864,
               91.6, 183, 362, 362, 733,
               "NVIDIA L40S GPU datasheet (nvidia.com/en-us/data-center/l40s), dense = half the sparse figures"),
@@ -97,9 +104,46 @@ DATASHEET: tuple[Datasheet, ...] = (
               "GeForce cards run FP16/BF16 matmul with FP32 accumulation at half the FP16-accumulate rate."),
     Datasheet("B200", ("B200",), "Blackwell", "10.0", 148, 126, 180, "HBM3e", 8.0,
               75, 1100, 2250, 2250, 4500,
-              "NVIDIA HGX B200 specifications (nvidia.com/en-us/data-center/hgx), per GPU, dense = half the sparse figures",
-              "L2 is not on the datasheet: 126 MB is what the device reports."),
+              "NVIDIA HGX B200 specifications (nvidia.com/en-us/data-center/hgx), per GPU of 8: memory, bandwidth, "
+              "FP32 (600 TFLOP/s / 8); tensor rates from the NVIDIA Blackwell architecture technical brief (HGX B200 "
+              "at 1000 W, dense: TF32 1.1, BF16/FP16 2.25, FP8 4.5 PFLOP/s)",
+              "SMs and L2 are not on the datasheet: 148 SMs and 126 MB are what the device reports. The technical "
+              "brief gives 80 TFLOP/s FP32 at 1000 W against the HGX page's 75."),
 )
+
+
+@dataclass(frozen=True)
+class Links:
+    """A GPU's links off the chip, from its vendor's datasheet (per GPU)."""
+
+    nvlink_gbps: Optional[float]  # NVLink, both directions together, GB/s (None: no NVLink)
+    pcie_gen: int  # PCI Express generation of the host link
+    pcie_lanes: int  # lanes of the host link (x16)
+    source: str
+
+    @property
+    def nvlink_per_direction_gbps(self) -> Optional[float]:
+        return self.nvlink_gbps / 2 if self.nvlink_gbps else None
+
+
+# Per DATASHEET row name. NVLink figures count both directions (900 GB/s = 450 each way).
+LINKS: dict[str, Links] = {
+    "H100 SXM": Links(900, 5, 16, _H100_SOURCE + ": NVLink 900 GB/s, PCIe Gen5 128 GB/s (both directions)"),
+    "H100 PCIe": Links(600, 5, 16, _H100_SOURCE + ": NVLink bridge 600 GB/s, PCIe Gen5 128 GB/s"),
+    "H200": Links(900, 5, 16, "NVIDIA H200 datasheet (nvidia.com/en-us/data-center/h200), SXM: NVLink 900 GB/s, PCIe Gen5 128 GB/s"),
+    "A100 40GB": Links(600, 4, 16, "NVIDIA A100 datasheet (nvidia.com/en-us/data-center/a100), SXM: NVLink 600 GB/s, PCIe Gen4 64 GB/s"),
+    "A100 80GB": Links(600, 4, 16, "NVIDIA A100 datasheet (nvidia.com/en-us/data-center/a100), SXM: NVLink 600 GB/s, PCIe Gen4 64 GB/s"),
+    "L4": Links(None, 4, 16, "NVIDIA L4 datasheet (nvidia.com/en-us/data-center/l4): PCIe Gen4 x16, no NVLink"),
+    "L40S": Links(None, 4, 16, "NVIDIA L40S datasheet (nvidia.com/en-us/data-center/l40s): PCIe Gen4 x16, no NVLink"),
+    "T4": Links(None, 3, 16, "NVIDIA T4 datasheet (nvidia.com/en-us/data-center/tesla-t4): PCIe Gen3 x16, no NVLink"),
+    "A10G": Links(None, 4, 16, "NVIDIA A10 datasheet (nvidia.com/en-us/data-center/products/a10-gpu): PCIe Gen4 x16"),
+    "RTX 4090": Links(None, 4, 16, "NVIDIA GeForce RTX 4090 specifications: PCIe Gen4 x16, no NVLink"),
+    "B200": Links(1800, 5, 16, "NVIDIA HGX B200 specifications (nvidia.com/en-us/data-center/hgx): NVLink 5 1.8 TB/s per GPU, PCIe Gen5"),
+}
+
+
+def links_for(sheet: Optional[Datasheet]) -> Optional[Links]:
+    return LINKS.get(sheet.name) if sheet else None
 
 
 def datasheet_for(name: str) -> Optional[Datasheet]:

@@ -19,7 +19,7 @@ from ui import classroom  # noqa: E402
 
 G = glossary.load()
 ALL = "All sections"
-DIAGRAM_GPUS = ("H100 SXM", "H200", "A100 80GB")
+DIAGRAM_GPUS = ("H100 SXM", "H100 PCIe", "H200", "A100 80GB", "L4")  # rows with per-SM facts
 
 
 def open_term(slug: str) -> None:

@@ -4,12 +4,13 @@ from pathlib import Path
 
 import streamlit as st
 
-from labs import all_labs, gpu, runner
+from labs import all_labs, glossary, gpu, runner
 from ui import classroom, text
 from ui.lab_page import gpu_status_line
 
 sections = text.split_sections(text.link_terms(text.read("home.md")))
 warmup_text = sections.pop("Instructor warm-up", "")
+route_text = sections.pop("What to read next", "")
 st.title("Roofline")
 st.markdown(sections[""])
 st.info(gpu_status_line())
@@ -40,3 +41,11 @@ for title, body in sections.items():
     if title:
         st.header(title)
         st.markdown(body)
+
+if route_text:  # one tab per kind of user, each an ordered list of lessons, labs and glossary entries
+    st.header("What to read next")
+    intro, routes = glossary.reading_routes(route_text)
+    st.markdown(intro)
+    for tab, (title, steps) in zip(st.tabs([title for title, _ in routes]), routes):
+        ready = glossary.ready_steps(steps)  # steps whose lab pages exist, renumbered
+        tab.markdown("\n".join(f"{n}. {step}" for n, step in enumerate(ready, start=1)))
