@@ -1,0 +1,386 @@
+"""
+Collectives: all-reduce and friends over NVLink, and one layer split over GPUs
+===============================================================================
+
+What you will learn:
+- what the four collectives of distributed training do (all-reduce, all-gather, reduce-scatter, broadcast)
+  and how many bytes each GPU must send for them;
+- the alpha-beta model of a collective: time = latency + bytes on the busiest link / link bandwidth. For the
+  ring all-reduce every GPU sends 2(n-1)/n of the buffer, so
+      t = alpha + 2(n-1)/n x S / B;
+- algorithm bandwidth (S / t) and bus bandwidth (algorithm bandwidth x the ring factor), which tends to the
+  link bandwidth B for large messages and is comparable across GPU counts;
+- why small messages are latency-bound (a 1 KiB all-reduce costs tens of microseconds whatever its size);
+- data parallelism (every GPU computes the whole layer on its own tokens, then the gradients are
+  all-reduced, overlapped with the backward pass) and tensor parallelism (every GPU computes a slice of
+  every matmul; the partial results are all-reduced on the critical path).
+
+How it runs: the lab starts one process per GPU with torchrun (labs/_dist_worker.py runs in each), joined
+by NCCL. Each collective is checked against a float64 reference on odd sizes before it is timed.
+
+The model's terms: B is the datasheet's NVLink bandwidth per direction (900 GB/s both ways = 450 GB/s
+each way on an H100 or H200), or PCIe per direction for GPUs without NVLink; alpha is the measured time of
+the smallest message of the same collective in the same run (before a run: an assumed figure).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass
+
+from labs.gpu import GB, MiB, ROOT, Target, links_for
+from labs.lab import Headline, Lab
+from labs.params import ParamError, param
+
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
+LAYER_STEPS = ("dp", "tp")
+KIB = 1024
+# The fixed cost of one collective call before a run has measured it: an order of magnitude (a kernel launch
+# and a handshake between GPUs). Every live run replaces it with its own smallest message's time.
+ASSUMED_LATENCY_US = 20.0
+SMALL_MESSAGE_BYTES = 64 * KIB  # a size at or below this measures the latency term
+PEER_COPY_BYTES = 256 * MiB
+# NVLink multicast is never used: it can take a shared host's GPUs out of service (the device notes).
+SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+ELEMENTWISE_BYTES_PER_FF = {"forward": 10, "backward": 24}  # the MLP's SiLU, product and split, per token x d_ff
+LAUNCH_TIMEOUT_S = 600
+
+
+@dataclass(frozen=True)
+class Params:
+    ops: tuple = param(OPS, "collectives to time", choices=OPS)
+    sizes_kib: tuple = param((1, 16, 256, 1024, 4096, 16384, 65536, 262144, 1048576),
+                             "message sizes S (the whole buffer)", unit="KiB", min=1, max=4 * 1048576)
+    dtype: str = param("bf16", "element type", choices=("bf16", "fp32"))
+    gpus: int = param(0, "GPUs to use (0: every GPU of this machine)", min=0, max=64)
+    layer_steps: tuple = param(LAYER_STEPS, "dp: data-parallel step, tp: tensor-parallel step", choices=LAYER_STEPS)
+    layer_tokens: tuple = param((1024, 8192), "tokens per GPU in the layer steps", min=1, max=65536)
+    d_model: int = param(4096, "layer width (the MLP of one Llama-style layer)", min=8, max=32768)
+    d_ff: int = param(14336, "MLP hidden size (three d_model x d_ff matrices)", min=8, max=131072)
+
+
+# ---------------------------------------------------------------------------------------------
+# The model
+# ---------------------------------------------------------------------------------------------
+def ring_factor(op: str, n: int) -> float:
+    """Bytes each GPU sends on its busiest link, as a fraction of S (the nccl-tests bus-bandwidth factors).
+
+    all-reduce = reduce-scatter + all-gather: 2(n-1)/n; each half alone: (n-1)/n; a pipelined broadcast: 1.
+    """
+    if n < 1:
+        raise ParamError("a collective needs at least one GPU.")
+    return {"all_reduce": 2 * (n - 1) / n, "all_gather": (n - 1) / n, "reduce_scatter": (n - 1) / n,
+            "broadcast": 1.0 if n > 1 else 0.0}[op]
+
+
+def collective_ms(op: str, nbytes: float, n: int, link_gbps: float, latency_us: float) -> float:
+    """Alpha-beta: t = alpha + factor(op, n) x S / B."""
+    return latency_us * 1e-3 + ring_factor(op, n) * nbytes / (link_gbps * 1e9) * 1e3
+
+
+def bus_gbps(op: str, nbytes: float, n: int, ms: float) -> float:
+    """Bus bandwidth: the rate on the busiest link that this time implies (factor x S / t)."""
+    return ring_factor(op, n) * nbytes / (ms * 1e-3) / 1e9 if ms > 0 else 0.0
+
+
+def link_for(target: Target) -> dict:
+    """B: NVLink per direction from the datasheet, else the PCIe link per direction."""
+    from labs.transfers import link_for as pcie_link
+
+    links = links_for(target.datasheet)
+    if links and links.nvlink_gbps:
+        return {"link": "NVLink", "link_gbps": links.nvlink_per_direction_gbps,
+                "link_source": f"datasheet: {links.source} (half of it per direction)"}
+    pcie = pcie_link(target)
+    return {"link": f"PCIe Gen{pcie['pcie_gen']} x{pcie['pcie_lanes']}", "link_gbps": pcie["pcie_gbps"],
+            "link_source": pcie["link_source"]}
+
+
+def world_size(p: Params, target: Target) -> int:
+    """GPUs the run uses: all of this machine's; a model of a datasheet GPU, or of a lone GPU, assumes two."""
+    if p.gpus:
+        return p.gpus
+    if target.live:
+        import torch
+
+        return max(torch.cuda.device_count(), 2)
+    return 2
+
+
+def collective_row(op: str, nbytes: int, n: int, link: dict, latency_us: float) -> dict:
+    ms = collective_ms(op, nbytes, n, link["link_gbps"], latency_us)
+    return {"experiment": "collective", "op": op, "size_bytes": nbytes, "gpus": n, "step": "-", "tokens": 0,
+            "predicted_ms": ms, "predicted_busbw_gbps": bus_gbps(op, nbytes, n, ms),
+            "predicted_algbw_gbps": nbytes / (ms * 1e-3) / 1e9, "model_latency_us": latency_us,
+            "link_gbps": link["link_gbps"]}
+
+
+def message_bytes(size_kib: int, n: int, dtype: str) -> int:
+    """The buffer the workers really use: a whole number of elements per GPU (as the worker rounds it)."""
+    elem = 2 if dtype == "bf16" else 4
+    return max(n, size_kib * KIB // elem // n * n) * elem
+
+
+def layer_flops(tokens: int, d: int, ff: int) -> dict:
+    """Matmul FLOPs of the gated MLP: forward 3 matmuls of 2 T d ff; backward twice that (inputs and weights)."""
+    forward = 6 * tokens * d * ff
+    return {"forward": forward, "backward": 2 * forward}
+
+
+def compute_ms(tokens: int, d: int, ff: int, shards: int, target: Target, dtype: str) -> dict:
+    """Forward and backward time of one GPU's share: matmuls at the matmul ceiling, elementwise at copy speed."""
+    rate = (target.ceilings.matmul_tflops.get(dtype) or target.ceilings.fma_tflops) * 1e12
+    elem = 2 if dtype == "bf16" else 4
+    out = {}
+    for phase, flops in layer_flops(tokens, d, ff).items():
+        nbytes = ELEMENTWISE_BYTES_PER_FF[phase] * tokens * ff / shards * elem / 2
+        out[phase] = (flops / shards / rate + nbytes / (target.ceilings.copy_tbps * 1e12)) * 1e3
+    return out
+
+
+def overlap_ms(ready_ms: list, comm_ms: list) -> float:
+    """When the last all-reduce ends, if each starts once its gradient is ready and the previous one is done."""
+    end = 0.0
+    for ready, comm in zip(ready_ms, comm_ms):
+        end = max(end, ready) + comm
+    return end
+
+
+def dp_rows(p: Params, tokens: int, n: int, target: Target, link: dict, latency_us: float) -> list:
+    d, ff = p.d_model, p.d_ff
+    elem = 2 if p.dtype == "bf16" else 4
+    t = compute_ms(tokens, d, ff, 1, target, p.dtype)
+    grads = [ff * d * elem, 2 * d * ff * elem]  # produced in this order by backward: Wdown, then [Wg | Wu]
+    comm = [collective_ms("all_reduce", g, n, link["link_gbps"], latency_us) for g in grads]
+    compute = t["forward"] + t["backward"]
+    ready = [t["forward"] + t["backward"] / 3, compute]  # Wdown's gradient comes after its own matmuls
+    times = {"compute": compute, "communication": sum(comm), "serial": compute + sum(comm),
+             "overlapped": max(compute, overlap_ms(ready, comm))}
+    return [layer_row("dp", step, ms, tokens, n) for step, ms in times.items()]
+
+
+def tp_rows(p: Params, tokens: int, n: int, target: Target, link: dict, latency_us: float) -> list:
+    elem = 2 if p.dtype == "bf16" else 4
+    t = compute_ms(tokens, p.d_model, p.d_ff, n, target, p.dtype)
+    comm = 2 * collective_ms("all_reduce", tokens * p.d_model * elem, n, link["link_gbps"], latency_us)
+    compute = t["forward"] + t["backward"]
+    times = {"compute": compute, "communication": comm, "serial": compute + comm}
+    return [layer_row("tp", step, ms, tokens, n) for step, ms in times.items()]
+
+
+def layer_row(kind: str, step: str, ms: float, tokens: int, n: int) -> dict:
+    return {"experiment": kind, "op": "-", "size_bytes": 0, "gpus": n, "step": step, "tokens": tokens,
+            "predicted_ms": ms}
+
+
+def predict_with(p: Params, target: Target, n: int, latency_us: dict) -> list:
+    link = link_for(target)
+    rows = [collective_row(op, message_bytes(s, n, p.dtype), n, link, latency_us.get(op, ASSUMED_LATENCY_US))
+            for op in p.ops for s in sorted(p.sizes_kib)]
+    if n > 1:  # the copy engines alone: the link with no collective library, no latency term (large copy)
+        ms = PEER_COPY_BYTES / (link["link_gbps"] * 1e9) * 1e3
+        rows += [{"experiment": "peer_copy", "op": pattern, "size_bytes": PEER_COPY_BYTES, "gpus": n, "step": "-",
+                  "tokens": 0, "predicted_ms": ms, "predicted_gbps": link["link_gbps"]}
+                 for pattern in ("one direction", "all at once")]
+    ar_latency = latency_us.get("all_reduce", ASSUMED_LATENCY_US)
+    for tokens in p.layer_tokens:
+        if "dp" in p.layer_steps:
+            rows += dp_rows(p, tokens, n, target, link, ar_latency)
+        if "tp" in p.layer_steps:
+            rows += tp_rows(p, tokens, n, target, link, ar_latency)
+    return rows
+
+
+def predict(p: Params, target: Target) -> list:
+    """Before a run: alpha from a recorded run of this GPU kind if there is one, else the assumed figure."""
+    n = world_size(p, target)
+    return predict_with(p, target, n, latencies_us(recorded_rows(LAB.name, target.key, n)))
+
+
+def recorded_rows(lab: str, gpu_key: str, gpus: int = 0) -> list:
+    """Measured rows of the newest committed recording of `lab` on this GPU kind (and GPU count, if given)."""
+    from labs.results import list_recorded
+
+    for result in list_recorded(lab):
+        if result.meta.get("gpu", {}).get("key") == gpu_key:
+            rows = [r for r in result.rows if r.get("measured_ms") is not None]
+            return [r for r in rows if not gpus or r.get("gpus") == gpus]
+    return []
+
+
+# ---------------------------------------------------------------------------------------------
+# The launcher: torchrun, one process per GPU
+# ---------------------------------------------------------------------------------------------
+def worker_spec(p: Params, n: int) -> dict:
+    return {"ops": list(p.ops), "sizes_bytes": [message_bytes(s, n, p.dtype) for s in p.sizes_kib],
+            "dtype": p.dtype, "layer_steps": list(p.layer_steps), "layer_tokens": list(p.layer_tokens),
+            "d_model": p.d_model, "d_ff": p.d_ff, "peer_copy_bytes": PEER_COPY_BYTES}
+
+
+def child_env() -> dict:
+    """The children's environment: ours, the repository importable, NVLink multicast forced off."""
+    env = dict(os.environ) | SAFE_ENV
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH", "")]))
+    env.setdefault("OMP_NUM_THREADS", "1")
+    return env
+
+
+def launch(spec: dict, n: int, progress=lambda f, m: None, timeout_s: float = LAUNCH_TIMEOUT_S):
+    """Run the worker on `n` processes with torchrun; yield its rows as they arrive.
+
+    Raises RuntimeError with the tail of the workers' errors if any process fails.
+    """
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1", f"--nproc-per-node={n}",
+           "-m", "labs._dist_worker", json.dumps(spec)]
+    with tempfile.TemporaryFile(mode="w+") as errors:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=child_env(), stdout=subprocess.PIPE, stderr=errors, text=True)
+        watchdog = threading.Timer(timeout_s, proc.kill)  # a hung worker must not hold the GPU lock forever
+        watchdog.start()
+        try:
+            for line in proc.stdout:
+                kind, _, payload = line.rstrip("\n").partition(" ")
+                if kind == "ROW":
+                    yield json.loads(payload)
+                elif kind == "PROGRESS":
+                    fraction, _, message = payload.partition(" ")
+                    progress(float(fraction), message)
+            proc.wait(timeout=timeout_s)
+        finally:
+            watchdog.cancel()
+            if proc.poll() is None:  # stopped early (time limit, error): take the workers down with us
+                proc.kill()
+                proc.wait()
+        if proc.returncode != 0:
+            errors.seek(0)
+            tail = "\n".join(errors.read().strip().splitlines()[-12:])
+            raise RuntimeError(f"the {n} worker processes failed (torchrun exit {proc.returncode}):\n{tail}")
+
+
+# ---------------------------------------------------------------------------------------------
+# The measurement
+# ---------------------------------------------------------------------------------------------
+def check(p: Params, target: Target) -> None:
+    """A multi-GPU lab needs at least two GPUs, and only as many as there are."""
+    if not target.live:
+        return
+    import torch
+
+    have = torch.cuda.device_count()
+    n = p.gpus or have
+    if have < 2 or n < 2:
+        raise ParamError(f"This lab needs two or more GPUs in one machine; this one has {have}. The model and the "
+                         "recorded runs of a two-GPU machine are shown instead.")
+    if n > have:
+        raise ParamError(f"gpus = {n}, but this machine has {have} GPUs. Choose gpus <= {have} (0 uses them all).")
+    if "tp" in p.layer_steps and p.d_ff % n:
+        raise ParamError(f"d_ff = {p.d_ff} does not split evenly over {n} GPUs (tensor parallelism); "
+                         f"choose a multiple of {n}.")
+    largest = max(message_bytes(s, n, p.dtype) for s in p.sizes_kib)
+    free = torch.cuda.mem_get_info()[0]
+    if 2.5 * largest > free:
+        raise ParamError(f"The largest message ({largest / GB:.1f} GB) needs about {2.5 * largest / GB:.1f} GB per "
+                         f"GPU; {free / GB:.1f} GB are free. Choose smaller sizes.")
+
+
+def latencies_us(rows: list) -> dict:
+    """Each collective's smallest message time, if small enough to be all latency (the model's alpha)."""
+    out = {}
+    for r in sorted((r for r in rows if r["experiment"] == "collective"), key=lambda r: r["size_bytes"]):
+        if r["op"] not in out and r["size_bytes"] <= SMALL_MESSAGE_BYTES:
+            out[r["op"]] = 1e3 * r["measured_ms"]
+    return out
+
+
+def with_rates(row: dict) -> dict:
+    if row["experiment"] == "collective":
+        ms, n = row["measured_ms"], row["gpus"]
+        row["measured_busbw_gbps"] = bus_gbps(row["op"], row["size_bytes"], n, ms)
+        row["measured_algbw_gbps"] = row["size_bytes"] / (ms * 1e-3) / 1e9
+    return row
+
+
+def run_rows(p: Params, target: Target, n: int, progress):
+    """Launch the workers; yield every measured row with the model made from this run's own latency."""
+    measured = [with_rates(r) for r in launch(worker_spec(p, n), n, progress)]
+    latency = latencies_us(measured)
+    model = {key_of(r): r for r in predict_with(p, target, n, latency)}
+    copy_gbps = peer_link_gbps(measured)
+    for r in measured:
+        row = model.get(key_of(r), {}) | r
+        if copy_gbps and row["experiment"] == "collective":
+            row |= copy_link_columns(row, copy_gbps, latency.get(row["op"], ASSUMED_LATENCY_US))
+        yield row
+    if copy_gbps:
+        yield (f"The copy engines moved {copy_gbps:.0f} GB/s to the next GPU with every GPU copying at once, "
+               f"against the datasheet's {link_for(target)['link_gbps']:.0f} GB/s per direction. The dashed "
+               "model line uses that measured rate as B.")
+
+
+def peer_link_gbps(rows: list):
+    """The link rate the copy engines reached with every GPU copying at once (a measured ceiling), or None."""
+    rates = [r["measured_gbps"] for r in rows if r["experiment"] == "peer_copy" and r["op"] == "all at once"]
+    return max(rates) if rates else None
+
+
+def copy_link_columns(row: dict, copy_gbps: float, latency_us: float) -> dict:
+    """The same alpha-beta model with B = the measured peer-copy rate instead of the datasheet's."""
+    ms = collective_ms(row["op"], row["size_bytes"], row["gpus"], copy_gbps, latency_us)
+    return {"copy_link_gbps": copy_gbps, "predicted_copy_link_ms": ms,
+            "predicted_copy_link_busbw_gbps": bus_gbps(row["op"], row["size_bytes"], row["gpus"], ms),
+            "copy_link_error_pct": 100 * (row["measured_ms"] - ms) / ms}
+
+
+def key_of(row: dict) -> tuple:
+    return tuple(row.get(k) for k in ("experiment", "op", "size_bytes", "gpus", "step", "tokens"))
+
+
+def measure(p: Params, target: Target, progress):
+    n = world_size(p, target)
+    progress(0.0, f"starting {n} processes (torchrun, NCCL)")
+    yield from run_rows(p, target, n, progress)
+    progress(1.0, "done")
+
+
+# ---------------------------------------------------------------------------------------------
+def lesson_numbers(target: Target) -> dict:
+    link = link_for(target)
+    n = 2
+    big = collective_ms("all_reduce", GB, n, link["link_gbps"], ASSUMED_LATENCY_US)
+    half = ASSUMED_LATENCY_US * 1e-6 * link["link_gbps"] * 1e9 / ring_factor("all_reduce", n)
+    grads_7b = 7e9 * 2
+    return {
+        "gpu": target.name,
+        "link": link["link"],
+        "link_gbps": f"{link['link_gbps']:.0f}",
+        "link_source": link["link_source"],
+        "latency_us": f"{ASSUMED_LATENCY_US:.0f}",
+        "gb_allreduce_ms": f"{big:.2f}",
+        "half_bw_mb": f"{half / 1e6:.1f}",
+        "grads_7b_ms_2": f"{collective_ms('all_reduce', grads_7b, 2, link['link_gbps'], 0):.0f}",
+        "grads_7b_ms_8": f"{collective_ms('all_reduce', grads_7b, 8, link['link_gbps'], 0):.0f}",
+    }
+
+
+LAB = Lab(
+    name="collectives",
+    title="Collectives and parallelism",
+    summary="All-reduce, all-gather, reduce-scatter and broadcast from 1 KiB to 1 GiB over NVLink against the "
+            "ring model, then one layer's data-parallel and tensor-parallel steps: compute against communication.",
+    terms=("nccl", "all-reduce", "ring-all-reduce", "bus-bandwidth", "nvlink", "nvswitch",
+           "data-parallelism", "tensor-parallelism", "pipeline-parallelism"),
+    Params=Params,
+    predict=predict,
+    measure=measure,
+    key=("experiment", "op", "size_bytes", "gpus", "step", "tokens"),
+    metric="ms",
+    order=72,
+    check=check,
+    lesson_numbers=lesson_numbers,
+    headline=Headline("What bus bandwidth (GB/s) will a 1 GiB bf16 all-reduce reach over two GPUs?", "GB/s",
+                      {"experiment": "collective", "op": "all_reduce", "size_bytes": 1024 * MiB}, "busbw_gbps"),
+)

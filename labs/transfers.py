@@ -1,0 +1,382 @@
+"""
+Transfers: moving data between the host and the GPU over PCIe
+=============================================================
+
+What you will learn:
+- how fast host -> device (H2D) and device -> host (D2H) copies go, against the PCIe link the GPU reports
+  (generation x lanes gives the bandwidth per direction);
+- why a small copy costs a fixed latency (microseconds) whatever its size, and a large one costs its bytes
+  over the link: time = latency + bytes / bandwidth, the same alpha-beta model as for collectives;
+- why pinned (page-locked) host memory is faster than ordinary pageable memory: the driver must first copy
+  pageable data into a pinned staging buffer, so the copy is limited by the slower of that CPU memcpy
+  and the link;
+- how a copy on one CUDA stream hides behind compute on another.
+
+The experiments:
+1. `copies`: H2D and D2H from pinned and pageable host buffers, sizes 4 KiB to 1 GiB, each copy checked
+   bit for bit against its source before it is timed.
+2. `overlap`: a pinned H2D copy and a chain of bf16 matmuls of about the same duration, run one after the
+   other on one stream, then on two streams at once.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+import time
+from dataclasses import dataclass
+
+import torch
+
+from labs import bench
+from labs.gpu import GB, MiB, Target, free_memory_bytes, links_for
+from labs.lab import Headline, Lab
+from labs.params import ParamError, param
+
+KIB = 1024
+EXPERIMENTS = ("copies", "overlap")
+DIRECTIONS = ("h2d", "d2h")
+MEMORIES = ("pinned", "pageable")
+
+# PCI Express raw rate per lane (GT/s) and line-code efficiency, by generation (PCI-SIG base specifications:
+# 8b/10b for generations 1 and 2, 128b/130b for 3 to 5). Per direction, x16 Gen5 = 32 x 16 x 128/130 / 8 = 63 GB/s.
+PCIE_GTPS = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0}
+PCIE_CODE = {1: 0.8, 2: 0.8, 3: 128 / 130, 4: 128 / 130, 5: 128 / 130}
+# The fixed cost of one copy before any live run has measured it: an order of magnitude (a DMA set-up and
+# a driver call), drawn as "assumed". Every live run replaces it with the time of its own smallest copy.
+ASSUMED_LATENCY_US = 10.0
+# Pageable copies before a run measured this machine's CPU memcpy: assumed, replaced by the measurement.
+ASSUMED_HOST_COPY_GBPS = 10.0
+MATMUL_N = 4096  # the overlap experiment's compute: bf16 4096^3 matmuls (compute-bound, ~0.2 ms each on an H100)
+
+
+# Data travels in transaction-layer packets: at most MAX_PAYLOAD bytes of data each, plus framing, a sequence
+# number, a 4-dword header (64-bit addresses) and a CRC (PCI Express base specification: 4 + 2 + 16 + 4 bytes).
+# 256 bytes is the payload size data-centre GPUs and their root ports commonly settle on (lspci shows MaxPayload).
+PCIE_MAX_PAYLOAD_BYTES = 256
+PCIE_PACKET_OVERHEAD_BYTES = 26
+
+
+def pcie_packet_efficiency(payload_bytes: int = PCIE_MAX_PAYLOAD_BYTES) -> float:
+    """The share of the link's bytes that are data, with full packets."""
+    return payload_bytes / (payload_bytes + PCIE_PACKET_OVERHEAD_BYTES)
+
+
+def pcie_gbps(gen: int, lanes: int) -> float:
+    """Bandwidth per direction of a PCIe link, GB/s (10^9 bytes/s), after line coding."""
+    if gen not in PCIE_GTPS:
+        raise ParamError(f"PCIe generation {gen} is not modelled (known: {', '.join(map(str, PCIE_GTPS))}).")
+    return PCIE_GTPS[gen] * lanes * PCIE_CODE[gen] / 8
+
+
+@functools.lru_cache(maxsize=1)
+def reported_link() -> tuple:
+    """(generation, lanes) that the attached GPU's link reports through nvidia-smi, or (None, None).
+
+    The maximum the GPU and the slot both support: an idle link drops to a lower generation to save power,
+    so the current reading understates what a copy gets.
+    """
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=pcie.link.gen.max,pcie.link.width.max",
+                              "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=5)
+        gen, width = (int(v) for v in out.stdout.strip().splitlines()[0].split(", "))
+        return gen, width
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return None, None
+
+
+def link_for(target: Target) -> dict:
+    """The PCIe link a model of this GPU uses: what the live GPU reports, else its datasheet."""
+    gen, lanes, source = None, None, ""
+    if target.live:
+        gen, lanes = reported_link()
+        source = "reported by the GPU (nvidia-smi)"
+    links = links_for(target.datasheet)
+    if (gen is None or gen not in PCIE_GTPS) and links:
+        gen, lanes, source = links.pcie_gen, links.pcie_lanes, f"datasheet: {links.source}"
+    if gen is None or gen not in PCIE_GTPS:
+        gen, lanes, source = 4, 16, "unknown GPU: assumed PCIe Gen4 x16"
+    line = pcie_gbps(gen, lanes)
+    return {"pcie_gen": gen, "pcie_lanes": lanes, "pcie_line_gbps": line,
+            "pcie_gbps": line * pcie_packet_efficiency(), "link_source": source}
+
+
+# ---------------------------------------------------------------------------------------------
+# Parameters
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Params:
+    experiments: tuple = param(EXPERIMENTS, "what to run", choices=EXPERIMENTS)
+    directions: tuple = param(DIRECTIONS, "h2d: host to device, d2h: device to host", choices=DIRECTIONS)
+    memories: tuple = param(MEMORIES, "host buffer: pinned (page-locked) or pageable", choices=MEMORIES)
+    sizes_kib: tuple = param(tuple(4 * 4**k for k in range(9)) + (1048576,), "copy sizes", unit="KiB",
+                             min=4, max=4 * 1048576)
+    overlap_mib: int = param(256, "overlap experiment: bytes copied while the matmuls run", unit="MiB",
+                             min=1, max=4096)
+
+
+def size_bytes(size_kib: int) -> int:
+    return size_kib * KIB
+
+
+# ---------------------------------------------------------------------------------------------
+# The model
+# ---------------------------------------------------------------------------------------------
+def copy_ms(nbytes: float, latency_us: float, link_gbps: float) -> float:
+    """Alpha-beta: a fixed cost per copy plus the bytes over the link."""
+    return latency_us * 1e-3 + nbytes / (link_gbps * 1e9) * 1e3
+
+
+def effective_gbps(memory: str, link_gbps: float, host_copy_gbps: float) -> float:
+    """Pageable data is staged through a pinned buffer by a CPU memcpy, pipelined with the DMA in chunks:
+    the slower of the two stages sets the pace. Pinned data goes straight over the link."""
+    return link_gbps if memory == "pinned" else min(link_gbps, host_copy_gbps)
+
+
+def copy_row(direction: str, memory: str, nbytes: int, link: dict, latency_us: float,
+             host_copy_gbps: float) -> dict:
+    bandwidth = effective_gbps(memory, link["pcie_gbps"], host_copy_gbps)
+    ms = copy_ms(nbytes, latency_us, bandwidth)
+    return {"experiment": "copies", "direction": direction, "memory": memory, "size_bytes": nbytes,
+            "schedule": "-", "predicted_ms": ms, "predicted_gbps": nbytes / (ms * 1e-3) / 1e9,
+            "model_latency_us": latency_us, "model_bandwidth_gbps": bandwidth}
+
+
+def matmul_ms(target: Target, count: int) -> float:
+    rate = target.ceilings.matmul_tflops.get("bf16") or target.ceilings.fma_tflops
+    return count * 2 * MATMUL_N**3 / (rate * 1e12) * 1e3
+
+
+def matmul_count(p: Params, target: Target, link: dict, latency_us: float) -> int:
+    """How many matmuls take about as long as the overlap copy (so overlap can hide one behind the other)."""
+    copy = copy_ms(p.overlap_mib * MiB, latency_us, link["pcie_gbps"])
+    return max(1, round(copy / matmul_ms(target, 1)))
+
+
+def overlap_rows(p: Params, target: Target, link: dict, latency_us: float) -> list[dict]:
+    nbytes = p.overlap_mib * MiB
+    count = matmul_count(p, target, link, latency_us)
+    copy, compute = copy_ms(nbytes, latency_us, link["pcie_gbps"]), matmul_ms(target, count)
+    times = {"copy alone": copy, "compute alone": compute, "one stream": copy + compute,
+             "two streams": max(copy, compute)}
+    return [{"experiment": "overlap", "direction": "h2d", "memory": "pinned", "size_bytes": nbytes,
+             "schedule": name, "matmuls": count, "predicted_ms": ms} for name, ms in times.items()]
+
+
+def predict_with(p: Params, target: Target, latency_us: dict, host_copy_gbps: float) -> list[dict]:
+    """The model with the given latency per (direction, memory) and host memcpy rate."""
+    link = link_for(target)
+    rows = []
+    if "copies" in p.experiments:
+        for direction in p.directions:
+            for memory in p.memories:
+                lat = latency_us.get((direction, memory), ASSUMED_LATENCY_US)
+                rows += [copy_row(direction, memory, size_bytes(s), link, lat, host_copy_gbps)
+                         for s in sorted(p.sizes_kib)]
+    if "overlap" in p.experiments:
+        rows += overlap_rows(p, target, link, latency_us.get(("h2d", "pinned"), ASSUMED_LATENCY_US))
+    return rows
+
+
+def predict(p: Params, target: Target) -> list[dict]:
+    """Before a run: the link from the GPU (or its datasheet); latency from a recorded run of this GPU kind
+    if there is one, else assumed; the host memcpy rate assumed (a run measures it)."""
+    from labs.collectives import recorded_rows
+
+    return predict_with(p, target, measured_latency_us(recorded_rows(LAB.name, target.key)), ASSUMED_HOST_COPY_GBPS)
+
+
+# ---------------------------------------------------------------------------------------------
+# The measurement
+# ---------------------------------------------------------------------------------------------
+def host_free_bytes() -> int:
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+def check(p: Params, target: Target) -> None:
+    """Refuse buffers that do not fit: one device buffer and one host buffer of each kind, of the largest size."""
+    largest = max(size_bytes(max(p.sizes_kib)) if "copies" in p.experiments else 0,
+                  p.overlap_mib * MiB if "overlap" in p.experiments else 0)
+    free = free_memory_bytes() if target.live else target.memory_bytes
+    need = largest + (3 * MATMUL_N**2 * 2 if "overlap" in p.experiments else 0)
+    if need > 0.8 * free:
+        raise ParamError(f"The largest copy ({largest / GB:.1f} GB) does not fit in this GPU's {free / GB:.1f} GB "
+                         f"free memory; choose sizes up to {int(0.8 * free / KIB):,} KiB.")
+    host = host_free_bytes()
+    if host and 2 * largest > 0.5 * host:
+        raise ParamError(f"The largest copy needs {2 * largest / GB:.1f} GB of host memory (a pinned and a "
+                         f"pageable buffer); this machine has {host / GB:.1f} GB free. Choose smaller sizes.")
+
+
+def host_copy_gbps(nbytes: int = 256 * MiB) -> float:
+    """One CPU thread's memcpy rate, GB/s (numpy's copyto is a single memcpy): the driver's staging copy."""
+    import numpy as np
+
+    src = np.random.default_rng(0).random(nbytes // 8)
+    dst = np.empty_like(src)
+    best = float("inf")
+    for _ in range(3):
+        started = time.perf_counter()
+        np.copyto(dst, src)
+        best = min(best, time.perf_counter() - started)
+    assert np.array_equal(dst, src)
+    return nbytes / best / 1e9
+
+
+def host_buffer(nbytes: int, pinned: bool) -> torch.Tensor:
+    return torch.empty(nbytes // 4, dtype=torch.float32, pin_memory=pinned)
+
+
+def checked_copy(direction: str, host: torch.Tensor, device: torch.Tensor, n: int) -> float:
+    """Fill the source with fresh random numbers, poison the destination, copy, compare bit for bit."""
+    src, dst = (host[:n], device[:n]) if direction == "h2d" else (device[:n], host[:n])
+    src.copy_(torch.randn(n, device=src.device))
+    dst.fill_(float("nan"))
+    dst.copy_(src)
+    torch.cuda.synchronize()
+    return bench.check_close(dst, src, "fp32", f"{direction} copy of {n * 4} bytes", tol=0.0)
+
+
+def measure_copies(p: Params, progress, done: int, total: int):
+    """Rows of measured copies; the latency of each (direction, memory) is its smallest copy's time."""
+    largest = size_bytes(max(p.sizes_kib))
+    device = torch.empty(largest // 4, device="cuda", dtype=torch.float32)
+    for memory in p.memories:
+        host = host_buffer(largest, memory == "pinned")
+        for direction in p.directions:
+            for s in sorted(p.sizes_kib):
+                n = size_bytes(s) // 4
+                progress(done / total, f"{direction} {memory}, {s:,} KiB: checking, then timing")
+                err = checked_copy(direction, host, device, n)
+                src, dst = (host[:n], device[:n]) if direction == "h2d" else (device[:n], host[:n])
+                ms = bench.time_ms(lambda: dst.copy_(src, non_blocking=memory == "pinned"))
+                done += 1
+                yield {"experiment": "copies", "direction": direction, "memory": memory, "size_bytes": n * 4,
+                       "schedule": "-", "measured_ms": ms, "measured_gbps": n * 4 / (ms * 1e-3) / 1e9,
+                       "check_rel_error": err}
+        del host
+
+
+def measure_overlap(p: Params, target: Target, count: int, progress, done: int, total: int):
+    nbytes = p.overlap_mib * MiB
+    host = host_buffer(nbytes, pinned=True).copy_(torch.randn(nbytes // 4))
+    device = torch.empty(nbytes // 4, device="cuda", dtype=torch.float32)
+    a, b = (bench.random_tensor((MATMUL_N, MATMUL_N), "bf16") for _ in range(2))
+    out = torch.empty_like(a)
+    side = torch.cuda.Stream()
+    progress(done / total, "overlap: checking the matmul against float64 and the copy bit for bit")
+    err = bench.check_close(torch.mm(a, b, out=out), a.double() @ b.double(), "bf16", "bf16 matmul")
+
+    def copy():
+        device.copy_(host, non_blocking=True)  # on whichever stream is current
+
+    def compute():
+        for _ in range(count):
+            torch.mm(a, b, out=out)
+
+    def one_stream():
+        copy()
+        compute()
+
+    def two_streams():
+        stream_copy_then_compute(copy, compute, side)
+
+    device.fill_(float("nan"))
+    two_streams()
+    torch.cuda.synchronize()
+    err = max(err, bench.check_close(device, host, "fp32", "overlapped h2d copy", tol=0.0))
+    schedules = {"copy alone": copy, "compute alone": compute, "one stream": one_stream, "two streams": two_streams}
+    for name, fn in schedules.items():
+        progress(done / total, f"overlap: {name}")
+        ms = bench.time_ms(fn)
+        done += 1
+        yield {"experiment": "overlap", "direction": "h2d", "memory": "pinned", "size_bytes": nbytes,
+               "schedule": name, "matmuls": count, "measured_ms": ms, "check_rel_error": err}
+
+
+def stream_copy_then_compute(copy, compute, side) -> None:
+    """The copy queued on the side stream first, then the matmuls on the current one: both run at once."""
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        copy()
+    compute()
+    torch.cuda.current_stream().wait_stream(side)
+
+
+def measured_latency_us(rows: list) -> dict:
+    """The time of each (direction, memory)'s smallest copy, in microseconds: the model's alpha."""
+    smallest = {}
+    for r in rows:
+        k = (r["direction"], r["memory"])
+        if r["experiment"] == "copies" and (k not in smallest or r["size_bytes"] < smallest[k]["size_bytes"]):
+            smallest[k] = r
+    return {k: 1e3 * r["measured_ms"] for k, r in smallest.items()}
+
+
+def measure(p: Params, target: Target, progress):
+    total = (len(p.directions) * len(p.memories) * len(p.sizes_kib) if "copies" in p.experiments else 0) \
+        + (4 if "overlap" in p.experiments else 0) + 1
+    progress(0.0, "measuring one CPU thread's memcpy rate (the pageable copies' staging step)")
+    host_gbps = host_copy_gbps()
+    yield f"One CPU thread copies host memory at {host_gbps:.1f} GB/s here: the model's pageable staging rate."
+    rows = list(measure_copies(p, progress, 1, total)) if "copies" in p.experiments else []
+    latency = measured_latency_us(rows)
+    model = predict_with(p, target, latency, host_gbps)
+    # every measured row carries the prediction made with this run's own latency and memcpy rate
+    by_key = {(m["experiment"], m["direction"], m["memory"], m["size_bytes"], m["schedule"]): m for m in model}
+    for r in rows:
+        yield by_key[(r["experiment"], r["direction"], r["memory"], r["size_bytes"], r["schedule"])] | r
+    if "overlap" in p.experiments:
+        link = link_for(target)
+        count = matmul_count(p, target, link, latency.get(("h2d", "pinned"), ASSUMED_LATENCY_US))
+        for r in measure_overlap(p, target, count, progress, 1 + len(rows), total):
+            yield by_key.get((r["experiment"], r["direction"], r["memory"], r["size_bytes"], r["schedule"]), {}) | r
+    progress(1.0, "done")
+
+
+# ---------------------------------------------------------------------------------------------
+def lesson_numbers(target: Target) -> dict:
+    link = link_for(target)
+    gib = copy_ms(GiB_BYTES, ASSUMED_LATENCY_US, link["pcie_gbps"])
+    small = copy_ms(4 * KIB, ASSUMED_LATENCY_US, link["pcie_gbps"])
+    return {
+        "gpu": target.name,
+        "pcie_gen": str(link["pcie_gen"]),
+        "pcie_lanes": str(link["pcie_lanes"]),
+        "pcie_gbps": f"{link['pcie_gbps']:.1f}",
+        "pcie_line_gbps": f"{link['pcie_line_gbps']:.1f}",
+        "packet_pct": f"{100 * pcie_packet_efficiency():.0f}",
+        "max_payload": str(PCIE_MAX_PAYLOAD_BYTES),
+        "link_source": link["link_source"],
+        "hbm_ratio": f"{target.ceilings.copy_tbps * 1e3 / link['pcie_gbps']:.0f}",
+        "latency_us": f"{ASSUMED_LATENCY_US:.0f}",
+        "gib_ms": f"{gib:.1f}",
+        "small_gbps": f"{4 * KIB / (small * 1e-3) / 1e9:.2f}",
+        "half_size_kib": f"{ASSUMED_LATENCY_US * 1e-6 * link['pcie_gbps'] * 1e9 / KIB:.0f}",
+    }
+
+
+GiB_BYTES = 1024 * MiB
+
+LAB = Lab(
+    name="transfers",
+    title="Host transfers: PCIe",
+    summary="Copy 4 KiB to 1 GiB between host and GPU, pinned and pageable, against latency + bytes over the PCIe "
+            "link the GPU reports; then hide a copy behind compute with two streams.",
+    terms=("pcie", "pinned-memory", "cuda-stream"),
+    Params=Params,
+    predict=predict,
+    measure=measure,
+    key=("experiment", "direction", "memory", "size_bytes", "schedule"),
+    metric="ms",
+    order=70,
+    check=check,
+    lesson_numbers=lesson_numbers,
+    headline=Headline("What GB/s will a 1 GiB host-to-device copy from pinned memory reach?", "GB/s",
+                      {"experiment": "copies", "direction": "h2d", "memory": "pinned", "size_bytes": 1024 * MiB},
+                      "gbps"),
+)

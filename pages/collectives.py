@@ -1,0 +1,72 @@
+"""Collectives page: NCCL collectives over message sizes against the ring model; one layer's DP and TP steps."""
+
+import plotly.graph_objects as go
+import streamlit as st
+
+from labs import collectives
+from labs.collectives import LAB
+from ui import charts
+from ui.lab_page import LabPage, recorded_caption
+
+page = LabPage(LAB)
+page.lesson()
+params = page.params_form()
+if params is None:
+    st.stop()
+live, model, recorded = page.results(params)
+link = collectives.link_for(page.target)
+n = collectives.world_size(params, page.target)
+st.markdown(f"**Link in the model:** {link['link']}, **{link['link_gbps']:.0f} GB/s** per direction "
+            f"({link['link_source']}); {n} GPUs.")
+
+bw = charts.figure("Bus bandwidth by message size", "message size S (bytes)", "bus bandwidth (GB/s)",
+                   log_x=True, log_y=True)
+times = charts.figure("Time per call", "message size S (bytes)", "time (ms)", log_x=True, log_y=True)
+for op in params.ops:
+    where = {"experiment": "collective", "op": op}
+    charts.overlay(bw, model, live, recorded, "size_bytes", "busbw_gbps", op, where, ("gpus", "model_latency_us"))
+    run = live or (recorded[0] if recorded else None)
+    if run is not None:
+        charts.add_series(bw, charts.rows_where(run.rows, **where), "size_bytes", "predicted_copy_link_busbw_gbps",
+                          f"model with the measured peer-copy rate, {op}", dict(mode="lines", line=dict(dash="dash")))
+    charts.overlay(times, model, live, recorded, "size_bytes", "ms", op, where, ("gpus",))
+bw.add_hline(y=link["link_gbps"], line_dash="dash", line_color="gray",
+             annotation_text=f"{link['link']} {link['link_gbps']:.0f} GB/s per direction")
+st.plotly_chart(bw, width="stretch")
+st.caption("Model: t = alpha + factor x S / B, bus bandwidth = factor x S / t (factor 2(n-1)/n for all-reduce, "
+           "(n-1)/n for all-gather and reduce-scatter, 1 for broadcast). Small messages pay alpha; large ones "
+           "approach B.")
+st.plotly_chart(times, width="stretch")
+
+steps = [("dp", "Data parallel: every GPU the whole layer, gradients all-reduced"),
+         ("tp", "Tensor parallel: every GPU a slice of each matmul, partial outputs all-reduced")]
+for kind, title in steps:
+    if kind not in params.layer_steps:
+        continue
+    fig = go.Figure()
+    shown = [("model", model, "predicted_ms")] + ([("measured now", live, "measured_ms")] if live else []) + \
+        [(r.label, r, "measured_ms") for r in recorded]
+    for label, result, column in shown:
+        rows = [r for r in charts.rows_where(result.rows, experiment=kind) if r.get(column)]
+        fig.add_trace(go.Bar(name=label, x=[f"{r['tokens']} tokens: {r['step']}" for r in rows],
+                             y=[r[column] for r in rows]))
+    fig.update_layout(barmode="group", title=f"{title} ({params.d_model} x {params.d_ff} MLP)",
+                      yaxis_title="time per step (ms)", height=440)
+    st.plotly_chart(fig, width="stretch")
+st.caption("compute: forward and backward alone. communication: the collectives alone. serial: one after the other. "
+           "overlapped (data parallel): each gradient's all-reduce starts as soon as backward has made it.")
+
+result = live or (recorded[0] if recorded else None)
+if result is not None:
+    rows = [r for r in charts.rows_where(result.rows, experiment="collective") if r.get("error_pct") is not None]
+    if rows:
+        st.plotly_chart(charts.error_figure(rows, "size_bytes", "op", 20, log_x=True,
+                                            title=f"Model error, {result.label}"), width="stretch")
+    peer = charts.rows_where(result.rows, experiment="peer_copy")
+    if peer:
+        st.dataframe([{k: r.get(k) for k in ("op", "size_bytes", "measured_gbps", "predicted_gbps", "error_pct")}
+                      for r in peer], hide_index=True)
+    st.markdown(page.section("Why the model misses"))
+if recorded:
+    st.caption(recorded_caption(recorded))
+page.table_and_downloads(live or model)

@@ -1,0 +1,61 @@
+"""Host transfers page: H2D and D2H, pinned and pageable, against latency + bytes over PCIe; copy/compute overlap."""
+
+import plotly.graph_objects as go
+import streamlit as st
+
+from labs import transfers
+from labs.transfers import LAB
+from ui import charts
+from ui.lab_page import LabPage, recorded_caption
+
+page = LabPage(LAB)
+page.lesson()
+params = page.params_form()
+if params is None:
+    st.stop()
+live, model, recorded = page.results(params)
+link = transfers.link_for(page.target)
+st.markdown(f"**Link in the model:** PCIe Gen{link['pcie_gen']} x{link['pcie_lanes']} = "
+            f"**{link['pcie_gbps']:.1f} GB/s** per direction ({link['link_source']}).")
+
+if "copies" in params.experiments:
+    fig = charts.figure(f"Host transfers on {page.target.name}: achieved GB/s by copy size", "copy size (bytes)",
+                        "GB/s", log_x=True, log_y=True)
+    for direction in params.directions:
+        for memory in params.memories:
+            charts.overlay(fig, model, live, recorded, "size_bytes", "gbps", f"{direction}, {memory}",
+                           {"experiment": "copies", "direction": direction, "memory": memory},
+                           ("model_latency_us",))
+    fig.add_hline(y=link["pcie_gbps"], line_dash="dash", line_color="gray",
+                  annotation_text=f"PCIe link {link['pcie_gbps']:.0f} GB/s")
+    st.plotly_chart(fig, width="stretch")
+    st.caption("Open circles: the model, latency + bytes / bandwidth (live runs use their own smallest copy's time "
+               "as the latency and their own CPU memcpy rate for pageable staging). Filled: measured now. "
+               "Diamonds: recorded runs.")
+
+if "overlap" in params.experiments:
+    bars = go.Figure()
+    shown = [("model", model, "predicted_ms")] + ([("measured now", live, "measured_ms")] if live else []) + \
+        [(r.label, r, "measured_ms") for r in recorded]
+    for label, result, column in shown:
+        rows = charts.rows_where(result.rows, experiment="overlap")
+        bars.add_trace(go.Bar(name=label, x=[r["schedule"] for r in rows if r.get(column)],
+                              y=[r[column] for r in rows if r.get(column)]))
+    bars.update_layout(barmode="group", title=f"A {params.overlap_mib} MiB pinned copy and bf16 matmuls: one stream "
+                       "or two", yaxis_title="time (ms)", height=420)
+    st.plotly_chart(bars, width="stretch")
+    st.caption("Two streams take about as long as the slower of the two pieces: the copy engine and the SMs work "
+               "at the same time. One stream adds them up.")
+
+shown = live or (recorded[0] if recorded else None)
+if shown is not None:
+    rows = [r for r in charts.rows_where(shown.rows, experiment="copies") if r.get("error_pct") is not None]
+    for r in rows:
+        r["series"] = f"{r['direction']}, {r['memory']}"
+    if rows:
+        st.plotly_chart(charts.error_figure(rows, "size_bytes", "series", 20, log_x=True,
+                                            title=f"Model error, {shown.label}"), width="stretch")
+    st.markdown(page.section("Why the model misses"))
+if recorded:
+    st.caption(recorded_caption(recorded))
+page.table_and_downloads(live or model)

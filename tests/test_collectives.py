@@ -1,0 +1,101 @@
+"""Collectives lab: the ring model against the textbook formula, the real launcher on CPU (torchrun, gloo,
+2 processes: correct sums and a row per point), the refusal on a one-GPU or no-GPU machine, and the page."""
+
+import pytest
+
+from tests.conftest import HAS_CUDA, render_page
+from labs import collectives as c
+from labs import gpu
+from labs.params import ParamError
+
+H200 = gpu.datasheet_target(gpu.datasheet_by_name("H200"))
+
+
+def test_ring_factors_are_the_textbook_ones():
+    assert c.ring_factor("all_reduce", 2) == 1.0
+    assert c.ring_factor("all_reduce", 8) == pytest.approx(2 * 7 / 8)
+    assert c.ring_factor("all_gather", 4) == pytest.approx(3 / 4)
+    assert c.ring_factor("reduce_scatter", 8) == pytest.approx(7 / 8)
+    assert c.ring_factor("broadcast", 2) == 1.0
+
+
+def test_ring_all_reduce_time_by_hand():
+    # 1 GB over 8 GPUs at 450 GB/s per direction: 2 * 7/8 * 1e9 / 450e9 s = 3.889 ms, plus 20 us
+    assert c.collective_ms("all_reduce", 1e9, 8, 450, 20) == pytest.approx(0.020 + 3.8889, rel=1e-4)
+    # bus bandwidth of that time tends to the link bandwidth as the latency term vanishes
+    ms = c.collective_ms("all_reduce", 1e12, 8, 450, 20)
+    assert c.bus_gbps("all_reduce", 1e12, 8, ms) == pytest.approx(450, rel=1e-4)
+
+
+def test_model_uses_the_datasheet_nvlink_per_direction():
+    link = c.link_for(H200)
+    assert link["link_gbps"] == 450 and "NVLink" in link["link"]
+    pcie_only = c.link_for(gpu.datasheet_target(gpu.datasheet_by_name("L4")))
+    assert pcie_only["link"] == "PCIe Gen4 x16" and pcie_only["link_gbps"] == pytest.approx(31.5 * 256 / 282, rel=1e-3)
+
+
+def test_predicted_bus_bandwidth_rises_with_size_to_the_link():
+    rows = [r for r in c.predict(c.Params(), H200) if r["experiment"] == "collective" and r["op"] == "all_reduce"]
+    bw = [r["predicted_busbw_gbps"] for r in sorted(rows, key=lambda r: r["size_bytes"])]
+    assert bw == sorted(bw) and bw[0] < 1 and 400 < bw[-1] < 450
+
+
+def test_overlap_model_hides_communication_behind_backward():
+    assert c.overlap_ms([1.0, 3.0], [0.5, 0.5]) == 3.5  # the last gradient's all-reduce cannot hide
+    assert c.overlap_ms([1.0, 1.1], [2.0, 2.0]) == 5.0  # communication-bound: back to back
+    rows = {(r["experiment"], r["step"], r["tokens"]): r["predicted_ms"] for r in c.predict(c.Params(), H200)
+            if r["experiment"] in ("dp", "tp")}
+    big = 8192
+    assert rows[("dp", "overlapped", big)] < rows[("dp", "serial", big)]
+    assert rows[("tp", "serial", big)] == pytest.approx(rows[("tp", "compute", big)] + rows[("tp", "communication", big)])
+
+
+def test_children_keep_nvlink_multicast_off(monkeypatch):
+    monkeypatch.setenv("NCCL_NVLS_ENABLE", "1")
+    env = c.child_env()
+    assert env["NCCL_NVLS_ENABLE"] == "0" and env["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1"
+    assert env["NVSHMEM_DISABLE_NVLS"] == "1"
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="the CPU path (gloo) is what CI runs; GPUs run NCCL")
+def test_launcher_runs_two_real_processes_on_gloo():
+    """torchrun, two processes, gloo: every collective checked against float64 inside, then timed."""
+    p = c.Params(sizes_kib=(1, 64), dtype="fp32", layer_tokens=(33,), d_model=24, d_ff=40)
+    seen = []
+    rows = list(c.run_rows(p, H200, 2, lambda f, m: seen.append(m)))
+    rows = [r for r in rows if isinstance(r, dict)]
+    got = {(r["experiment"], r["op"], r["step"]) for r in rows}
+    for op in c.OPS:
+        assert ("collective", op, "-") in got
+    assert {("dp", "-", s) for s in ("compute", "communication", "serial", "overlapped")} <= got
+    assert {("tp", "-", s) for s in ("compute", "communication", "serial")} <= got
+    assert all(r["check_rel_error"] <= 1e-5 and r["measured_ms"] > 0 for r in rows)
+    assert all(r["gpus"] == 2 for r in rows) and seen
+    # the model on every collective row uses this run's own smallest-message latency
+    small = [r for r in rows if r["experiment"] == "collective" and r["size_bytes"] == 1024]
+    assert all(r["model_latency_us"] == pytest.approx(1e3 * r["measured_ms"]) for r in small)
+
+
+def test_launcher_reports_a_failing_worker():
+    with pytest.raises(RuntimeError, match="worker processes failed"):
+        list(c.launch({"ops": ["no_such_op"], "sizes_bytes": [1024], "dtype": "fp32", "layer_steps": [],
+                       "layer_tokens": [], "d_model": 8, "d_ff": 8}, 1))
+
+
+def test_one_gpu_or_none_is_refused_with_a_reason():
+    live_like = gpu.Target("one GPU", "x", 132, 0, 80 * 10**9, "9.0", H200.ceilings, H200.datasheet, live=True)
+    if HAS_CUDA:
+        import torch
+
+        if torch.cuda.device_count() >= 2:
+            pytest.skip("this machine has two GPUs")
+    with pytest.raises(ParamError, match="two or more GPUs"):
+        c.check(c.Params(), live_like)
+    c.check(c.Params(), H200)  # a datasheet GPU is modelled, never refused
+
+
+def test_page_shows_model_and_says_why_it_cannot_run():
+    at = render_page("collectives.py")
+    text = " ".join(m.value for m in at.markdown) + " ".join(i.value for i in at.info)
+    assert "Collectives" in at.title[0].value
+    assert "two or more GPUs" in text or "Live runs are off" in text

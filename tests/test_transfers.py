@@ -1,0 +1,88 @@
+"""Transfers lab: the PCIe model by hand, the datasheet links, refusals, the page, and (on a GPU) the real copies."""
+
+import pytest
+
+from tests.conftest import render_page
+from labs import gpu
+from labs import transfers as t
+from labs.params import ParamError
+
+H100 = gpu.datasheet_target(gpu.datasheet_by_name("H100 SXM"))
+
+
+def test_pcie_bandwidth_from_generation_and_lanes():
+    assert t.pcie_gbps(5, 16) == pytest.approx(32 * 16 * 128 / 130 / 8)  # 63.0 GB/s per direction
+    assert t.pcie_gbps(4, 16) == pytest.approx(31.51, rel=1e-3)
+    assert t.pcie_gbps(3, 8) == pytest.approx(7.877, rel=1e-3)
+    assert t.pcie_gbps(2, 16) == pytest.approx(8.0)  # 8b/10b
+    with pytest.raises(ParamError):
+        t.pcie_gbps(9, 16)
+
+
+def test_every_datasheet_gpu_names_its_links_and_source():
+    for sheet in gpu.DATASHEET:
+        links = gpu.links_for(sheet)
+        assert links is not None and links.source and links.pcie_gen in t.PCIE_GTPS and links.pcie_lanes == 16
+    assert gpu.links_for(gpu.datasheet_by_name("H100 SXM")).nvlink_per_direction_gbps == 450
+    assert gpu.links_for(gpu.datasheet_by_name("L4")).nvlink_gbps is None
+
+
+def test_alpha_beta_copy_by_hand():
+    # 1 GiB at 63.015 GB/s plus 10 us
+    assert t.copy_ms(2**30, 10, 63.015) == pytest.approx(0.010 + 2**30 / 63.015e9 * 1e3)
+    rows = t.predict(t.Params(experiments=("copies",)), H100)
+    small = [r for r in rows if r["size_bytes"] == 4096][0]
+    big = [r for r in rows if r["size_bytes"] == 2**30 and r["memory"] == "pinned"][0]
+    assert small["predicted_gbps"] < 1 and big["predicted_gbps"] == pytest.approx(63.0 * 256 / 282, rel=1e-2)
+
+
+def test_packet_overhead_by_hand():
+    assert t.pcie_packet_efficiency(256) == pytest.approx(256 / (256 + 26))  # 90.8 % of the bytes are data
+    link = t.link_for(H100)
+    assert link["pcie_gbps"] == pytest.approx(link["pcie_line_gbps"] * 256 / 282)
+
+
+def test_pageable_is_limited_by_the_slower_stage():
+    assert t.effective_gbps("pageable", 63.0, 20.0) == 20.0
+    assert t.effective_gbps("pageable", 31.5, 50.0) == 31.5
+    assert t.effective_gbps("pinned", 63.0, 20.0) == 63.0
+
+
+def test_overlap_model_is_the_max_of_copy_and_compute():
+    rows = {r["schedule"]: r["predicted_ms"] for r in t.predict(t.Params(experiments=("overlap",)), H100)}
+    assert rows["one stream"] == pytest.approx(rows["copy alone"] + rows["compute alone"])
+    assert rows["two streams"] == pytest.approx(max(rows["copy alone"], rows["compute alone"]))
+
+
+def test_measured_latency_is_the_smallest_copy():
+    rows = [{"experiment": "copies", "direction": "h2d", "memory": "pinned", "size_bytes": s, "measured_ms": ms}
+            for s, ms in ((65536, 0.01), (4096, 0.004), (2**20, 0.03))]
+    assert t.measured_latency_us(rows) == {("h2d", "pinned"): pytest.approx(4.0)}
+
+
+def test_sizes_that_do_not_fit_are_refused():
+    with pytest.raises(ParamError, match="does not fit"):
+        small = gpu.Target("4 GB GPU", "small", 40, 0, 4 * 10**9, "7.5", H100.ceilings, None, live=False)
+        t.check(t.Params(sizes_kib=(4 * 1048576,), experiments=("copies",)), small)
+
+
+def test_host_memcpy_rate_is_measured():
+    assert t.host_copy_gbps(8 * 2**20) > 0.1
+
+
+def test_page_renders_without_a_gpu():
+    at = render_page("transfers.py")
+    assert "PCIe" in at.title[0].value
+    assert any("GB/s" in m.value for m in at.markdown)
+
+
+@pytest.mark.gpu
+def test_real_copies_are_checked_and_timed():
+    from labs import runner
+
+    p = t.Params(sizes_kib=(4, 1024), overlap_mib=16)
+    result = runner.run(t.LAB, p, use_cache=False)
+    rows = [r for r in result.rows if r.get("measured_ms")]
+    assert len(rows) == 2 * 2 * 2 + 4
+    assert all(r["check_rel_error"] == 0 for r in rows if r["experiment"] == "copies")
+    assert all(r["check_rel_error"] <= 2e-2 for r in rows)
