@@ -7,12 +7,15 @@ What you will learn:
 - shared-memory tiling (TILE x TILE tiles copied once per step) cuts those requests to N / TILE, yet
   barely changes the time: the re-reads of the naive kernel already hit in the L1/L2 caches, and both
   kernels issue two load instructions (global or shared) for every multiply-add;
-- what is left between these kernels and the library: each thread computing many outputs from
-  registers, and the tensor cores (the Triton kernel of labs/matmul.py has both);
+- warp tiling with register blocking: each thread keeps an 8 x 8 block of C in registers, so every
+  value it reads from shared memory (16 bytes at a time) feeds 8 multiply-adds, and each block reads
+  128-bit vectors from global memory: the arithmetic intensity of every level (global, shared,
+  registers) rises until the FMA units, not the loads, set the pace;
+- what is left between that and the library: the tensor cores (the Triton kernel of labs/matmul.py);
 - each rung as a share of cuBLAS at one size and dtype.
 
-The kernels: naive and tiled CUDA C++ (labs/cuda/matmul.cu, built with torch's load_inline, FP32
-arithmetic on the CUDA cores for every input dtype), the Triton kernel of the matmul lab, and cuBLAS.
+The kernels: naive, tiled and warp-tiled CUDA C++ (labs/cuda/matmul.cu, built with torch's load_inline,
+FP32 arithmetic on the CUDA cores for every input dtype), the Triton kernel of the matmul lab, and cuBLAS.
 """
 
 from __future__ import annotations
@@ -38,15 +41,19 @@ def extension():
     """The compiled CUDA kernels (built once per machine, then cached by torch)."""
     return cuda.build("roofline_matmul_ladder", "matmul.cu",
                       "void matmul_naive(torch::Tensor a, torch::Tensor b, torch::Tensor c);\n"
-                      "void matmul_tiled(torch::Tensor a, torch::Tensor b, torch::Tensor c, int64_t tile);\n",
-                      ("matmul_naive", "matmul_tiled"))
+                      "void matmul_tiled(torch::Tensor a, torch::Tensor b, torch::Tensor c, int64_t tile);\n"
+                      "void matmul_warptile(torch::Tensor a, torch::Tensor b, torch::Tensor c, int64_t min_blocks);\n",
+                      ("matmul_naive", "matmul_tiled", "matmul_warptile"))
 
 
-def cuda_matmul(kernel: str, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-    """Run 'naive' or 'tiledT' on row-major a, b into out."""
+def cuda_matmul(kernel: str, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor,
+                min_blocks: int = 0) -> torch.Tensor:
+    """Run 'naive', 'tiledT' or 'warptiled' on row-major a, b into out."""
     ext = extension()
     if kernel == "naive":
         ext.matmul_naive(a, b, out)
+    elif kernel == "warptiled":
+        ext.matmul_warptile(a, b, out, min_blocks or WARP.min_blocks)
     else:
         ext.matmul_tiled(a, b, out, int(kernel[len("tiled"):]))
     return out
@@ -64,7 +71,94 @@ class Params:
 
 
 def kernels(params: Params) -> list[str]:
-    return ["naive"] + [f"tiled{t}" for t in params.tiles] + ["triton", "cublas"]
+    return ["naive"] + [f"tiled{t}" for t in params.tiles] + ["warptiled", "triton", "cublas"]
+
+
+@dataclass(frozen=True)
+class WarpTile:
+    """The warp-tiled kernel's shape (labs/cuda/matmul.cu, namespace warptile)."""
+
+    block_m: int = 128  # block tile of C
+    block_n: int = 128
+    block_k_fp32: int = 8  # K slice per shared-memory buffer for fp32 inputs (16 for 16-bit inputs)
+    thread_m: int = 8  # outputs per thread (registers)
+    thread_n: int = 8
+    threads: int = 256
+    min_blocks: int = 2  # __launch_bounds__ minimum blocks per SM (caps registers at 128 per thread)
+
+    def block_k(self, dtype: str) -> int:
+        return self.block_k_fp32 if bench.element_bytes(dtype) == 4 else 16
+    lds_per_k: int = 4  # 16-byte shared loads per thread per k: 2 for A, 2 for B
+    wavefronts_per_k: int = 4  # shared-memory wavefronts per warp per k (same-address lanes are broadcast)
+
+
+WARP = WarpTile()
+
+
+def warptile_overhead_per_slice(dtype: str) -> int:
+    """Instructions per thread per K slice besides the FMAs and shared loads, counted from the kernel:
+    16-byte global loads, stores into shared memory (A transposed: one per element; B: 16-byte
+    stores), conversions of 16-bit inputs to float, one barrier, and ~8 for addresses and the loop."""
+    e = bench.element_bytes(dtype)
+    w = 16 // e  # elements per 16-byte load
+    bk = WARP.block_k(dtype)
+    per_thread = (WARP.block_m + WARP.block_n) * bk // WARP.threads  # elements fetched per slice
+    loads = per_thread // w
+    stores = WARP.block_m * bk // WARP.threads + WARP.block_n * bk // WARP.threads // 4
+    converts = per_thread if e < 4 else 0
+    return loads + stores + converts + 1 + 8
+
+
+def warptile_levels(n: int, dtype: str, target: Target) -> list[dict]:
+    """Arithmetic intensity and time of the warp-tiled kernel at each level it reads from.
+
+    - global: a block reads (BM + BN) BK inputs per slice for 2 BM BN BK FLOPs; served by the L2;
+    - shared: a thread reads TM + TN floats per k for 2 TM TN FLOPs (requested bytes); lanes that
+      ask for the same address are served once, so the wavefronts move fewer bytes than requested;
+    - registers: every FMA reads three 4-byte registers; the register file feeds every FP32 lane
+      each clock, so this level's time is the FMA ceiling's.
+    """
+    from labs import hopper  # the L2 bandwidth figure (measured where known)
+
+    e = bench.element_bytes(dtype)
+    flops = 2.0 * n**3
+    clock = matmul.clock_hz(target)
+    w = WARP
+    global_bytes = n**3 * e * (1 / w.block_m + 1 / w.block_n)
+    warp_ks = n**3 / (32 * w.thread_m * w.thread_n)  # (warp, k) pairs in all
+    shared_requested = warp_ks * 32 * (w.thread_m + w.thread_n) * 4
+    shared_served = warp_ks * w.wavefronts_per_k * matmul.L1_BYTES_PER_CLOCK
+    l2, l2_source = hopper.l2_tbps(target)
+    smem_tbps = target.sm_count * matmul.L1_BYTES_PER_CLOCK * clock / 1e12
+    reg_bytes = n**3 * 3 * 4
+    return [
+        {"level": "global (L2)", "bytes": global_bytes, "intensity_flop_per_byte": flops / global_bytes,
+         "bandwidth_tbps": l2, "time_ms": global_bytes / (l2 * 1e12) * 1e3, "source": l2_source},
+        {"level": "shared memory", "bytes": shared_requested, "intensity_flop_per_byte": flops / shared_requested,
+         "bandwidth_tbps": smem_tbps, "time_ms": shared_served / (smem_tbps * 1e12) * 1e3,
+         "source": f"{matmul.L1_BYTES_PER_CLOCK} B per clock per SM; {shared_served / 1e9:.1f} GB served after broadcasts"},
+        {"level": "registers (FMA)", "bytes": reg_bytes, "intensity_flop_per_byte": flops / reg_bytes,
+         "bandwidth_tbps": reg_bytes / (flops / (target.ceilings.fma_tflops * 1e12)) / 1e12,
+         "time_ms": flops / (target.ceilings.fma_tflops * 1e12) * 1e3, "source": "the FP32 FMA ceiling"},
+    ]
+
+
+def predict_warptile(n: int, dtype: str, target: Target) -> dict:
+    """The slowest level, or the issue slots: every thread issues 64 FMAs, 4 shared loads and its share
+    of the slice's overhead per k, and an SM issues 4 warp instructions per clock while its FP32 lanes
+    finish 4 warp FMAs per clock; then the tiles' last wave."""
+    levels = {r["level"]: r["time_ms"] * 1e-3 for r in warptile_levels(n, dtype, target)}
+    fmas_per_k = WARP.thread_m * WARP.thread_n
+    per_k = fmas_per_k + WARP.lds_per_k + warptile_overhead_per_slice(dtype) / WARP.block_k(dtype)
+    issue_s = levels["registers (FMA)"] * per_k / fmas_per_k
+    tiles = math.ceil(n / WARP.block_m) * math.ceil(n / WARP.block_n)
+    slots = target.sm_count * WARP.min_blocks
+    wave_util = tiles / (math.ceil(tiles / slots) * slots)
+    bound_s = max(issue_s, levels["shared memory"], levels["global (L2)"])
+    total = bound_s / wave_util + matmul.FIXED_US * 1e-6
+    bound = "FMA issue" if bound_s == issue_s else ("shared memory" if bound_s == levels["shared memory"] else "L2")
+    return {"predicted_ms": total * 1e3, "predicted_tflops": 2.0 * n**3 / total / 1e12, "bound": bound,
+            "wave_util": wave_util}
 
 
 def requested_bytes(kernel: str, n: int, dtype: str) -> float:
@@ -75,6 +169,8 @@ def requested_bytes(kernel: str, n: int, dtype: str) -> float:
         return 2.0 * n**3 * e
     if kernel.startswith("tiled"):
         return 2.0 * n**3 * e / int(kernel[len("tiled"):])
+    if kernel == "warptiled":  # each block reads its row panel of A and column panel of B once
+        return n**3 * e * (1 / WARP.block_m + 1 / WARP.block_n)
     if kernel == "triton":
         cfg = matmul.DEFAULT_CONFIGS[dtype]
         return float(n * n * e * (math.ceil(n / cfg.block_n) + math.ceil(n / cfg.block_m)))
@@ -112,7 +208,7 @@ def predict(params: Params, target: Target) -> list[dict]:
         cublas = matmul.roofline_tflops(n, dtype, target)
         for kernel in kernels(params):
             row = {"dtype": dtype, "kernel": kernel, "n": n,
-                   "arithmetic": "CUDA cores, FP32" if kernel == "naive" or kernel.startswith("tiled")
+                   "arithmetic": "CUDA cores, FP32" if kernel in ("naive", "warptiled") or kernel.startswith("tiled")
                    else ("CUDA cores, FP32" if dtype == "fp32" else "tensor cores"),
                    "requested_bytes": requested_bytes(kernel, n, dtype)}
             if kernel == "cublas":
@@ -122,6 +218,8 @@ def predict(params: Params, target: Target) -> list[dict]:
             elif kernel == "triton":
                 p = matmul.predict_point(n, dtype, matmul.DEFAULT_CONFIGS[dtype], target)
                 row.update({k: p.get(k) for k in ("predicted_ms", "predicted_tflops", "bound", "path", "config")})
+            elif kernel == "warptiled":
+                row.update(predict_warptile(n, dtype, target))
             else:
                 row.update(predict_cuda(kernel, n, dtype, target))
             if row.get("predicted_tflops") and cublas:
@@ -152,14 +250,22 @@ def check(params: Params, target: Target) -> None:
 PROBE = (333, 347, 351)  # odd sizes: every edge block is partial
 
 
-def _check_cuda_kernel(kernel: str, dtype: str) -> float:
-    m, n, k = PROBE
+# Rows of K and N elements that are multiples of 8 start on 16-byte boundaries: the warp-tiled kernel then
+# takes its 128-bit load path (M odd and no side a multiple of the 128 x 128 tile: the edges are partial).
+VECTOR_PROBE = (197, 264, 136)
+
+
+def _check_cuda_kernel(kernel: str, dtype: str, shape: tuple = PROBE, min_blocks: int = 0) -> float:
+    m, n, k = shape
     a, b = bench.random_tensor((m, k), dtype), bench.random_tensor((k, n), dtype)
     out = torch.full((m, n), float("nan"), device=a.device, dtype=a.dtype)
-    cuda_matmul(kernel, a, b, out)
+    cuda_matmul(kernel, a, b, out, min_blocks)
     # FP32 arithmetic: fp32 tolerance for fp32/tf32 storage, the 16-bit output rounding otherwise
-    return bench.check_close(out, matmul.reference(a, b), "fp32" if dtype in ("fp32", "tf32") else dtype,
-                             f"{kernel} CUDA matmul ({dtype}, {m}x{n}x{k})")
+    err = bench.check_close(out, matmul.reference(a, b), "fp32" if dtype in ("fp32", "tf32") else dtype,
+                            f"{kernel} CUDA matmul ({dtype}, {m}x{n}x{k})")
+    if kernel == "warptiled" and shape == PROBE:  # the odd probe took the scalar path: check the vector one
+        err = max(err, _check_cuda_kernel(kernel, dtype, VECTOR_PROBE, min_blocks))
+    return err
 
 
 def measure(params: Params, target: Target, progress):
@@ -224,7 +330,13 @@ def lesson_numbers(target: Target) -> dict:
     n = 4096
     naive = predict_cuda("naive", n, "fp32", target)
     tiled = predict_cuda("tiled32", n, "fp32", target)
+    warp = predict_warptile(n, "fp32", target)
+    levels = {r["level"]: r for r in warptile_levels(n, "fp32", target)}
     return {
+        "warp_tflops": f"{warp['predicted_tflops']:.1f}",
+        "warp_pct_of_fma": f"{100 * warp['predicted_tflops'] / target.ceilings.fma_tflops:.0f}",
+        "warp_global_intensity": f"{levels['global (L2)']['intensity_flop_per_byte']:.0f}",
+        "warp_shared_intensity": f"{levels['shared memory']['intensity_flop_per_byte']:.0f}",
         "gpu": target.name,
         "fma_tflops": f"{target.ceilings.fma_tflops:.1f}",
         "naive_tflops": f"{naive['predicted_tflops']:.1f}",

@@ -1,0 +1,226 @@
+"""Tests of the Hopper matmul anatomy lab (labs/hopper.py, pages/hopper.py).
+
+On CPU every step's kernel runs in Triton's interpreter on small odd shapes against float64 (TMA
+descriptors included); the model is checked against numbers worked out by hand; the page renders from
+the model and the recordings alone. The timed steps and the PTX need a Hopper GPU (marked `gpu`).
+"""
+
+import math
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from labs import bench, gpu, hopper as hp, matmul as mm
+from labs.gpu import Ceilings, Target
+from labs.params import ParamError, from_strings
+
+ROOT = Path(__file__).resolve().parent.parent
+SMALL = dict(block=(16, 32, 16), num_warps=4, programs=3)  # small tiles: several per program even on tiny shapes
+
+
+def toy_target(cc="9.0", memory_gb=80) -> Target:
+    """100 SMs at 1 GHz (FP32 FMA = 100 x 128 x 2 x 1e9 = 25.6 TFLOP/s), bf16 tensor cores at
+    409.6 TFLOP/s (4096 FLOP per clock per SM), DRAM at 2 TB/s, 50 MB of L2."""
+    ceilings = Ceilings(copy_tbps=2.0, fma_tflops=25.6, matmul_tflops={"bf16": 409.6, "fp16": 409.6}, source="test")
+    return Target("Toy GPU", "toy", 100, int(50e6), int(memory_gb * 1e9), cc, ceilings, None, live=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# Every step's kernel in the interpreter (or on the GPU)
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("step", hp.STEP_NAMES)
+def test_every_step_matches_float64_on_odd_shapes(step, device):
+    sw = hp.STEPS[step]
+    m, n, k = (45, 48, 80) if sw.tma else (37, 45, 51)  # TMA: rows on 16-byte boundaries; else all odd
+    a, b = bench.random_tensor((m, k), "bf16", device), bench.random_tensor((k, n), "bf16", device)
+    out = torch.full((m, n), float("nan"), device=device, dtype=a.dtype)
+    kw = SMALL if device == "cpu" else {}
+    hp.anatomy_matmul(a, b, sw, out, **kw)
+    bench.check_close(out, hp.reference(a, b), "bf16", step)
+
+
+@pytest.mark.parametrize("tma,persistent", [(False, True), (True, False)])
+def test_fp16_and_a_wrong_reference_fails(tma, persistent, device):
+    sw = hp.Switches(tma, 2, persistent, "hilbert", False)
+    a, b = bench.random_tensor((33, 48, ), "fp16", device), bench.random_tensor((48, 64), "fp16", device)
+    out, _ = hp.anatomy_matmul(a, b, sw, **(SMALL if device == "cpu" else {}))
+    bench.check_close(out, hp.reference(a, b), "fp16", "fp16")
+    with pytest.raises(bench.KernelMismatch):  # the check is not vacuous
+        bench.check_close(out, hp.reference(a, b.flip(1)), "fp16", "flipped")
+
+
+def test_tma_refuses_unaligned_rows(device):
+    a, b = bench.random_tensor((9, 7), "bf16", device), bench.random_tensor((7, 5), "bf16", device)
+    with pytest.raises(ParamError, match="16-byte"):
+        hp.anatomy_matmul(a, b, hp.STEPS["3 TMA"], **(SMALL if device == "cpu" else {}))
+
+
+# ---------------------------------------------------------------------------------------------
+# Tile orders
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("order", hp.ORDERS)
+@pytest.mark.parametrize("shape", [(7, 5), (4, 4), (1, 9), (64, 32)])
+def test_every_order_visits_every_tile_once(order, shape):
+    tiles = hp.tile_order(order, *shape)
+    assert sorted(tiles) == [(i, j) for i in range(shape[0]) for j in range(shape[1])]
+
+
+def test_hilbert_steps_to_a_neighbour_on_a_square():
+    tiles = hp.tile_order("hilbert", 8, 8)
+    assert all(abs(i0 - i1) + abs(j0 - j1) == 1 for (i0, j0), (i1, j1) in zip(tiles, tiles[1:]))
+    assert tiles[:4] == ((0, 0), (1, 0), (1, 1), (0, 1)) or tiles[:4] == ((0, 0), (0, 1), (1, 1), (1, 0))
+
+
+def test_dram_bytes_by_hand():
+    # N = 1024 bf16: tiles 8 x 4 of 128 x 256. A + B = 4 MiB; with an L2 of 1 MB they do not fit.
+    n, e = 1024, 2
+    # row-major, 8 slots: wave 1 = tile row 0 and 1 (4 columns each): 2 A panels + 4 B panels, and so on
+    # for 4 waves: 4 x (2 x 128 + 4 x 256) x 1024 x 2 bytes, plus C once
+    expected = 4 * (2 * 128 + 4 * 256) * n * e + n * n * e
+    assert hp.dram_bytes("row-major", n, "bf16", 8, int(1e6)) == expected
+    # a 2 x 4 wave is the same for grouped with GROUP_M = 8 (8 rows x 1 column): 8 A panels + 1 B panel
+    assert hp.dram_bytes("grouped", n, "bf16", 8, int(1e6)) == 4 * (8 * 128 + 1 * 256) * n * e + n * n * e
+    # everything fits in a 50 MB L2: A and B once, C once
+    assert hp.dram_bytes("hilbert", n, "bf16", 8, int(50e6)) == 3 * n * n * e
+
+
+def test_grouped_and_hilbert_fetch_less_than_row_major_at_8192():
+    t = toy_target()
+    slots = t.sm_count
+    rm, gr, hb = (hp.dram_bytes(o, 8192, "bf16", slots, t.l2_bytes) for o in hp.ORDERS)
+    assert hb < rm and gr < rm
+
+
+# ---------------------------------------------------------------------------------------------
+# The model
+# ---------------------------------------------------------------------------------------------
+def test_step_times_by_hand():
+    t = toy_target()  # clock = 25.6e12 / (100 x 256) = 1 GHz
+    bf16 = hp.step_times(hp.STEPS["1 baseline"], "bf16", t)
+    # math: 2 x 128 x 256 x 64 FLOPs at 409.6e12 / 100 per SM = 1.024 us
+    assert bf16["math_s"] == pytest.approx(2 * 128 * 256 * 64 / 4.096e12)
+    assert bf16["latency_s"] == pytest.approx(hp.HBM_LATENCY_CYCLES * 1e-9)
+    l2, _ = hp.l2_tbps(t)  # no measurement for the toy GPU: 2.5 x 2 TB/s
+    assert l2 == pytest.approx(5.0)
+    operand = (128 + 256) * 64 * 2 / (5e12 / 100)
+    assert bf16["operand_s"] == pytest.approx(operand)
+    # one stage: load, wait, multiply in series
+    assert bf16["slice_s"] == pytest.approx(bf16["math_s"] + bf16["latency_s"] + operand)
+    piped = hp.step_times(hp.STEPS["2 pipeline"], "bf16", t)
+    assert piped["slice_s"] == pytest.approx(max(bf16["math_s"], operand, (bf16["latency_s"] + operand) / 2))
+    # per-tile edges: one program per tile pays fill and drain, persistent the fill, warp-specialized none
+    drain = 128 * 256 * 2 / (2e12 / 100)
+    assert piped["edges_s"] == pytest.approx(bf16["latency_s"] + operand + drain)
+    assert hp.step_times(hp.STEPS["5 persistent"], "bf16", t)["edges_s"] == pytest.approx(bf16["latency_s"] + operand)
+    assert hp.step_times(hp.STEPS["7 warp-specialized"], "bf16", t)["edges_s"] == 0
+
+
+def test_predict_step_by_hand():
+    t = toy_target()
+    row = hp.predict_step("5 persistent", 4096, "bf16", t)
+    tiles = 32 * 16
+    assert row["tiles"] == tiles and row["waves"] == math.ceil(tiles / 100)
+    st = hp.step_times(hp.STEPS["5 persistent"], "bf16", t)
+    compute = math.ceil(tiles / 100) * (64 * st["slice_s"] + st["edges_s"])
+    assert row["predicted_ms"] == pytest.approx((max(compute, row["predicted_dram_bytes"] / 2e12) + 3e-6) * 1e3)
+    assert row["predicted_l2_request_bytes"] == tiles * (128 + 256) * 4096 * 2
+
+
+def test_model_orders_the_steps():
+    """Stages hide latency; the later steps never predict slower; the orders only move DRAM bytes."""
+    rows = {r["step"]: r for r in hp.predict(hp.Params(sizes=(8192,)), toy_target())}
+    assert rows["1 baseline"]["predicted_tflops"] < 0.7 * rows["2 pipeline"]["predicted_tflops"]
+    assert rows["1 baseline"]["predicted_latency_hidden_pct"] == 0
+    assert rows["2 pipeline"]["predicted_latency_hidden_pct"] == 100
+    assert rows["5 persistent"]["predicted_tflops"] > rows["4 grouped order"]["predicted_tflops"]
+    assert rows["4 grouped order"]["predicted_dram_bytes"] < rows["3 TMA"]["predicted_dram_bytes"]
+    assert rows["7 warp-specialized"]["predicted_pct_of_cublas"] <= 100
+    assert rows["cuBLAS"]["predicted_tflops"] == pytest.approx(409.6)
+
+
+def test_predict_without_a_ceiling_says_so():
+    t = toy_target()
+    t.ceilings.matmul_tflops.pop("fp16")
+    row = hp.predict_step("3 TMA", 4096, "fp16", t)
+    assert "predicted_tflops" not in row and "fp16" in row["note"]
+
+
+def test_instruction_counting():
+    ptx = "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {...};\n" \
+          "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%r1], [%rd2, {%r3, %r4}];\n" \
+          "mbarrier.try_wait.parity.shared::cta.b64 %p1, [%r5], %r6;\ncp.async.cg.shared.global [%r7], [%rd8], 16;\n"
+    counts = hp.count_instructions(ptx, hp.PTX_MARKERS)
+    assert counts == {"wgmma": 1, "mma.sync": 0, "cp.async.bulk.tensor": 1, "cp.async": 1, "ld.global": 0,
+                      "mbarrier": 1}
+    assert "wgmma" in hp.ptx_excerpt(ptx) and hp.ptx_excerpt("add.s32 %r1, %r2, %r3;") == ""
+
+
+def test_params_check_and_lesson_numbers():
+    p = from_strings(hp.Params, {"sizes": "4096", "steps": "1 baseline,3 TMA"})
+    assert p.steps == ("1 baseline", "3 TMA")
+    with pytest.raises(ParamError):
+        from_strings(hp.Params, {"steps": "9 magic"})
+    with pytest.raises(ParamError, match="Hopper"):
+        hp.check(hp.Params(), gpu.datasheet_target(gpu.datasheet_by_name("A100 80GB")))
+    with pytest.raises(ParamError, match="multiple of 8"):
+        hp.check(hp.Params(sizes=(4097,)), toy_target())
+    hp.check(hp.Params(sizes=(4097,), steps=("1 baseline", "2 pipeline")), toy_target())  # pointers take any N
+    with pytest.raises(ParamError, match="smaller sizes"):
+        hp.check(hp.Params(sizes=(16384,)), toy_target(memory_gb=1))
+    nums = hp.lesson_numbers(gpu.datasheet_target(gpu.datasheet_by_name("H100 SXM")))
+    assert nums["tiles_8192"] == "2048" and nums["waves_8192"] == "16"
+    assert float(nums["dram_hilbert_gb"]) < float(nums["dram_row_gb"])
+    assert hp.LAB.headline.row["step"] in hp.STEPS
+
+
+# ---------------------------------------------------------------------------------------------
+# On a Hopper GPU
+# ---------------------------------------------------------------------------------------------
+def _hopper_or_skip():
+    target = gpu.live_target()
+    if not mm.tma_supported(target.compute_capability):
+        pytest.skip("needs a Hopper GPU (TMA, wgmma)")
+    return target
+
+
+@pytest.mark.gpu
+def test_short_run_on_hopper_shows_wgmma_and_tma():
+    from labs import runner
+
+    _hopper_or_skip()
+    started = time.monotonic()
+    result = runner.run(hp.LAB, hp.Params(sizes=(2048,), steps=("2 pipeline", "3 TMA")), use_cache=False)
+    assert result.complete and time.monotonic() - started < 120
+    rows = {r["step"]: r for r in result.rows if r.get("measured_tflops")}
+    assert rows["3 TMA"]["ptx_wgmma"] > 0 and rows["3 TMA"]["ptx_cp_async_bulk_tensor"] > 0
+    assert rows["2 pipeline"]["ptx_cp_async_bulk_tensor"] == 0 and rows["2 pipeline"]["ptx_cp_async"] > 0
+    assert rows["3 TMA"]["ptx_excerpt"]
+
+
+# ---------------------------------------------------------------------------------------------
+# The page
+# ---------------------------------------------------------------------------------------------
+def test_page_renders_without_a_gpu():
+    from tests.conftest import render_page
+
+    at = render_page("hopper.py")
+    assert at.title[0].value == hp.LAB.title
+    text = " ".join(m.value for m in at.markdown)
+    assert "{{" not in text and "wgmma" in text
+    assert len(at.get("plotly_chart")) >= 2
+    headings = [h.value for h in at.subheader]
+    assert any("DRAM" in h for h in headings) and any("warp-tiled" in h for h in headings)
+    levels = at.dataframe[-2].value  # the warp-tiled kernel's levels, before the numbers table
+    assert list(levels["level"]) == ["global (L2)", "shared memory", "registers (FMA)"]
+
+
+def test_page_refuses_bad_input_with_a_message():
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(ROOT / "pages" / "hopper.py"), default_timeout=120)
+    at.run()
+    at.text_input(key="hopper.sizes").set_value("4096,70000").run()
+    assert not at.exception
+    assert any("out of range" in e.value for e in at.error)
