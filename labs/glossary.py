@@ -296,8 +296,8 @@ def resolve(name: str) -> Optional[tuple[str, str]]:
     if name in FACTS:
         fact = FACTS[name]
         return _fmt(fact.value), fact.source
-    if name.startswith("latency.") and name[len("latency."):] in _LATENCY_CYCLES:  # {{latency.hbm}}: cycles
-        return _fmt(_LATENCY_CYCLES[name[len("latency."):]]), _LATENCY_SRC
+    if name.startswith("latency.") and name[len("latency."):] in LATENCY_CYCLES:  # {{latency.hbm}}: cycles
+        return _fmt(LATENCY_CYCLES[name[len("latency."):]]), LATENCY_SOURCE
     return None
 
 
@@ -706,11 +706,11 @@ def thread_hierarchy(gpu: str = "H100 SXM") -> dict:
 
 # Approximate load-to-use latencies on Hopper, from published microbenchmarks (rounded): they
 # vary with clock, load and access pattern, and are here to show orders of magnitude.
-_LATENCY_SRC = ("approximate: microbenchmarks of Hopper (Luo et al., 'Benchmarking and Dissecting the Nvidia "
+LATENCY_SOURCE = ("approximate: microbenchmarks of Hopper (Luo et al., 'Benchmarking and Dissecting the Nvidia "
                 "Hopper GPU Architecture', 2024), rounded")
-_LATENCY_CYCLES = {"registers": 1, "shared": 30, "l1": 40, "l2": 260, "hbm": 480, "pcie": 2000,
+LATENCY_CYCLES = {"registers": 1, "shared": 30, "l1": 40, "l2": 260, "hbm": 480, "pcie": 2000,
                    "fma": 4}  # a dependent FP32 FMA
-_L2_OVER_HBM = 2.5  # L2 serves roughly 2-3x the HBM bandwidth (microbenchmarks); an estimate
+L2_OVER_HBM = 2.5  # L2 serves roughly 2-3x the HBM bandwidth (microbenchmarks); an estimate
 
 
 def memory_hierarchy(gpu: str = "H100 SXM") -> list[dict]:
@@ -728,32 +728,32 @@ def memory_hierarchy(gpu: str = "H100 SXM") -> list[dict]:
     return [
         {"level": "Registers", "slug": "registers", "scope": "per thread (file per SM)",
          "unit_bytes": a.register_file_kb * kb, "total_bytes": sms * a.register_file_kb * kb,
-         "latency_cycles": _LATENCY_CYCLES["registers"],
+         "latency_cycles": LATENCY_CYCLES["registers"],
          "bandwidth_tbps": sms * a.fp32_lanes_per_sm * 3 * 4 * ghz / 1e3,
          "note": "operands of one FMA per lane per clock; latency is part of the instruction",
          "sources": [a.source, "bandwidth: computed (3 operands x 4 bytes per lane per clock)"]},
         {"level": "L1 / shared memory", "slug": "shared-memory", "scope": "per SM (per block)",
          "unit_bytes": a.l1_shared_per_sm_kb * kb, "total_bytes": sms * a.l1_shared_per_sm_kb * kb,
-         "latency_cycles": _LATENCY_CYCLES["shared"],
+         "latency_cycles": LATENCY_CYCLES["shared"],
          "bandwidth_tbps": sms * FACTS["smem_banks"].value * FACTS["smem_bank_bytes"].value * ghz / 1e3,
          "note": f"up to {a.max_shared_per_sm_kb} KB of it as shared memory; an L1 hit takes about "
-                 f"{_LATENCY_CYCLES['l1']} cycles",
-         "sources": [a.source, "bandwidth: computed (32 banks x 4 bytes per SM per clock)", _LATENCY_SRC]},
+                 f"{LATENCY_CYCLES['l1']} cycles",
+         "sources": [a.source, "bandwidth: computed (32 banks x 4 bytes per SM per clock)", LATENCY_SOURCE]},
         {"level": "L2 cache", "slug": "l2-cache", "scope": "whole GPU",
          "unit_bytes": sheet.l2_mb * 1e6, "total_bytes": sheet.l2_mb * 1e6,
-         "latency_cycles": _LATENCY_CYCLES["l2"],
-         "bandwidth_tbps": _L2_OVER_HBM * sheet.bandwidth_tbps,
+         "latency_cycles": LATENCY_CYCLES["l2"],
+         "bandwidth_tbps": L2_OVER_HBM * sheet.bandwidth_tbps,
          "note": "bandwidth is an estimate (about 2-3x HBM in microbenchmarks)",
-         "sources": [sheet.source, _LATENCY_SRC]},
+         "sources": [sheet.source, LATENCY_SOURCE]},
         {"level": f"{'HBM' if sheet.memory_type.startswith('HBM') else 'DRAM'} ({sheet.memory_type})", "slug": "hbm",
          "scope": "whole GPU (global memory)",
          "unit_bytes": sheet.memory_gb * 1e9, "total_bytes": sheet.memory_gb * 1e9,
-         "latency_cycles": _LATENCY_CYCLES["hbm"], "bandwidth_tbps": sheet.bandwidth_tbps,
+         "latency_cycles": LATENCY_CYCLES["hbm"], "bandwidth_tbps": sheet.bandwidth_tbps,
          "note": "the datasheet bandwidth; a copy kernel reaches roughly 85-90 % of it",
-         "sources": [sheet.source, _LATENCY_SRC]},
+         "sources": [sheet.source, LATENCY_SOURCE]},
         {"level": "Host memory over PCIe", "slug": "pcie", "scope": "the CPU's RAM",
          "unit_bytes": None, "total_bytes": None,
-         "latency_cycles": _LATENCY_CYCLES["pcie"],
+         "latency_cycles": LATENCY_CYCLES["pcie"],
          "bandwidth_tbps": FACTS["pcie5_x16_gbps"].value / 1e3 if a.name == "Hopper"
          else FACTS["pcie4_x16_gbps"].value / 1e3,
          "note": "one direction of a x16 link; latency of order a microsecond",

@@ -37,7 +37,7 @@ import triton.language as tl
 
 from labs import bench
 from labs import matmul as mm
-from labs.glossary import _L2_OVER_HBM, _LATENCY_CYCLES, _LATENCY_SRC
+from labs.glossary import L2_OVER_HBM, LATENCY_CYCLES, LATENCY_SOURCE
 from labs.gpu import Target, free_memory_bytes
 from labs.lab import Headline, Lab
 from labs.params import ParamError, param
@@ -263,7 +263,7 @@ class Params:
 
 # Load-to-use latency of device memory on Hopper from published microbenchmarks, the figure the
 # glossary quotes (labs/glossary.py): the model converts it to time with the clock the FMA ceiling implies.
-HBM_LATENCY_CYCLES = _LATENCY_CYCLES["hbm"]
+HBM_LATENCY_CYCLES = LATENCY_CYCLES["hbm"]
 
 
 def l2_tbps(target: Target) -> tuple:
@@ -274,8 +274,8 @@ def l2_tbps(target: Target) -> tuple:
     lv = hierarchy.levels(target)
     if lv.l2_tbps:
         return lv.l2_tbps, f"L2 {lv.l2_tbps:.1f} TB/s ({lv.source})"
-    est = _L2_OVER_HBM * target.ceilings.copy_tbps
-    return est, f"L2 ~{est:.1f} TB/s (estimate: {_L2_OVER_HBM}x DRAM; run the Memory hierarchy lab to measure it)"
+    est = L2_OVER_HBM * target.ceilings.copy_tbps
+    return est, f"L2 ~{est:.1f} TB/s (estimate: {L2_OVER_HBM}x DRAM; run the Memory hierarchy lab to measure it)"
 
 
 def dram_bytes(order: str, n: int, dtype: str, slots: int, l2_bytes: int) -> float:
@@ -542,7 +542,7 @@ def lesson_numbers(target: Target) -> dict:
         "bf16_tflops": f"{target.ceilings.matmul_tflops.get(dtype) or 0:.0f}",
         "math_us": f"{base['math_s'] * us:.2f}" if base["math_s"] == base["math_s"] else "?",
         "operand_us": f"{base['operand_s'] * us:.2f}", "latency_us": f"{base['latency_s'] * us:.2f}",
-        "latency_cycles": str(HBM_LATENCY_CYCLES), "latency_source": _LATENCY_SRC, "l2_source": l2_source,
+        "latency_cycles": str(HBM_LATENCY_CYCLES), "latency_source": LATENCY_SOURCE, "l2_source": l2_source,
         "slice_1_us": f"{base['slice_s'] * us:.2f}", "slice_3_us": f"{piped['slice_s'] * us:.2f}",
         "tiles_8192": str(tiles), "waves_8192": str(math.ceil(tiles / slots)),
         "dram_row_gb": f"{row_major / 1e9:.2f}", "dram_grouped_gb": f"{grouped / 1e9:.2f}",
