@@ -1,6 +1,10 @@
 # Roofline on a CUDA machine:
 #   docker build -t roofline .
 #   docker run --gpus all -p 8501:8501 roofline
+# A GPU pool (README, "A class on a GPU pool"), the same image with another command:
+#   docker run --network host roofline python -m labs.pool scheduler
+#   docker run --gpus all --network host roofline python -m labs.pool worker tcp://SCHEDULER:8786
+#   docker run --network host -e ROOFLINE_CLUSTER=tcp://SCHEDULER:8786 roofline
 # The base image carries CUDA PyTorch, nvcc and gcc (Triton compiles with a C compiler at run time;
 # the CUDA C++ labs build with nvcc).
 FROM pytorch/pytorch:2.7.1-cuda12.8-cudnn9-devel
@@ -20,7 +24,7 @@ ENV HOME=/home/roofline \
     TRITON_CACHE_DIR=/home/roofline/.triton \
     STREAMLIT_BROWSER_GATHER_USAGE_STATS=false
 
-EXPOSE 8501
+EXPOSE 8501 8786
 HEALTHCHECK --interval=30s --timeout=5s --start-period=60s \
   CMD curl -fsS http://localhost:8501/_stcore/health || exit 1
 CMD ["streamlit", "run", "app.py", "--server.address=0.0.0.0", "--server.port=8501", "--server.headless=true"]

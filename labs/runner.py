@@ -3,6 +3,12 @@
 Every kernel the app times runs inside `gpu_session()`, so two learners' runs never overlap on the
 GPU (their timings would be wrong, and torch's memory counters are per process). Identical runs
 are computed once and then served from the cache.
+
+Two backends behind the same functions:
+- embedded (the default): this process's GPU, one lock, an in-memory cache; no other service;
+- a GPU pool, when ROOFLINE_CLUSTER names a Dask scheduler (or `python -m labs --cluster ADDRESS`):
+  `run` sends the lab to a worker that owns one GPU and its lock, and the cache is a folder shared by
+  every app process (labs/pool.py, labs/cache.py). `gpu_session` stays this process's lock either way.
 """
 
 from __future__ import annotations
@@ -20,7 +26,8 @@ from labs.lab import Lab, Progress, noop_progress
 from labs.params import ParamError, to_dict, validate
 from labs.results import Result, merge_rows, run_metadata
 
-__all__ = ["ParamError", "run", "model", "cached", "warmup", "calibrate", "gpu_session", "queue_length", "clear_cache"]
+__all__ = ["ParamError", "run", "model", "cached", "warmup", "calibrate", "gpu_session", "queue_length", "clear_cache",
+           "cluster_address", "live_gpu", "waiting_message", "ran_on"]
 
 _LOCK = threading.Lock()
 _STATE = threading.Condition()
@@ -46,9 +53,43 @@ def _log(event: str, label: str) -> None:
             fh.write(f"{time.time():.6f} {event} {label} {os.getpid()} {threading.get_ident()}\n")
 
 
+def cluster_address() -> Optional[str]:
+    """The GPU pool's scheduler address (ROOFLINE_CLUSTER), or None for the embedded default."""
+    return os.environ.get("ROOFLINE_CLUSTER", "").strip() or None
+
+
+def _pool():
+    from labs import pool  # imported only when a pool is used: the embedded default needs no Dask
+
+    return pool
+
+
 def queue_length() -> int:
-    """How many runs are waiting for the GPU now (0 when it is free)."""
+    """How many runs are waiting for the GPU now (0 when it is free); with a pool, its unfinished runs."""
+    if cluster_address():
+        return _pool().queue_length()
     return _waiting + (1 if _LOCK.locked() else 0)
+
+
+def live_gpu() -> gpu_mod.GpuInfo:
+    """What live runs run on: this process's GPU, or (with a pool) the pool's GPUs; `.reason` if none."""
+    return _pool().gpu_info() if cluster_address() else gpu_mod.detect()
+
+
+def waiting_message(position: int) -> str:
+    """What a queued learner reads; `position` is what `on_wait` was called with."""
+    if cluster_address():
+        return _pool().waiting_message(position)
+    return f"Waiting for the GPU: {position} run(s) ahead of yours."
+
+
+def ran_on(result: Result) -> str:
+    """Which GPU of the pool ran a result ('' for embedded runs: it was this machine's GPU)."""
+    where = result.meta.get("pool") or {}
+    if not where:
+        return ""
+    return (f"Ran on {where.get('worker_name')} ({result.meta.get('gpu', {}).get('name', where.get('kind'))}) "
+            f"of the GPU pool at {where.get('scheduler', 'the scheduler')}.")
 
 
 @contextmanager
@@ -91,7 +132,12 @@ def _cache_key(lab: Lab, params, target_key: str) -> str:
 
 
 def clear_cache() -> None:
+    """Forget cached results (with a pool, also the shared folder every app process reads)."""
     _CACHE.clear()
+    if cluster_address():
+        from labs import cache
+
+        cache.clear()
 
 
 def model(lab: Lab, params, target: gpu_mod.Target) -> Result:
@@ -104,6 +150,8 @@ def model(lab: Lab, params, target: gpu_mod.Target) -> Result:
 
 def cached(lab: Lab, params) -> Optional[Result]:
     """The cached live result of this exact run on this GPU, if any (no GPU work)."""
+    if cluster_address():
+        return _pool().cached(lab, validate(params))
     target = gpu_mod.live_target()
     return _CACHE.get(_cache_key(lab, validate(params), target.key)) if target else None
 
@@ -111,18 +159,31 @@ def cached(lab: Lab, params) -> Optional[Result]:
 def run(lab: Lab, params, progress: Progress = noop_progress,
         on_wait: Optional[Callable[[int], None]] = None, use_cache: bool = True,
         time_limit_s: Optional[float] = None) -> Result:
-    """Validate, take the GPU, measure, merge with the model. Raises ParamError for bad input."""
+    """Validate, take the GPU, measure, merge with the model. Raises ParamError for bad input.
+
+    With a pool (ROOFLINE_CLUSTER) the run goes to a worker's GPU; `on_wait` then hears the position in
+    the pool's queue each time it changes, and the result's meta["pool"] says which GPU ran it.
+    """
     params = validate(params)
+    if cluster_address():
+        return _pool().run(lab, params, progress, on_wait, use_cache, time_limit_s or RUN_TIME_LIMIT_S)
     info = gpu_mod.detect()
     if not info.available:
         raise ParamError(info.reason)
-    target = gpu_mod.live_target()
+    return run_on(lab, params, info, gpu_mod.live_target(), progress, on_wait, use_cache, time_limit_s)
+
+
+def run_on(lab: Lab, params, info: Optional[gpu_mod.GpuInfo], target: gpu_mod.Target,
+           progress: Progress = noop_progress, on_wait: Optional[Callable[[int], None]] = None,
+           use_cache: bool = True, time_limit_s: Optional[float] = None, label: str = "") -> Result:
+    """The embedded run on this process's GPU under its lock (a pool's worker calls this for its GPU;
+    its `label`, "lab@gpu1.host", names the GPU in the lock's enter/exit log)."""
     if lab.check:
         lab.check(params, target)
     key = _cache_key(lab, params, target.key)
     if use_cache and key in _CACHE:
         return _CACHE[key]
-    with gpu_session(lab.name, on_wait):
+    with gpu_session(label or lab.name, on_wait):
         if use_cache and key in _CACHE:  # someone ran the same thing while we waited
             return _CACHE[key]
         started = time.monotonic()

@@ -3,11 +3,18 @@
 Checks: no page shows an error, every session gets its result (a live result on a GPU; the model and
 recorded runs without one), no two timed GPU regions overlap (the runner's enter/exit log), and the
 server's memory comes back to its level after the first wave of sessions once the second wave closes.
+
+With a GPU pool (labs/pool.py) the load is driven headless by scripts/pool_load.py (real app sessions in
+AppTest, two app processes, N GPU workers); scripts/pool_gpu.sh runs it on two GPUs. Here its driver
+runs on GPU-less workers: every session's Run must reach a worker's lock, none overlapping.
 """
 
 import asyncio
+import json
 import os
 import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -21,8 +28,8 @@ SESSIONS = int(os.environ.get("ROOFLINE_LOAD_SESSIONS", "30"))
 WAIT_MS = int(os.environ.get("ROOFLINE_LOAD_WAIT_MS", "600000"))  # per step, generous for a 2-core CI machine
 ARTIFACTS = ROOT / "tests" / "artifacts" / "screenshots"
 LAB_PAGES = [lab for lab in all_labs() if (ROOT / "pages" / f"{lab.name}.py").exists()]
-pytestmark = [pytest.mark.browser,
-              pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed")]
+browser_only = [pytest.mark.browser,
+                pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed")]
 
 
 def rss_mb(pid: int) -> float:
@@ -78,6 +85,8 @@ def overlapping_regions(log_path: Path) -> list:
     return bad
 
 
+@browser_only[0]
+@browser_only[1]
 def test_thirty_learners_at_once(tmp_path):
     live = gpu.detect().available
     log = tmp_path / "runner.log"
@@ -98,3 +107,24 @@ def test_thirty_learners_at_once(tmp_path):
     # the second wave must not leave memory behind: closed sessions are released
     assert after_second < after_first * 1.15 + 100, (after_first, after_second)
     print(f"2 x {SESSIONS} sessions in {elapsed:.0f} s; server RSS {after_first:.0f} -> {after_second:.0f} MB")
+
+
+def test_pool_driver_sends_every_session_to_a_workers_lock(tmp_path):
+    """scripts/pool_load.py on 2 GPU-less workers: 4 sessions (4 app processes) press Run together.
+
+    Without a GPU the labs cannot measure, so each session must end with the worker's error on its page
+    (not a missing button or a crash), and the workers' lock log must hold one timed region per session
+    over both workers, never two at once on one.
+    """
+    env = {k: v for k, v in os.environ.items() if k != "ROOFLINE_CLUSTER"}
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "pool_load.py"), "--workers", "2", "--cpu",
+                           "--sessions", "4", "--out", str(tmp_path)], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=240)
+    summary = json.loads((tmp_path / "pool-load-load-2.json").read_text())
+    records = summary["records"]
+    assert len(records) == 4, done.stdout[-2000:] + done.stderr[-2000:]
+    # each page showed the error the worker raised (no CUDA there), not a missing button or a crash
+    assert all(r.get("error", "").startswith("RuntimeError: no result: ['") for r in records), records
+    by_gpu = summary["by_gpu"]
+    assert sum(g["runs"] for g in by_gpu.values()) == 4 and len(by_gpu) == 2, by_gpu
+    assert all(g["overlaps"] == 0 for g in by_gpu.values())
