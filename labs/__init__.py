@@ -11,7 +11,7 @@ import importlib
 import pkgutil
 
 # modules of the engine itself; every other module in this package that defines LAB is a lab
-ENGINE_MODULES = {"bench", "calibration", "glossary", "gpu", "lab", "params", "results", "runner"}
+ENGINE_MODULES = {"bench", "cache", "calibration", "counters", "glossary", "gpu", "lab", "params", "pool", "results", "runner"}
 
 
 @functools.lru_cache(maxsize=1)

@@ -5,6 +5,10 @@
     python -m labs run roofline --record                  ... and commit it as content/recorded/<gpu>/roofline.json
     python -m labs calibrate [--record]                   measure this GPU's ceilings
     python -m labs warmup [--labs a,b]                    instructor warm-up: compile and run every lab once
+    python -m labs --cluster tcp://HOST:8786 run roofline on a GPU of a pool (labs/pool.py; or ROOFLINE_CLUSTER)
+    python -m labs count roofline [k=v ...] [--record]    hardware counters (ncu) beside the model's bytes and FLOPs
+    python -m labs workbench list                         the workbench exercises
+    python -m labs workbench run matmul my_kernel.py      check (and on a GPU, time) a kernel in the sandbox [--record]
 
 Progress goes to stderr; results go to --out (JSON, or CSV if the name ends in .csv) or stdout.
 Bad input exits with status 2 and says what is allowed.
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from labs import all_labs, get_lab, gpu, params as params_mod, runner
@@ -45,7 +50,7 @@ def cmd_run(args) -> int:
     lab = get_lab(args.lab)
     params = params_mod.from_strings(lab.Params, _parse_assignments(args.assignments))
     target = gpu.live_target()
-    if target is None:
+    if target is None and not runner.cluster_address():
         if args.record:
             raise params_mod.ParamError(f"--record needs a GPU: {gpu.detect().reason}")
         print(f"{gpu.detect().reason}\nShowing the model for {args.model_gpu}.", file=sys.stderr)
@@ -78,8 +83,8 @@ def cmd_calibrate(args) -> int:
 
 def cmd_warmup(args) -> int:
     """Instructor warm-up: every lab's default run, twice; the second pass must come from the cache."""
-    if not gpu.detect().available:
-        raise params_mod.ParamError(f"warmup needs a GPU: {gpu.detect().reason}")
+    if not runner.live_gpu().available:
+        raise params_mod.ParamError(f"warmup needs a GPU: {runner.live_gpu().reason}")
     labs = [get_lab(n) for n in args.labs.split(",")] if args.labs else list(all_labs())
     failed = False
     record = (lambda result: print(f"  recorded {save_recording(result)}", file=sys.stderr)) if args.record else None
@@ -93,8 +98,67 @@ def cmd_warmup(args) -> int:
     return 1 if failed else 0
 
 
+def cmd_count(args) -> int:
+    """Hardware counters for the lab's points beside its model (labs/counters.py)."""
+    from labs import counters
+
+    lab = get_lab(args.lab)
+    params = params_mod.from_strings(lab.Params, _parse_assignments(args.assignments))
+    try:
+        result = counters.count(lab.name, params, progress=_progress,
+                                on_wait=lambda pos: _progress(0, f"waiting for the GPU ({pos} ahead)"))
+    except counters.CountersUnavailable as exc:
+        print(f"no counters: {exc}", file=sys.stderr)
+        return 3
+    for message in result.messages:
+        print(message, file=sys.stderr)
+    print(counters.format_table(result.rows))
+    if args.out:
+        with open(args.out, "w") as fh:
+            fh.write(result.to_csv() if args.out.endswith(".csv") else result.to_json())
+        print(f"wrote {args.out}", file=sys.stderr)
+    if args.record:
+        print(f"recorded {counters.save_recording(result)}", file=sys.stderr)
+    return 0
+
+
+def cmd_workbench(args) -> int:
+    """The kernel workbench: list the exercises, or check (and time) a kernel file in the sandbox."""
+    from labs.workbench import EXERCISES, get_exercise
+    from labs.workbench import verdict as wb
+
+    if args.action == "list":
+        for ex in EXERCISES:
+            print(f"{ex.name:10s} {ex.title}  [{ex.lab} lab]\n  write: {ex.signature}\n  starter: {ex.path('starter')}")
+        return 0
+    if not args.exercise or not args.file:
+        raise params_mod.ParamError("usage: python -m labs workbench run EXERCISE FILE [--record]")
+    ex = get_exercise(args.exercise)
+    try:
+        with open(args.file) as fh:
+            code = fh.read()
+    except OSError as exc:
+        raise params_mod.ParamError(f"cannot read {args.file}: {exc.strerror}") from None
+    verdict = wb.submit(ex, code, progress=_progress,
+                        on_wait=lambda pos: _progress(0, f"waiting for the GPU ({pos} ahead)"))
+    print(json.dumps(verdict, indent=1, default=str) if args.json else wb.summary_line(verdict))
+    print(verdict.get("message", ""), file=sys.stderr)
+    for row in verdict.get("points", []):
+        if row.get("gap"):
+            print(f"{row['point']}: {row['gap']}", file=sys.stderr)
+    for note in verdict.get("notes", []):
+        print(note, file=sys.stderr)
+    if args.record:
+        if not verdict.get("gpu") or verdict.get("status") != "correct":
+            raise params_mod.ParamError("--record needs a GPU and a correct kernel.")
+        print(f"recorded {save_recording(wb.to_result(verdict, os.path.basename(args.file)))}", file=sys.stderr)
+    return 0 if verdict.get("status") == "correct" else 1
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m labs", description="Roofline's labs from the command line.")
+    parser.add_argument("--cluster", metavar="ADDRESS",
+                        help="run labs on a GPU pool: its Dask scheduler, e.g. tcp://10.0.0.5:8786 (as ROOFLINE_CLUSTER)")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="list the labs and their parameters").set_defaults(func=cmd_list)
     run = sub.add_parser("run", help="run a lab: python -m labs run LAB [key=value ...]")
@@ -112,7 +176,25 @@ def main(argv=None) -> int:
     warm.add_argument("--labs", help="comma-separated lab names (default: all)")
     warm.add_argument("--record", action="store_true", help="also record each lab's first-pass run")
     warm.set_defaults(func=cmd_warmup)
+    cnt = sub.add_parser("count", help="read the GPU's hardware counters (Nsight Compute) for a lab's points "
+                                       "beside the model: python -m labs count LAB [key=value ...]")
+    cnt.add_argument("lab")
+    cnt.add_argument("assignments", nargs="*", metavar="key=value")
+    cnt.add_argument("--out", help="also write the counted rows here (.json or .csv)")
+    cnt.add_argument("--record", action="store_true",
+                     help="also save it as a recorded counter run of this GPU (content/recorded/<gpu>/counters/)")
+    cnt.set_defaults(func=cmd_count)
+    wb = sub.add_parser("workbench", help="the kernel workbench: python -m labs workbench list | run EXERCISE FILE")
+    wb.add_argument("action", choices=("list", "run"))
+    wb.add_argument("exercise", nargs="?")
+    wb.add_argument("file", nargs="?", help="a Python file defining the exercise's function")
+    wb.add_argument("--json", action="store_true", help="print the whole verdict as JSON")
+    wb.add_argument("--record", action="store_true",
+                    help="on a GPU: save the verdict as content/recorded/<gpu>/workbench-<exercise>.json")
+    wb.set_defaults(func=cmd_workbench)
     args = parser.parse_args(argv)
+    if args.cluster:
+        os.environ["ROOFLINE_CLUSTER"] = args.cluster
     try:
         return args.func(args)
     except params_mod.ParamError as exc:

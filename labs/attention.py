@@ -946,6 +946,73 @@ def check(params: Params, target: Target) -> None:
                          f"free. Choose a smaller N, batch or heads.")
 
 
+# Memory a timed point needs beyond its own tensors: triton's do_bench allocates 256 MB to clear the L2,
+# and a share of free memory stays reserved for the CUDA libraries' workspaces (cuBLAS, cuDNN plans).
+TIMER_BYTES = 256 * 10**6
+FREE_SHARE = 0.8  # on an 80 GB H100, naive N = 16384 (68.7 GB) passed a 0.9 test and then ran out of memory
+LIBRARY_PEAK_FACTOR = 2  # the SDPA backends keep float32 copies and workspaces: measured 1.0-2.0x ours
+
+
+def point_peak_bytes(impl: str, shape: Shape, mode: str) -> int:
+    """Memory one point allocates beyond its inputs while it runs: the models above for naive and ours;
+    for a library backend, twice ours (a bound, so a point is never refused for it on a GPU that fits)."""
+    if impl == "naive":
+        return naive_peak_bytes(shape, mode)
+    peak = flash_peak_bytes(shape, mode)
+    return peak if impl == "ours" else LIBRARY_PEAK_FACTOR * peak
+
+
+def fits(need_bytes: int, free_bytes: int) -> bool:
+    """Will a point that allocates need_bytes (plus the timer's buffer) run in free_bytes of free memory?"""
+    return need_bytes + TIMER_BYTES <= FREE_SHARE * free_bytes
+
+
+def plan_points(params: "Params", free_bytes: int) -> list[dict]:
+    """Every point of a run with its predicted peak memory and whether it fits, decided before anything is
+    allocated. free_bytes: the device's free memory before the inputs (Q, K, V, dO) of the largest N."""
+    plan = []
+    for dtype in params.dtypes:
+        for d in params.head_dims:
+            for n in params.seq_lens:
+                inputs = 4 * _shape(params, n, d, "full", dtype).q_bytes  # Q, K, V and dO of this N
+                for mask in params.masks:
+                    shape = _shape(params, n, d, mask, dtype)
+                    for impl in params.impls:
+                        for mode in params.modes:
+                            need = point_peak_bytes(impl, shape, mode)
+                            plan.append(_row_key(impl, mode, mask, dtype, d, n) |
+                                        {"peak_bytes": need, "fits": fits(need, free_bytes - inputs)})
+    return plan
+
+
+def _free_for_point() -> int:
+    """Free device memory now, after handing cached blocks back: a large block carved up by small tensors
+    from an earlier size cannot hold an N x N matrix, so cached memory does not count as free."""
+    torch.cuda.empty_cache()
+    return _available_bytes()
+
+
+OUR_KERNELS = {"fwd": 1, "fwd+bwd": 4}  # launches per call: forward; forward, prep, dK/dV, dQ
+HOST_FLOOR_BELOW_MS = 2.0  # the CPU's time per call is measured only where the GPU model is shorter than this
+
+
+def _with_host_floor(row: dict, shape: Shape, mode: str, run, target: Target) -> dict:
+    """The model for our kernels once the CPU's time per call is measured: the larger of the GPU model and
+    the part of the CPU's time the timer sees (recompute.timer_host_floor_ms)."""
+    from labs.fusion import host_ms_per_call
+    from labs.recompute import timer_host_floor_ms
+
+    gpu_ms = flash_model(shape, mode, target)["predicted_ms"]
+    if gpu_ms > HOST_FLOOR_BELOW_MS:
+        return row  # a launch costs tens of microseconds: it cannot be what limits a call this long
+    host_ms = host_ms_per_call(run, OUR_KERNELS[mode])
+    floor_ms = timer_host_floor_ms(host_ms, target)
+    ms = max(gpu_ms, floor_ms)
+    flops = attention_flops(mode, shape.b, shape.h, shape.lq, shape.lk, shape.d, shape.causal)
+    return row | {"host_ms": host_ms, "gpu_model_ms": gpu_ms, "predicted_ms": ms,
+                  "predicted_tflops": flops / (ms * 1e-3) / 1e12, "limited_by": "CPU" if floor_ms > gpu_ms else "GPU"}
+
+
 def _poisoned(like: torch.Tensor) -> torch.Tensor:
     return torch.full_like(like, float("nan"))
 
@@ -1011,6 +1078,21 @@ def _runner(fn, mode: str, q, k, v, do):
     return forward if mode == "fwd" else forward_backward
 
 
+def _time_point(run):
+    """(peak bytes, median ms) of one point, or None if it ran out of memory: a point the prediction let
+    through must not end the sweep (the allocator's fragmentation and the libraries' workspaces are not in
+    the model), so its tensors are released and the next point runs."""
+    try:
+        run()  # compile, cuDNN plans, cuBLAS workspace: before the memory baseline
+        peak = _peak_bytes(run)
+        return peak, bench.time_ms(run, warmup_ms=10, rep_ms=50)
+    except torch.cuda.OutOfMemoryError:
+        pass  # leaving the handler drops the traceback, and with it the frames holding the N x N matrices
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    return None
+
+
 def _peak_bytes(fn) -> int:
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
@@ -1037,10 +1119,11 @@ def _unavailable_reason(impl: str, dtype: str, d: int, causal: bool) -> Optional
 def measure(params: Params, target: Target, progress):
     cases = [(dtype, d, mask) for dtype in params.dtypes for d in params.head_dims for mask in params.masks]
     total = len(cases) * len(params.seq_lens) * len(params.impls) * len(params.modes)
-    done, checked, unavailable = 0, {}, {}
+    done, checked, unavailable, skipped = 0, {}, {}, []
     for dtype in params.dtypes:
         for d in params.head_dims:
             for n in params.seq_lens:
+                torch.cuda.empty_cache()  # the inputs must not pin the large blocks an earlier N left cached
                 q, k, v, do = (bench.random_tensor((params.batch, params.heads, n, d), dtype) for _ in range(4))
                 q.requires_grad_(), k.requires_grad_(), v.requires_grad_()
                 for mask in params.masks:
@@ -1059,15 +1142,16 @@ def measure(params: Params, target: Target, progress):
                                 yield key | {"note": f"unavailable: {why}"}
                                 continue
                             row = dict(key)
-                            if impl == "naive":
-                                need = naive_peak_bytes(shape, mode)
-                                free = _available_bytes()
-                                if need > 0.9 * free:
-                                    progress(frac, f"{label}: refused ({need / 1e9:.1f} GB needed)")
-                                    yield key | {"predicted_peak_bytes": need,
-                                                 "note": f"refused: naive attention would need {need / 1e9:.1f} GB "
-                                                         f"for its N x N matrices; {free / 1e9:.1f} GB are free"}
-                                    continue
+                            need = point_peak_bytes(impl, shape, mode)
+                            free = _free_for_point() if need > 2**30 else _available_bytes()
+                            if not fits(need, free):
+                                progress(frac, f"{label}: skipped ({need / 1e9:.1f} GB needed)")
+                                skipped.append(f"{impl} {mode} N={n} d={d} {mask}")
+                                yield key | {"predicted_peak_bytes": need,
+                                             "note": f"skipped: {impl} would need {need / 1e9:.1f} GB "
+                                                     f"({'its N x N matrices' if impl == 'naive' else 'outputs'}"
+                                                     f" and workspace); {free / 1e9:.1f} GB are free"}
+                                continue
                             if (impl, dtype, d, causal, mode) not in checked:
                                 progress(frac, f"{label}: checking against float64")
                                 check_fn = _check_ours if impl == "ours" else \
@@ -1075,9 +1159,14 @@ def measure(params: Params, target: Target, progress):
                                 checked[(impl, dtype, d, causal, mode)] = check_fn(dtype, d, causal, mode)
                             run = _runner(_impl_fn(impl, causal), mode, q, k, v, do)
                             progress(frac, f"{label}: timing")
-                            run()  # compile, cuDNN plans, cuBLAS workspace: before the memory baseline
-                            peak = _peak_bytes(run)
-                            ms = bench.time_ms(run, warmup_ms=10, rep_ms=50)
+                            timed = _time_point(run)
+                            if timed is None:  # predicted to fit, yet out of memory: keep going without it
+                                skipped.append(f"{impl} {mode} N={n} d={d} {mask}")
+                                yield key | {"predicted_peak_bytes": need,
+                                             "note": f"skipped: predicted to need {need / 1e9:.1f} GB of the "
+                                                     f"{free / 1e9:.1f} GB free, but ran out of memory"}
+                                continue
+                            peak, ms = timed
                             flops = attention_flops(mode, shape.b, shape.h, n, n, d, causal)
                             row |= {"measured_ms": ms, "measured_tflops": bench.tflops(flops, ms),
                                     "measured_peak_bytes": peak,
@@ -1086,8 +1175,13 @@ def measure(params: Params, target: Target, progress):
                                 predicted = naive_peak_bytes(shape, mode) if impl == "naive" else \
                                     flash_peak_bytes(shape, mode)
                                 row["memory_error_pct"] = 100.0 * (peak - predicted) / predicted
+                            if impl == "ours":  # short sequences: the GPU can wait for our Python launches
+                                row = _with_host_floor(row, shape, mode, run, target)
                             yield row
                 del q, k, v, do
+    if skipped:
+        yield (f"{len(skipped)} points were skipped because they do not fit in this GPU's free memory "
+               f"(e.g. {skipped[0]}); the model still shows them. Their rows say how much each needs.")
     progress(1.0, "done")
 
 

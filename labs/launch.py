@@ -148,30 +148,50 @@ def _repeat(op, times: int):
     return ops
 
 
+def probe_launch_us(name: str, n: int = 4096) -> float:
+    """One of the CPU-side launch figures (eager_add, eager_matmul, eager_triton, round_trip), in us."""
+    if name == "eager_add":  # the same two in-place ops the eager chain alternates, on a tensor of its size
+        chain_like = torch.zeros(n, device="cuda")
+
+        def add_then_mul():
+            chain_like.add_(B)
+            chain_like.mul_(A)
+
+        return per_call_us(_repeat(add_then_mul, PROBE_OPS // 2)) / PROBE_OPS
+    if name == "eager_matmul":
+        dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        m16 = torch.randn(16, 16, device="cuda", dtype=dtype)
+        m_out = torch.empty_like(m16)
+        return per_call_us(_repeat(lambda: torch.matmul(m16, m16, out=m_out), 64)) / 64
+    if name == "eager_triton":
+        x, y = grid_input(n), torch.empty(n, device="cuda")
+        return per_call_us(_repeat(lambda: chain_fused(x, y, 1), 64)) / 64
+    if name == "round_trip":
+        y = torch.zeros(n, device="cuda")
+        first = y[:1]
+
+        def op_and_read():
+            y.add_(B)
+            first.item()
+
+        return per_call_us(_repeat(op_and_read, 32), budget_ms=40) / 32
+    raise ValueError(f"no CPU-side probe named {name!r}")
+
+
 def run_probes(step, n: int = 4096) -> dict:
     """Measure every figure in PROBES, in microseconds (n: elements of the chain's tensor)."""
     t = torch.zeros(1, device="cuda")
     out = {}
     step("probe: PyTorch launch cost")
-    # The same two in-place ops the eager chain alternates, on a tensor of the chain's size.
     # Measured first in a run, launches came out up to 30 % slower than the same launches a few seconds
     # later (CPU clocks and caches warming up): spin for a while before the first figure.
-    chain_like = torch.zeros(n, device="cuda")
-
-    def add_then_mul():
-        chain_like.add_(B)
-        chain_like.mul_(A)
-
-    per_call_us(_repeat(add_then_mul, PROBE_OPS // 2), budget_ms=5, warmup_ms=100)
-    out["eager_add"] = per_call_us(_repeat(add_then_mul, PROBE_OPS // 2)) / PROBE_OPS
+    warm = torch.zeros(n, device="cuda")
+    per_call_us(_repeat(lambda: warm.add_(B), PROBE_OPS), budget_ms=5, warmup_ms=100)
+    out["eager_add"] = probe_launch_us("eager_add", n)
     step("probe: bf16 matmul launch cost")
-    dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    m16 = torch.randn(16, 16, device="cuda", dtype=dtype)
-    m_out = torch.empty_like(m16)
-    out["eager_matmul"] = per_call_us(_repeat(lambda: torch.matmul(m16, m16, out=m_out), 64)) / 64
+    out["eager_matmul"] = probe_launch_us("eager_matmul", n)
     step("probe: Triton launch cost")
-    x, y = grid_input(n), torch.empty(n, device="cuda")
-    out["eager_triton"] = per_call_us(_repeat(lambda: chain_fused(x, y, 1), 64)) / 64
+    out["eager_triton"] = probe_launch_us("eager_triton", n)
     step("probe: CUDA graph replay and per-kernel cost")
     one = capture(lambda: t.add_(1.0))
     out["graph_replay"] = per_call_us(one.replay)
@@ -180,15 +200,33 @@ def run_probes(step, n: int = 4096) -> dict:
     out["graph_kernel"] = (many_us - few_us) / (PROBE_OPS - 16)
     out["graph_fixed"] = max(0.0, few_us - 16 * out["graph_kernel"])
     step("probe: launch + .item() round trip")
-    first = y[:1]
-
-    def op_and_read():
-        y.add_(B)
-        first.item()
-
-    out["round_trip"] = per_call_us(_repeat(op_and_read, 32), budget_ms=40) / 32
+    out["round_trip"] = probe_launch_us("round_trip", n)
     del one, few, many
     return out
+
+
+# The CPU-side figures drift on a shared host (30-50 % within one run, on an H100 host): each group of
+# points re-measures the figure it depends on just before it runs, and the model uses that one.
+GROUP_PROBES = {"chain-eager": "eager_add", "chain-fused": "eager_triton", "chain-eager+item": "round_trip",
+                "regimes-add": "eager_add", "regimes-matmul": "eager_matmul"}
+
+
+def group_costs(costs: dict, group: str) -> dict:
+    """The launch figures for one group of points: its own re-measured figure where there is one."""
+    name = GROUP_PROBES.get(group)
+    own = costs.get(f"{name}@{group}") if name else None
+    return {**costs, name: own} if own is not None else costs
+
+
+def reprobe(group: str, n: int, target: Target):
+    """Re-measure the figure `group` depends on and remember it; returns its probe row (or None)."""
+    name = GROUP_PROBES.get(group)
+    if name is None:
+        return None
+    us = probe_launch_us(name, n)
+    _PROBED.setdefault(target.key, {})[f"{name}@{group}"] = us
+    return {"experiment": "probe", "variant": f"{name}@{group}", "k": None, "size": None, "measured_us": us,
+            "what": f"{PROBES[name]}, re-measured just before the {group.replace('-', ' ')} points"}
 
 
 def remember_probes(gpu_key: str, figures: dict, gpu_name: str) -> None:
@@ -211,7 +249,7 @@ def launch_costs(target: Target) -> dict:
         try:
             data = json.loads(path.read_text())
             if set(PROBES) <= set(data["us"]):
-                return {**{k: float(data["us"][k]) for k in PROBES},
+                return {**{k: float(v) for k, v in data["us"].items()},
                         "source": f"measured on this machine ({data.get('gpu', target.name)}, {data.get('date', '')})"}
         except (OSError, ValueError, KeyError, TypeError):
             pass
@@ -225,7 +263,7 @@ def launch_costs(target: Target) -> dict:
         if found:  # a recording older than a probe lacks it: that one figure stays assumed
             missing = [k for k in PROBES if k not in found]
             note = f"; assumed: {', '.join(missing)}" if missing else ""
-            return {**ASSUMED, **{k: float(v) for k, v in found.items() if k in PROBES},
+            return {**ASSUMED, **{k: float(v) for k, v in found.items() if k.split("@")[0] in PROBES},
                     "source": f"recorded ({rec.label}){note}"}
     return {**ASSUMED, "source": "assumed: not measured on this GPU yet (run the lab to measure it)"}
 
@@ -314,20 +352,22 @@ def model_rows(params: Params, target: Target, costs: dict) -> list[dict]:
     n = params.elements
     if "chain" in params.experiments:
         for variant in params.variants:
+            c = group_costs(costs, f"chain-{variant}")
             for k in params.ks:
                 rows.append({"experiment": "chain", "variant": variant, "k": k, "size": n,
-                             "predicted_us": chain_us(variant, k, n, costs, target),
-                             "predicted_per_op_us": chain_us(variant, k, n, costs, target) / k})
+                             "predicted_us": chain_us(variant, k, n, c, target),
+                             "predicted_per_op_us": chain_us(variant, k, n, c, target) / k})
             if variant != "fused":  # the fused chain has no per-op launch to fit
                 rows.append({"experiment": "fit", "variant": variant, "k": None, "size": n,
-                             "predicted_us": per_op_us(variant, n, costs, target)})
+                             "predicted_us": per_op_us(variant, n, c, target)})
     if "regimes" in params.experiments:
         for op in params.ops:
+            c = group_costs(costs, f"regimes-{op}")
             for size in regime_sizes(params, op):
-                terms = regime_terms(op, size, costs, target)
+                terms = regime_terms(op, size, c, target)
                 nbytes, flops, _ = op_work(op, size, target)
                 rows.append({"experiment": "regimes", "variant": op, "k": None, "size": size, "bytes_moved": nbytes,
-                             "flops": flops, "predicted_us": regime_us(terms, costs),
+                             "flops": flops, "predicted_us": regime_us(terms, c),
                              "predicted_regime": max(terms, key=terms.get),
                              **{f"predicted_{name}_us": v for name, v in terms.items()}})
     return rows
@@ -373,11 +413,14 @@ def _check_chain(variant: str, k: int, n: int) -> float:
     return bench.check_close(y, chain_reference(x, k), "fp32", f"chain ({variant}, K={k})")
 
 
-def _measure_chain(params: Params, step):
+def _measure_chain(params: Params, target: Target, step):
     n = params.elements
     x, y = grid_input(n), torch.empty(n, device="cuda")
     measured = {v: {} for v in params.variants}
     for variant in params.variants:
+        probe_row = reprobe(f"chain-{variant}", n, target)
+        if probe_row:
+            yield probe_row
         for k in params.ks:
             step(f"chain, {variant}, K = {k}: checking, then timing")
             if variant == "graph":
@@ -436,6 +479,9 @@ def _call(op: str, s: tuple):
 
 def _measure_regimes(params: Params, target: Target, step):
     for op in params.ops:
+        probe_row = reprobe(f"regimes-{op}", params.elements, target)
+        if probe_row:
+            yield probe_row
         for size in regime_sizes(params, op):
             step(f"regimes, {op}, size {size}: checking, then timing")
             sets = _rotating(op, size, target.l2_bytes)
@@ -494,9 +540,10 @@ def measure(params: Params, target: Target, progress):
         yield {"experiment": "probe", "variant": name, "k": None, "size": None, "measured_us": us,
                "what": PROBES[name]}
     if "chain" in params.experiments:
-        yield from _measure_chain(params, step)
+        yield from _measure_chain(params, target, step)
     if "regimes" in params.experiments:
         yield from _measure_regimes(params, target, step)
+    remember_probes(target.key, _PROBED[target.key], target.name)  # with the groups' re-measured figures
     progress(1.0, "done")
 
 

@@ -116,7 +116,7 @@ for metric, unit, log_y in (("tflops", "TFLOP/s", False), ("ms", "time (ms)", Tr
         fig.add_hline(y=page.target.memory_bytes, line_dash="dash", line_color="gray",
                       annotation_text=f"{page.target.name}: {page.target.memory_bytes / 1e9:.0f} GB")
     st.plotly_chart(fig, width="stretch")
-refused = [r for run in runs for r in run.rows if str(r.get("note", "")).startswith("refused")]
+refused = [r for run in runs for r in run.rows if str(r.get("note", "")).startswith(("refused", "skipped"))]
 for r in refused[:3]:
     st.warning(f"N = {r['seq_len']}, {r['mode']}: {r['note']}")
 

@@ -265,7 +265,70 @@ def test_gpu_lab_run_refuses_naive_that_would_not_fit():
     huge = A.Params(seq_lens=(1 << 18,), head_dims=(16,), masks=("full",), impls=("naive",), modes=("fwd",),
                     batch=4, heads=16)
     rows = runner.run(A.LAB, huge, use_cache=False).rows
-    assert "refused" in rows[0]["note"] and "GB" in rows[0]["note"]
+    assert "skipped" in rows[0]["note"] and "GB" in rows[0]["note"]
+
+
+# ------------------------------------------------------------------------------------------------
+# Memory: every point's peak is predicted before it runs, and what would not fit is skipped
+# ------------------------------------------------------------------------------------------------
+def test_point_peak_bytes_hand_numbers():
+    shape = A.Shape(4, 16, 16384, 16384, 128, False, "bf16")
+    s_bytes = 4 * 16 * 16384 * 16384 * 2
+    assert A.point_peak_bytes("naive", shape, "fwd") == 2 * s_bytes  # S and P: 68.7 GB
+    q_bytes = 4 * 16 * 16384 * 128 * 2
+    lse = 4 * 16 * 16384 * 4
+    assert A.point_peak_bytes("ours", shape, "fwd") == q_bytes + lse  # O and the log-sum-exp
+    assert A.point_peak_bytes("sdpa-cudnn", shape, "fwd") == 2 * (q_bytes + lse)
+
+
+def test_fits_leaves_room_for_the_timer_and_workspaces():
+    assert A.fits(10 * 10**9, 20 * 10**9)
+    assert not A.fits(int(0.9 * 20e9), 20 * 10**9)  # the timer's 256 MB tips it over
+    assert not A.fits(19 * 10**9, 20 * 10**9)
+
+
+@pytest.mark.parametrize("sheet", [s for s in gpu.DATASHEET if s.memory_gb >= 40], ids=lambda s: s.name)
+def test_default_sweep_plans_within_memory_on_every_large_gpu(sheet):
+    total = int(sheet.memory_gb * 1e9)
+    plan = A.plan_points(A.Params(), total)
+    assert len(plan) == 200
+    for p in plan:  # whatever runs fits beside its inputs, with the timer's buffer
+        inputs = 4 * A.Shape(4, 16, p["seq_len"], p["seq_len"], p["head_dim"], False, "bf16").q_bytes
+        if p["fits"]:
+            assert p["peak_bytes"] + inputs + A.TIMER_BYTES <= total
+        else:
+            assert p["impl"] == "naive"  # only the N x N matrices can outgrow a large GPU
+    skipped = {(p["seq_len"], p["mode"]) for p in plan if not p["fits"]}
+    if sheet.memory_gb < 150:
+        assert (16384, "fwd+bwd") in skipped  # 138 GB
+    if sheet.memory_gb < 90:
+        assert (16384, "fwd") in skipped  # 68.7 GB: within a fifth of an 80 GB card's memory, too close
+
+
+def test_short_sequences_get_the_cpus_time_as_a_floor():
+    """Our kernels at small N: the model is the larger of the GPU model and the CPU time the timer sees."""
+    import time as _time
+
+    from labs import recompute
+
+    shape = A.Shape(1, 2, 256, 256, 64, False, "bf16")
+    row = A._with_host_floor({"impl": "ours"}, shape, "fwd", lambda: _time.sleep(0.002), H200)
+    assert row["limited_by"] == "CPU" and row["host_ms"] >= 2.0
+    assert row["predicted_ms"] == pytest.approx(recompute.timer_host_floor_ms(row["host_ms"], H200))
+    flops = A.attention_flops("fwd", 1, 2, 256, 256, 64, False)
+    assert row["predicted_tflops"] == pytest.approx(flops / (row["predicted_ms"] * 1e-3) / 1e12)
+    long = A.Shape(4, 16, 16384, 16384, 128, False, "bf16")  # GPU model of many ms: no CPU timing at all
+    assert A._with_host_floor({"impl": "ours"}, long, "fwd", lambda: 1 / 0, H200) == {"impl": "ours"}
+
+
+@pytest.mark.gpu
+def test_gpu_a_point_that_runs_out_of_memory_is_skipped_not_fatal():
+    free_before = torch.cuda.mem_get_info()[0]
+    assert A._time_point(lambda: torch.empty(1 << 50, device="cuda", dtype=torch.uint8)) is None  # a petabyte
+    assert torch.cuda.mem_get_info()[0] >= 0.95 * free_before  # nothing of the failed point is kept
+    x = torch.ones(1 << 20, device="cuda")
+    peak, ms = A._time_point(lambda: x * 2)
+    assert peak >= 4 << 20 and ms > 0
 
 
 # ------------------------------------------------------------------------------------------------

@@ -139,3 +139,17 @@ def test_page_renders_model_and_charts_without_a_gpu():
     assert "eager" in specs and "graph" in specs and "overhead" in specs
     if not torch.cuda.is_available():
         assert any("Live runs are off" in i.value for i in at.info)
+
+
+def test_each_group_uses_its_own_re_measured_launch_figure():
+    """The CPU-side cost drifts on a shared host: a group re-measured just before it runs uses that figure."""
+    costs = dict(COSTS) | {"eager_add@regimes-add": 9.0}
+    assert ln.group_costs(costs, "regimes-add")["eager_add"] == 9.0
+    assert ln.group_costs(costs, "chain-eager")["eager_add"] == COSTS["eager_add"]  # not re-measured there
+    assert ln.group_costs(costs, "chain-graph") is costs  # the GPU-side figures are not re-measured
+    rows = ln.model_rows(ln.Params(), H200, costs)
+    add1 = next(r for r in rows if r["experiment"] == "regimes" and r["variant"] == "add" and r["size"] == 1)
+    eager1 = next(r for r in rows if r["experiment"] == "chain" and r["variant"] == "eager" and r["k"] == 1)
+    assert add1["predicted_us"] == pytest.approx(9.0)
+    assert eager1["predicted_us"] == pytest.approx(max(COSTS["eager_add"], COSTS["graph_kernel"] + 8 * 4096 / (
+        H200.ceilings.copy_tbps * 1e12) * 1e6))

@@ -5,6 +5,7 @@ against numbers worked out by hand; the page renders from the model and the reco
 The CUDA C++ kernels and the timed sweep need a GPU (marked `gpu`).
 """
 
+import math
 import time
 from pathlib import Path
 
@@ -175,10 +176,10 @@ def test_unaligned_sizes_are_predicted_slower():
     odd = mm.predict_point(4097, "bf16", cfg, t)
     assert odd["path"] == "vec2" and odd["bound"] == "loads"
     assert odd["predicted_tflops"] < 0.7 * aligned["predicted_tflops"]
-    # per K step: 384 x 64 elements, one per lane: 768 warp loads + 768 shared stores = 1536 clocks,
-    # not overlapped with the 1024 clocks of tensor-core work
+    # per K step: 384 x 64 elements, one per lane: 768 warp loads + 768 shared stores, each 4 wavefronts
+    # (lanes 16 bytes apart) = 6144 clocks, not overlapped with the 1024 clocks of tensor-core work
     cyc = mm.step_cycles(cfg, "bf16", "vec2", 4096)
-    assert (cyc["mma"], cyc["load"], cyc["step"]) == (1024, 1536, 2560)
+    assert (cyc["mma"], cyc["load"], cyc["step"]) == (1024, 6144, 7168)
 
 
 def test_roofline_climb():
@@ -257,9 +258,32 @@ def test_ladder_requests_and_time_by_hand():
 
 def test_ladder_predict_rows():
     rows = ladder.predict(ladder.Params(n=2048, dtypes=("bf16",)), toy_target())
-    assert [r["kernel"] for r in rows] == ["naive", "tiled8", "tiled16", "tiled32", "triton", "cublas"]
+    assert [r["kernel"] for r in rows] == ["naive", "tiled8", "tiled16", "tiled32", "warptiled", "triton", "cublas"]
     pct = {r["kernel"]: r["predicted_pct_of_cublas"] for r in rows}
     assert pct["cublas"] == 100 and pct["naive"] < 5 < 50 < pct["triton"] <= 100
+
+
+def test_warptiled_levels_and_time_by_hand():
+    n, t = 4096, toy_target()  # 100 SMs at 1 GHz, FMA 25.6 TFLOP/s, no L2 measurement: 2.5 x 2 TB/s
+    levels = {r["level"]: r for r in ladder.warptile_levels(n, "fp32", t)}
+    # global: 128 x 128 block tiles read (128 + 128) x 16 floats per 2 x 128 x 128 x 16 FLOPs = 32 FLOP/byte
+    assert levels["global (L2)"]["intensity_flop_per_byte"] == pytest.approx(32)
+    assert levels["global (L2)"]["time_ms"] == pytest.approx(2 * n**3 / 32 / 5e12 * 1e3)
+    # shared: 8 + 8 floats per 64 FMAs = 2 FLOP/byte requested; 4 wavefronts of 128 B per warp and k served
+    assert levels["shared memory"]["intensity_flop_per_byte"] == pytest.approx(2)
+    assert levels["shared memory"]["time_ms"] == pytest.approx(n**3 / 2048 * 4 / (100 * 1e9) * 1e3)
+    assert levels["registers (FMA)"]["time_ms"] == pytest.approx(2 * n**3 / 25.6e12 * 1e3)
+    assert ladder.requested_bytes("warptiled", n, "bf16") == n**3 * 2 * (2 / 128)
+    # issue: 64 FMAs + 4 shared loads per k, plus the slice's overhead over its 8 k (fp32)
+    over = ladder.warptile_overhead_per_slice("fp32")
+    assert over == 2 + (4 + 1) + 0 + 1 + 8  # 2 LDG.128, 4 + 1 STS, no conversions, a barrier, 8 more
+    p = ladder.predict_warptile(n, "fp32", t)
+    tiles, slots = 32 * 32, 200
+    util = tiles / (math.ceil(tiles / slots) * slots)
+    issue_ms = levels["registers (FMA)"]["time_ms"] * (64 + 4 + over / 8) / 64
+    assert p["bound"] == "FMA issue"
+    assert p["predicted_ms"] == pytest.approx(issue_ms / util + 3e-3)
+    assert ladder.warptile_overhead_per_slice("bf16") > over  # 16-bit inputs are converted to float
 
 
 def test_ladder_refuses_what_does_not_fit():
@@ -277,6 +301,14 @@ def test_ladder_refuses_what_does_not_fit():
 @pytest.mark.parametrize("kernel", ["naive", "tiled8", "tiled16", "tiled32"])
 def test_cuda_kernels_match_float64(kernel, dtype):
     ladder._check_cuda_kernel(kernel, dtype)  # odd sizes, output poisoned with NaN, raises on mismatch
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["fp32", "bf16", "fp16"])
+@pytest.mark.parametrize("min_blocks", [1, 2])
+def test_warptiled_kernel_matches_float64(dtype, min_blocks):
+    # odd probe (element loads) and a 16-byte-aligned probe (128-bit loads), edges partial in both
+    ladder._check_cuda_kernel("warptiled", dtype, min_blocks=min_blocks)
 
 
 @pytest.mark.gpu
@@ -348,3 +380,60 @@ def test_page_refuses_bad_input_with_a_message():
     at.text_input(key="matmul.sizes").set_value("1024,70000").run()
     assert not at.exception
     assert any("out of range" in e.value for e in at.error)
+
+
+# ---------------------------------------------------------------------------------------------
+# Per-size tiles, the L2 feed and the sector rule (issue 15)
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("config", mm.SMALL_TILES + (mm.NARROW_TILE,), ids=lambda c: c.label)
+def test_per_size_tiles_match_float64_on_odd_shapes(config, device):
+    if device == "cuda" and not mm.tma_supported(mm._device_cc(torch.device("cuda"))):
+        pytest.skip("this GPU has no TMA")
+    m, n, k = 70, 144, 80  # M odd, N and K 16-byte aligned; every edge tile partial
+    a, b = mm.operands(m, n, k, "fp16", device)
+    out = torch.full((m, n), float("nan"), device=device, dtype=torch.float16)
+    _, path, _ = mm.triton_matmul(a, b, "fp16", out, config, tma="on")
+    assert path == "tma"
+    bench.check_close(out, mm.reference(a, b), "fp16", config.label)
+
+
+def test_tuned_config_gives_every_sm_a_tile_and_fills_waves():
+    big = mm.DEFAULT_CONFIGS["bf16"]
+    # N = 1024 on 132 SMs: 128x256 makes 32 tiles; 64x128 makes 128 (>= 0.7 x 132)
+    assert mm.tuned_config(1024, "bf16", 132) == mm.SMALL_TILES[0]
+    assert mm.tuned_config(512, "bf16", 132) == mm.SMALL_TILES[1]  # 64x128 gives 32 tiles; 64x64 gives 64
+    assert mm.tuned_config(1792, "bf16", 132) == big  # 98 tiles >= 92.4
+    # N = 2304: 162 big tiles in 2 waves of 132 (61 % full) against 324 in 3 waves (82 %): the narrow tile
+    assert mm.tuned_config(2304, "bf16", 132) == mm.NARROW_TILE
+    assert mm.tuned_config(4096, "bf16", 132) == big  # 512 tiles, 97 % full
+    assert mm.tuned_config(1024, "fp8", 132) == mm.DEFAULT_CONFIGS["fp8"]  # only the 16-bit types are tuned
+
+
+def test_config_for_keeps_the_learners_knobs_and_unaligned_sizes():
+    p = mm.Params()
+    assert mm.config_for(p, "bf16", 1024, 132) == mm.SMALL_TILES[0]
+    assert mm.config_for(p, "bf16", 2049, 132) == mm.DEFAULT_CONFIGS["bf16"]  # pointer path: measured default
+    assert mm.config_for(mm.Params(block_n=128), "bf16", 1024, 132).block_m == 128  # a set knob wins
+
+
+def test_element_loads_cost_four_wavefronts_per_instruction():
+    """Unaligned bf16: one scalar load per element, lanes 16 bytes apart: 4 L1 wavefronts per warp
+    instruction, then the same again to store into shared memory, not overlapped with the math."""
+    cfg = mm.TileConfig(128, 256, 64, 8, 8, 3)
+    cyc = mm.step_cycles(cfg, "bf16", "vec2", flop_per_clock=4096)
+    instr = (128 + 256) * 64 / 32  # 768 warp instructions per step
+    assert cyc["load"] == pytest.approx(2 * instr * 4)
+    assert cyc["step"] == pytest.approx(cyc["mma"] + cyc["load"]) and not cyc["overlapped"]
+    aligned = mm.step_cycles(cfg, "bf16", "tma", flop_per_clock=4096)
+    assert aligned["load"] == pytest.approx((128 + 256) * 64 * 2 / 128)  # whole tiles at 128 bytes per clock
+
+
+def test_floor_probe_replaces_the_assumed_fixed_cost():
+    t = toy_target()
+    assert mm.fixed_us(t) == mm.FIXED_US
+    mm._FLOOR_PROBED[t.key] = 6.0
+    try:
+        row = mm.predict_point(256, "bf16", mm.TileConfig(64, 64, 64, 8, 4, 4), t)
+        assert row["bound"] == "launch" and row["predicted_ms"] > 6.0e-3
+    finally:
+        del mm._FLOOR_PROBED[t.key]

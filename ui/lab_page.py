@@ -22,6 +22,7 @@ from labs import runner
 from labs.lab import Lab
 from labs.results import Result, list_recorded, normalised
 from ui import classroom, text
+from ui.counters import counters_panel
 
 
 def gpu_status_line() -> str:
@@ -204,7 +205,7 @@ class LabPage:
 
     def _live_panel(self, params):
         key = f"live:{self.lab.name}"
-        info = gpu_mod.detect()
+        info = runner.live_gpu()  # this machine's GPU, or the GPU pool's (ROOFLINE_CLUSTER)
         if not info.available:
             st.info(f"Live runs are off: {info.reason}")
             return None
@@ -219,7 +220,7 @@ class LabPage:
                 result = runner.run(
                     self.lab, params,
                     progress=lambda f, m: bar.progress(min(max(f, 0.0), 1.0), text=m),
-                    on_wait=lambda pos: waiting.info(f"Waiting for the GPU: {pos} run(s) ahead of yours."))
+                    on_wait=lambda pos: waiting.info(runner.waiting_message(pos)))
                 st.session_state[key] = result
             except params_mod.ParamError as exc:
                 st.error(str(exc))
@@ -235,6 +236,8 @@ class LabPage:
         if result is not None:
             for message in result.messages:
                 st.warning(message)
+            if runner.ran_on(result):
+                st.caption(runner.ran_on(result))
         return result
 
     def _recorded_panel(self) -> list:
@@ -259,6 +262,7 @@ class LabPage:
         name = f"roofline-{self.lab.name}-{result.kind}"
         c1.download_button("Download CSV", result.to_csv(), f"{name}.csv", "text/csv", key=f"csv:{name}")
         c2.download_button("Download JSON", result.to_json(), f"{name}.json", "application/json", key=f"json:{name}")
+        counters_panel(self.lab, result.params)  # "Count it": hardware counters beside the model (ui/counters.py)
 
 
 def recorded_caption(results: list) -> str:

@@ -1,0 +1,172 @@
+"""Device-side checks for issue 15 (models on every GPU and size; kernels against the libraries), one call.
+
+Run on a GPU:  python scripts/models_gpu.py [calibrate] [matmul] [naive] [launch] [flash]   (default: all)
+Sections:
+- calibrate: this GPU's ceilings (copy, FMA, matmul), so the models can be checked against measured terms;
+- matmul: bf16 tile configs of the Triton kernel against cuBLAS at every aligned size of the default sweep
+  (the per-size choice in labs/matmul.py comes from here);
+- naive: each PyTorch op of naive attention timed alone, against its roofline term (which op the model misses);
+- launch: the launch probes twice, a lab run apart, and one op per call against the amortised probe;
+- flash: our FlashAttention against cuDNN and SDPA flash at the default shapes (forward, forward+backward).
+Prints a compact table per section; with $OUT set, writes models_gpu.json there. Sections stop being started
+once DEADLINE_S (env, seconds since start, default 240) has passed.
+"""
+import json
+import os
+import sys
+import time
+
+import torch
+
+from labs import bench, gpu
+
+T0 = time.monotonic()
+DEADLINE = float(os.environ.get("DEADLINE_S", "240"))
+OUT = os.environ.get("OUT")
+results: dict = {"rows": []}
+
+
+def record(section, **row):
+    row["section"] = section
+    results["rows"].append(row)
+    print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()), flush=True)
+
+
+def save():
+    if OUT:
+        with open(os.path.join(OUT, "models_gpu.json"), "w") as fh:
+            json.dump(results, fh, indent=1)
+
+
+def section_calibrate():
+    ceilings = gpu.calibrate()
+    results["ceilings"] = ceilings.to_dict()
+    record("calibrate", copy_tbps=ceilings.copy_tbps, fma_tflops=ceilings.fma_tflops,
+           **{f"mm_{k}": v for k, v in ceilings.matmul_tflops.items()})
+
+
+MATMUL_SIZES = (256, 512, 768, 1024, 1280, 1536, 1792, 2048, 2056, 2064, 2304, 2560, 3072, 3584, 4096, 4608, 5120,
+                6144, 7168, 8192)
+
+
+def section_matmul():
+    from labs import matmul as mm
+
+    configs = [mm.TileConfig(128, 256, 64, 8, 8, 3), mm.TileConfig(128, 128, 64, 8, 4, 4),
+               mm.TileConfig(128, 128, 64, 8, 8, 4), mm.TileConfig(64, 128, 64, 8, 4, 4),
+               mm.TileConfig(128, 64, 64, 8, 4, 4), mm.TileConfig(64, 256, 64, 8, 4, 3),
+               mm.TileConfig(256, 128, 64, 8, 8, 3), mm.TileConfig(128, 128, 128, 8, 8, 3),
+               mm.TileConfig(64, 64, 64, 8, 4, 4)]
+    for n in MATMUL_SIZES:
+        if time.monotonic() - T0 > DEADLINE:
+            return
+        a, b = mm.operands(n, n, n, "bf16")
+        out = torch.empty((n, n), device="cuda", dtype=torch.bfloat16)
+        c = mm.cublas_matmul(a, b, "bf16", out)
+        mm.check_sampled(c, a, b, "bf16", "cublas")
+        cub = mm.kernel_ms(lambda: mm.cublas_matmul(a, b, "bf16", out))
+        best = None
+        times = {}
+        for cfg in configs:
+            try:
+                out.fill_(float("nan"))
+                mm.triton_matmul(a, b, "bf16", out, cfg)
+                mm.check_sampled(out, a, b, "bf16", cfg.label)
+                ms = mm.kernel_ms(lambda: mm.triton_matmul(a, b, "bf16", out, cfg))
+            except Exception as exc:  # noqa: BLE001 - a config that does not compile is a result too
+                print(f"  {cfg.label}: {type(exc).__name__}: {str(exc)[:80]}")
+                continue
+            times[cfg.label] = ms
+            if best is None or ms < best[1]:
+                best = (cfg.label, ms)
+        record("matmul", n=n, cublas_tflops=bench.tflops(2 * n**3, cub), best=best[0],
+               best_ratio=cub / best[1], **{k: round(cub / v, 3) for k, v in times.items()})
+        del a, b, out
+
+
+def section_naive():
+    from labs import attention as A
+
+    for d in (64, 128):
+        for n in (1024, 2048, 4096, 8192, 16384):
+            if time.monotonic() - T0 > DEADLINE:
+                return
+            b, h = 4, 16
+            if 2 * b * h * n * n * 2 + 2**30 > 0.85 * gpu.free_memory_bytes():
+                continue
+            q, k, v = (bench.random_tensor((b, h, n, d), "bf16") for _ in range(3))
+            s = torch.matmul(q, k.transpose(-2, -1))
+            mask = A.causal_visible(n, n, "cuda")
+            ops = {"scale": lambda: q * 0.125,
+                   "qk": lambda: torch.matmul(q, k.transpose(-2, -1), out=s),
+                   "mask": lambda: s.masked_fill_(~mask, float("-inf")),
+                   "softmax": lambda: torch.softmax(s, dim=-1),  # allocates P, as naive attention does
+                   "pv": lambda: torch.matmul(s, v)}  # S stands in for P: same shape, same bytes
+            row = {}
+            for name, fn in ops.items():
+                try:
+                    row[name + "_ms"] = bench.time_ms(fn, warmup_ms=5, rep_ms=30)
+                except Exception as exc:  # noqa: BLE001
+                    row[name + "_ms"] = float("nan")
+                    print(f"  {name}: {exc}")
+            s_bytes = b * h * n * n * 2
+            row["s_ms_at_copy"] = 2 * s_bytes / (results.get("ceilings", {}).get("copy_tbps", 3.0) * 1e12) * 1e3
+            record("naive", d=d, n=n, **row)
+            del q, k, v, s, mask
+            torch.cuda.empty_cache()
+
+
+def section_launch():
+    from labs import launch as L
+
+    for attempt in range(2):
+        figs = L.run_probes(lambda m: None)
+        single = bench.per_call_us(lambda: None)
+        t = torch.zeros(4096, device="cuda")
+        one_add = bench.per_call_us(lambda: t.add_(0.5))
+        record("launch", attempt=attempt, one_add_per_call_us=one_add, empty_call_us=single,
+               **{k: round(v, 2) for k, v in figs.items()})
+
+
+def section_flash():
+    from labs import attention as A
+
+    for d in (64, 128):
+        for n in (1024, 2048, 4096, 8192):
+            if time.monotonic() - T0 > DEADLINE:
+                return
+            for causal in (False, True):
+                q, k, v, do = (bench.random_tensor((4, 16, n, d), "bf16") for _ in range(4))
+                for t in (q, k, v):
+                    t.requires_grad_()
+                row = {}
+                for impl in ("ours", "sdpa-cudnn", "sdpa-flash"):
+                    fn = A._impl_fn(impl, causal)
+                    for mode in ("fwd", "fwd+bwd"):
+                        run = A._runner(fn, mode, q, k, v, do)
+                        run()
+                        row[f"{impl}_{mode}_ms"] = bench.time_ms(run, warmup_ms=10, rep_ms=50)
+                ratios = {f"vs_{lib}_{mode}": row[f"{lib}_{mode}_ms"] / row[f"ours_{mode}_ms"]
+                          for lib in ("sdpa-cudnn", "sdpa-flash") for mode in ("fwd", "fwd+bwd")}
+                record("flash", d=d, n=n, causal=causal, **{k: round(v, 3) for k, v in ratios.items()})
+                del q, k, v, do
+
+
+SECTIONS = {"calibrate": section_calibrate, "matmul": section_matmul, "naive": section_naive,
+            "launch": section_launch, "flash": section_flash}
+
+if __name__ == "__main__":
+    wanted = sys.argv[1:] or list(SECTIONS)
+    print(torch.cuda.get_device_name(), torch.__version__, flush=True)
+    for name in wanted:
+        if time.monotonic() - T0 > DEADLINE:
+            print(f"skipped {name}: past the deadline")
+            continue
+        started = time.monotonic()
+        try:
+            SECTIONS[name]()
+        except Exception as exc:  # noqa: BLE001 - one broken section must not lose the others
+            print(f"{name} failed: {type(exc).__name__}: {exc}")
+        print(f"-- {name}: {time.monotonic() - started:.1f} s", flush=True)
+        save()
+    save()
