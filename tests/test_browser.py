@@ -110,3 +110,17 @@ def test_predict_then_run_in_the_browser(server, browser):
     page.screenshot(path=str(ARTIFACTS / "predict-then-run.png"))
     assert page.locator("[data-testid='stException']").count() == 0
     page.close()
+
+
+def test_a_shared_lab_link_opened_first_gets_the_grouped_navigation(browser):
+    """On a fresh server the first request is a lab's link: it must get app.py's navigation (Learn, Labs...),
+    not Streamlit's list of the files in pages/."""
+    with start_server() as (url, _proc):
+        page = browser.new_page(viewport={"width": 1400, "height": 1600})
+        page.goto(f"{url}/roofline", wait_until="domcontentloaded", timeout=60_000)
+        page.get_by_text(PAGES["roofline"], exact=False).first.wait_for(timeout=90_000)
+        nav = page.locator("[data-testid='stSidebarNav']")
+        nav.get_by_text("Labs", exact=True).first.wait_for(timeout=60_000)
+        assert nav.get_by_text("app", exact=True).count() == 0, "the sidebar lists the files in pages/"
+        assert page.locator("[data-testid='stException']").count() == 0
+        page.close()
