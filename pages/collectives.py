@@ -1,6 +1,5 @@
 """Collectives page: NCCL collectives over message sizes against the ring model; one layer's DP and TP steps."""
 
-import plotly.graph_objects as go
 import streamlit as st
 
 from labs import collectives
@@ -43,15 +42,9 @@ steps = [("dp", "Data parallel: every GPU the whole layer, gradients all-reduced
 for kind, title in steps:
     if kind not in params.layer_steps:
         continue
-    fig = go.Figure()
-    shown = [("model", model, "predicted_ms")] + ([("measured now", live, "measured_ms")] if live else []) + \
-        [(r.label, r, "measured_ms") for r in recorded]
-    for label, result, column in shown:
-        rows = [r for r in charts.rows_where(result.rows, experiment=kind) if r.get(column)]
-        fig.add_trace(go.Bar(name=label, x=[f"{r['tokens']} tokens: {r['step']}" for r in rows],
-                             y=[r[column] for r in rows]))
-    fig.update_layout(barmode="group", title=f"{title} ({params.d_model} x {params.d_ff} MLP)",
-                      yaxis_title="time per step (ms)", height=440)
+    fig = charts.grouped_bars(model, live, recorded, "ms", {"experiment": kind},
+                              lambda r: f"{r['tokens']} tokens: {r['step']}",
+                              f"{title} ({params.d_model} x {params.d_ff} MLP)", "time per step (ms)", height=440)
     st.plotly_chart(fig, width="stretch")
 st.caption("compute: forward and backward alone. communication: the collectives alone. serial: one after the other. "
            "overlapped (data parallel): each gradient's all-reduce starts as soon as backward has made it.")

@@ -1,6 +1,5 @@
 """Host transfers page: H2D and D2H, pinned and pageable, against latency + bytes over PCIe; copy/compute overlap."""
 
-import plotly.graph_objects as go
 import streamlit as st
 
 from labs import transfers
@@ -34,15 +33,9 @@ if "copies" in params.experiments:
                "Diamonds: recorded runs.")
 
 if "overlap" in params.experiments:
-    bars = go.Figure()
-    shown = [("model", model, "predicted_ms")] + ([("measured now", live, "measured_ms")] if live else []) + \
-        [(r.label, r, "measured_ms") for r in recorded]
-    for label, result, column in shown:
-        rows = charts.rows_where(result.rows, experiment="overlap")
-        bars.add_trace(go.Bar(name=label, x=[r["schedule"] for r in rows if r.get(column)],
-                              y=[r[column] for r in rows if r.get(column)]))
-    bars.update_layout(barmode="group", title=f"A {params.overlap_mib} MiB pinned copy and bf16 matmuls: one stream "
-                       "or two", yaxis_title="time (ms)", height=420)
+    bars = charts.grouped_bars(model, live, recorded, "ms", {"experiment": "overlap"}, lambda r: r["schedule"],
+                               f"A {params.overlap_mib} MiB pinned copy and bf16 matmuls: one stream or two",
+                               "time (ms)")
     st.plotly_chart(bars, width="stretch")
     st.caption("Two streams take about as long as the slower of the two pieces: the copy engine and the SMs work "
                "at the same time. One stream adds them up.")

@@ -70,3 +70,21 @@ def overlay(fig: go.Figure, model, live, recorded: list, x: str, metric: str, na
     for rec in recorded:
         add_series(fig, rows_where(rec.rows, **where), x, f"measured_{metric}", f"{rec.label}, {name}",
                    paint(RECORDED_STYLE), hover + ("error_pct",))
+
+
+def grouped_bars(model, live, recorded: list, metric: str, where: dict, label_of, title: str,
+                 y_title: str, height: int = 420) -> go.Figure:
+    """Bars side by side per row: the model, this GPU now, and each recorded run.
+
+    `where` picks the rows; `label_of(row)` names the bar's place on the x axis; the heights are
+    predicted_<metric> for the model and measured_<metric> for the runs.
+    """
+    fig = go.Figure()
+    shown = [("model", model, f"predicted_{metric}")] + \
+        ([("measured now", live, f"measured_{metric}")] if live is not None else []) + \
+        [(rec.label, rec, f"measured_{metric}") for rec in recorded]
+    for name, result, column in shown:
+        rows = [r for r in rows_where(result.rows, **where) if r.get(column)]
+        fig.add_trace(go.Bar(name=name, x=[label_of(r) for r in rows], y=[r[column] for r in rows]))
+    fig.update_layout(barmode="group", title=title, yaxis_title=y_title, height=height)
+    return fig
