@@ -179,20 +179,44 @@ def inference_activation_bytes(p: MemParams) -> float:
     return p.batch * p.context * per_token * activation_dtype_bytes(p) + p.batch * p.vocab * LOGIT_BYTES
 
 
-def training_activation_bytes(p: MemParams) -> float:
-    """What the backward pass needs, stored during the forward pass.
+def block_numbers_per_token(d: int, kv: int, ff: int) -> int:
+    """Numbers one block saves per token for its backward pass, tensor by tensor.
 
-    Per layer and token: the input of each norm and of each matmul, Q, K, V and the attention output,
-    the MLP's gate, up and their product: 6 d_model + 2 kv_dim + 3 d_ff numbers. With checkpointing only
-    each layer's input is kept and one layer's set is rebuilt at a time. Plus every position's logits (fp32).
+    norm 1: its input x, x * rsqrt, the normed output a (3 d)   qkv projection output (d + 2 kv)
+    attention output o and its re-laid copy o2 (2 d)            norm 2: x_mid, x_mid * rsqrt, b (3 d)
+    gate and up (2 ff), silu(gate) (ff), silu(gate) * up (ff)   = 9 d + 2 kv + 4 ff
     """
-    per_layer_token = 6 * p.d_model + 2 * p.kv_dim + 3 * p.d_ff
+    return 9 * d + 2 * kv + 4 * ff
+
+
+def block_small_bytes_per_token(n_heads: int) -> int:
+    """Per token and block: two rsqrt factors (bf16) and attention's log-sum-exp per head (fp32)."""
+    return 2 * 2 + 4 * n_heads
+
+
+def activation_parts(d: int, kv: int, ff: int, n_layers: int, vocab: int, n_heads: int,
+                     checkpointing: bool, act_bytes: float = 2.0) -> dict:
+    """Saved bytes per token, by part (what is alive when the forward pass ends)."""
+    per_block = block_numbers_per_token(d, kv, ff) * act_bytes + block_small_bytes_per_token(n_heads)
+    blocks = n_layers * (d * act_bytes if checkpointing else per_block)  # checkpointing keeps block inputs
+    return {"blocks": blocks, "final norm": 3 * d * act_bytes + 2, "log-probabilities (fp32)": 4 * vocab,
+            "token ids and targets": 16}
+
+
+def training_activation_bytes(p: MemParams) -> float:
+    """What the backward pass needs, stored during the forward pass (the training-memory lab's count).
+
+    Per layer and token the tensors autograd keeps for a Llama-style block (block_numbers_per_token),
+    then the final norm, every position's log-probabilities (fp32) and the token ids. With checkpointing
+    only each layer's input is kept, and one layer's full set is rebuilt at a time during the backward pass.
+    The training-memory lab checks this count against torch.cuda.max_memory_allocated of real steps.
+    """
+    act_bytes = activation_dtype_bytes(p)
     tokens = p.batch * p.context
-    if p.checkpointing:
-        numbers = tokens * (p.n_layers * p.d_model + per_layer_token)
-    else:
-        numbers = tokens * p.n_layers * per_layer_token
-    return numbers * activation_dtype_bytes(p) + tokens * p.vocab * LOGIT_BYTES
+    kept = tokens * sum(activation_parts(p.d_model, p.kv_dim, p.d_ff, p.n_layers, p.vocab, p.n_heads,
+                                         p.checkpointing, act_bytes).values())
+    rebuilt = tokens * block_numbers_per_token(p.d_model, p.kv_dim, p.d_ff) * act_bytes if p.checkpointing else 0
+    return kept + rebuilt
 
 
 @dataclass

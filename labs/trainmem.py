@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from labs import memcalc
+from labs.memcalc import activation_parts, block_numbers_per_token, block_small_bytes_per_token  # noqa: F401
 from labs.gpu import GB, Target, datasheet_by_name, free_memory_bytes
 from labs.lab import Headline, Lab
 from labs.params import ParamError, param
@@ -39,30 +40,6 @@ EPS = 1e-6
 # ---------------------------------------------------------------------------------------------
 # Activations: what autograd keeps for a Llama-style block (as written in `block` below)
 # ---------------------------------------------------------------------------------------------
-def block_numbers_per_token(d: int, kv: int, ff: int) -> int:
-    """Numbers one block saves per token for its backward pass, tensor by tensor.
-
-    norm 1: its input x, x * rsqrt, the normed output a (3 d)   qkv projection output (d + 2 kv)
-    attention output o and its re-laid copy o2 (2 d)            norm 2: x_mid, x_mid * rsqrt, b (3 d)
-    gate and up (2 ff), silu(gate) (ff), silu(gate) * up (ff)   = 9 d + 2 kv + 4 ff
-    """
-    return 9 * d + 2 * kv + 4 * ff
-
-
-def block_small_bytes_per_token(n_heads: int) -> int:
-    """Per token and block: two rsqrt factors (bf16) and attention's log-sum-exp per head (fp32)."""
-    return 2 * 2 + 4 * n_heads
-
-
-def activation_parts(d: int, kv: int, ff: int, n_layers: int, vocab: int, n_heads: int,
-                     checkpointing: bool, act_bytes: float = 2.0) -> dict:
-    """Saved bytes per token, by part (what is alive when the forward pass ends)."""
-    per_block = block_numbers_per_token(d, kv, ff) * act_bytes + block_small_bytes_per_token(n_heads)
-    blocks = n_layers * (d * act_bytes if checkpointing else per_block)  # checkpointing keeps block inputs
-    return {"blocks": blocks, "final norm": 3 * d * act_bytes + 2, "log-probabilities (fp32)": 4 * vocab,
-            "token ids and targets": 16}
-
-
 def block_backward_bytes_per_token(d: int, ff: int, act_bytes: float = 2.0) -> float:
     """Gradients alive at once inside a block's backward: the MLP's 4 ff plus a few d-wide ones."""
     return (4 * ff + 3 * d) * act_bytes

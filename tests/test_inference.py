@@ -129,6 +129,28 @@ def test_kv_cache_bytes_by_hand():
     assert rows[0]["predicted_ms"] == pytest.approx(nbytes / 4e12 * 1e3 + inf.LAUNCH_ALONE_MS + inf.GRAPH_NODE_MS)
 
 
+def test_sdpa_one_block_floor_by_hand():
+    p = inf.Params(attn_batch=(1, 64), attn_context=(512, 32768), attn_kernels=("sdpa", "triton"))
+    # one (sequence, K/V head) pair: K and V of 32768 tokens x 128 dims x 2 bytes = 16 MiB
+    assert inf.sdpa_block_bytes(32768, p) == 2 * 32768 * 128 * 2 == 16_777_216
+    rows = {(r["kernel"], r["batch"], r["context"]): r for r in inf.predict_attention(p, synthetic_target(), 50.0)}
+    fixed = inf.LAUNCH_ALONE_MS + inf.GRAPH_NODE_MS
+    # batch 1, 32768 tokens: 16 MiB at 50 GB/s = 0.3355 ms, ten times the 134 MB at 4 TB/s (0.0336 ms)
+    alone = rows[("sdpa", 1, 32768)]
+    assert alone["predicted_ms"] == pytest.approx(16_777_216 / 50e9 * 1e3 + fixed)
+    assert alone["predicted_limit"] == "one block"
+    # batch 64, 512 tokens: 512 pairs; one pair's 256 KiB takes 0.0052 ms, the 135 MB at 4 TB/s 0.0338 ms
+    many = rows[("sdpa", 64, 512)]
+    nbytes = 64 * 512 * 4096 + 2 * 64 * 32 * 128 * 2
+    assert many["predicted_ms"] == pytest.approx(nbytes / 4e12 * 1e3 + fixed)
+    assert many["predicted_limit"] == "bandwidth"
+    # the split-KV Triton kernel has no such floor, and without a measured rate SDPA falls back to the roofline
+    assert rows[("triton", 1, 32768)]["predicted_ms"] < 0.04
+    no_probe = inf.attention_row("sdpa", 1, 32768, p, synthetic_target())
+    assert no_probe["predicted_ms"] == pytest.approx(alone["predicted_ms"] - 16_777_216 / 50e9 * 1e3
+                                                     + (134_217_728 + 2 * 32 * 128 * 2) / 4e12 * 1e3)
+
+
 def test_block_model_counts_weights_and_kernels():
     p = inf.Params()
     assert p.block_shape.params == 25_165_824 + 16_777_216 + 117_440_512 + 58_720_256 + 2 * 4096
@@ -242,12 +264,15 @@ def test_training_is_16_bytes_per_parameter_plus_activations():
 
 
 def test_training_activations_by_hand():
+    """The same count as the training-memory lab (checked there against a real training step)."""
     p = memcalc.MemParams(n_layers=2, d_model=64, n_heads=4, n_kv_heads=2, d_ff=128, vocab=100, batch=2, context=8,
                           precision="fp32", mode="training")
-    per_layer_token = 6 * 64 + 2 * 32 + 3 * 128  # 832 numbers
-    assert memcalc.training_activation_bytes(p) == 16 * 2 * per_layer_token * 4 + 16 * 100 * 4  # 112,896
+    block = 9 * 64 + 2 * 32 + 4 * 128  # 1152 numbers a block keeps per token (kv_dim = 2 heads x 16 = 32)
+    small = 2 * 2 + 4 * 4  # two bf16 rsqrt factors and an fp32 log-sum-exp per head
+    rest = (3 * 64 * 4 + 2) + 4 * 100 + 16  # final norm, fp32 log-probabilities, token ids and targets
+    assert memcalc.training_activation_bytes(p) == 16 * (2 * (block * 4 + small) + rest)  # 167,072
     ckpt = dataclasses.replace(p, checkpointing=True)
-    assert memcalc.training_activation_bytes(ckpt) == 16 * (2 * 64 + per_layer_token) * 4 + 16 * 100 * 4
+    assert memcalc.training_activation_bytes(ckpt) == 16 * (2 * 64 * 4 + rest) + 16 * block * 4  # 100,896
 
 
 def test_max_context_is_the_longest_that_fits():
@@ -311,6 +336,15 @@ def test_live_run_is_checked_and_follows_the_model():
             assert abs(r["error_pct"]) < 20, r
         if r["experiment"] == "block":
             assert abs(r["error_pct"]) < 35, r
+
+
+@pytest.mark.gpu
+def test_sdpa_block_probe_is_checked_and_a_plausible_rate():
+    p = inf.Params(d_model=1024, heads=8, kv_heads=2)
+    row = inf.measure_sdpa_block(p, lambda f, m: None)
+    assert row["check_rel_error"] < 2e-2
+    # one block can neither beat the whole GPU's copy rate nor stream slower than 1 GB/s
+    assert 1.0 < row["measured_gbps"] < gpu.live_target().ceilings.copy_tbps * 1e3
 
 
 @pytest.mark.gpu
