@@ -15,6 +15,8 @@ What you will learn:
   pipeline filling and the output being written) can overlap the neighbouring tiles' math;
 - warp specialization: producer warps only issue copies, consumer warps only issue tensor-core
   math (wgmma), with buffers between them;
+- what autotuners do: try a few configurations (tile shape, stages, schedule) on the real operands,
+  each checked first, and keep the fastest for the size;
 - the instructions behind all this, read from the compiled kernel: `wgmma.mma_async` (tensor cores
   fed from shared memory), `cp.async.bulk.tensor` (TMA), `cp.async` (Ampere-style copies).
 
@@ -119,12 +121,18 @@ def anatomy_pointer_kernel(a_ptr, b_ptr, c_ptr, order_ptr, M, N, K, num_tiles, s
 @triton.jit(do_not_specialize=["K", "num_tiles"])
 def anatomy_tma_kernel(a_desc, b_desc, c_desc, order_ptr, K, num_tiles,
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                       PERSISTENT: tl.constexpr, WS: tl.constexpr, UPCAST: tl.constexpr = False):
+                       PERSISTENT: tl.constexpr, WS: tl.constexpr, UPCAST: tl.constexpr = False,
+                       FLATTEN: tl.constexpr = False):
     """Loads and stores by tensor descriptors: the TMA copy engine (cp.async.bulk.tensor)."""
     if PERSISTENT:
-        for tile in range(tl.program_id(0), num_tiles, tl.num_programs(0)):
-            tile_m, tile_n = _tile_coords(order_ptr, tile)
-            _tile_with_tma(a_desc, b_desc, c_desc, K, tile_m, tile_n, BLOCK_M, BLOCK_N, BLOCK_K, WS, UPCAST)
+        if FLATTEN:  # the tile loop and the K loop pipelined as one: no refill between tiles
+            for tile in tl.range(tl.program_id(0), num_tiles, tl.num_programs(0), flatten=True):
+                tile_m, tile_n = _tile_coords(order_ptr, tile)
+                _tile_with_tma(a_desc, b_desc, c_desc, K, tile_m, tile_n, BLOCK_M, BLOCK_N, BLOCK_K, WS, UPCAST)
+        else:
+            for tile in range(tl.program_id(0), num_tiles, tl.num_programs(0)):
+                tile_m, tile_n = _tile_coords(order_ptr, tile)
+                _tile_with_tma(a_desc, b_desc, c_desc, K, tile_m, tile_n, BLOCK_M, BLOCK_N, BLOCK_K, WS, UPCAST)
     else:
         tile_m, tile_n = _tile_coords(order_ptr, tl.program_id(0))
         _tile_with_tma(a_desc, b_desc, c_desc, K, tile_m, tile_n, BLOCK_M, BLOCK_N, BLOCK_K, WS, UPCAST)
@@ -140,12 +148,22 @@ class Switches:
     persistent: bool  # one program per SM walking many tiles, instead of one program per tile
     order: str  # the order tiles are visited in: row-major, grouped, hilbert
     warp_specialize: bool  # producer and consumer warps (Triton's warp_specialize on the K loop)
+    block: tuple = (BLOCK_M, BLOCK_N, BLOCK_K)  # tile rows x columns x depth of one K slice
+    num_warps: int = NUM_WARPS  # warps per program (4 = one warpgroup)
+    flatten: bool = False  # persistent only: one flat loop over (tile, slice), so the next tile's loads
+    #                        start while this tile's output is written (Triton's tl.range(flatten=True))
 
     @property
     def label(self) -> str:
         return (f"{'TMA' if self.tma else 'pointers'}, {self.stages} stage{'s' if self.stages > 1 else ''}, "
                 f"{'persistent' if self.persistent else 'one program per tile'}, {self.order}"
-                f"{', warp-specialized' if self.warp_specialize else ''}")
+                f"{', flattened' if self.flatten else ''}{', warp-specialized' if self.warp_specialize else ''}")
+
+    @property
+    def config_label(self) -> str:
+        """The tile shape and warps, then the switches: names one configuration of the best step."""
+        bm, bn, bk = self.block
+        return f"{bm}x{bn}x{bk} w{self.num_warps}, {self.label}"
 
 
 # Each step changes one switch of the step before it (the order of a lesson, not of importance).
@@ -158,8 +176,27 @@ STEPS: dict = {
     "6 Hilbert order": Switches(True, 3, True, "hilbert", False),
     "7 warp-specialized": Switches(True, 3, True, "hilbert", True),
 }
-STEP_NAMES = tuple(STEPS)
+# The last step is not one set of switches but a choice made at run time, as autotuners do: each
+# candidate is checked against float64 and timed on the operands of the size, and the fastest is
+# kept (its configuration is named in the row). Candidates: the best fixed steps (grouped, one program
+# per tile; persistent Hilbert), a fourth stage for the one-program-per-tile kernel (it fits in shared
+# memory only there: the persistent kernel also keeps a C tile for its store), the persistent kernel
+# with its loops flattened (the next tile's loads overlap this tile's store), and a 256 x 128 tile.
+BEST_STEP = "8 best configuration"
+BEST_CANDIDATES = (
+    Switches(True, 3, False, "grouped", False),
+    Switches(True, 4, False, "grouped", False),
+    Switches(True, 3, True, "hilbert", False),
+    Switches(True, 3, True, "hilbert", False, flatten=True),
+    Switches(True, 3, True, "hilbert", False, block=(256, 128, 64)),
+)
+STEP_NAMES = tuple(STEPS) + (BEST_STEP,)
 GROUP_M = 8  # tile rows per band of the grouped order
+
+
+def step_candidates(step: str) -> tuple:
+    """The configurations a step runs: one for the switch steps, several for the best-configuration step."""
+    return BEST_CANDIDATES if step == BEST_STEP else (STEPS[step],)
 
 
 def _hilbert_d2xy(side: int, d: int) -> tuple:
@@ -211,10 +248,12 @@ def sm_count(device) -> int:
 
 
 def prepare(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, sw: Switches,
-            block=(BLOCK_M, BLOCK_N, BLOCK_K), num_warps: int = NUM_WARPS, programs: Optional[int] = None):
-    """Everything a launch needs, built once (descriptors, order table, grid): returns launch()."""
+            block: Optional[tuple] = None, num_warps: Optional[int] = None, programs: Optional[int] = None):
+    """Everything a launch needs, built once (descriptors, order table, grid): returns launch().
+    The tile shape and warps are the switches' unless given (the CPU tests shrink them)."""
     (m, k), n = a.shape, b.shape[1]
-    bm, bn, bk = block
+    bm, bn, bk = block or sw.block
+    num_warps = num_warps or sw.num_warps
     tiles_m, tiles_n = triton.cdiv(m, bm), triton.cdiv(n, bn)
     tiles = tiles_m * tiles_n
     table = order_table(sw.order, tiles_m, tiles_n, a.device)
@@ -232,6 +271,8 @@ def prepare(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, sw: Switches,
         args = (TensorDescriptor.from_tensor(a, [bm, bk]), TensorDescriptor.from_tensor(b, [bk, bn]),
                 TensorDescriptor.from_tensor(out, [bm, bn]), table, k, tiles)
         kernel = anatomy_tma_kernel
+        if sw.flatten:  # only passed when on, so the other steps compile exactly as before
+            meta["FLATTEN"] = True
     else:
         args = (a, b, out, table, m, n, k, tiles, a.stride(0), b.stride(0), out.stride(0))
         kernel = anatomy_pointer_kernel
@@ -278,7 +319,7 @@ def l2_tbps(target: Target) -> tuple:
     return est, f"L2 ~{est:.1f} TB/s (estimate: {L2_OVER_HBM}x DRAM; run the Memory hierarchy lab to measure it)"
 
 
-def dram_bytes(order: str, n: int, dtype: str, slots: int, l2_bytes: int) -> float:
+def dram_bytes(order: str, n: int, dtype: str, slots: int, l2_bytes: int, block=(BLOCK_M, BLOCK_N)) -> float:
     """Bytes the L2 must fetch from DRAM, walking the tiles in `order`, `slots` at a time.
 
     Tiles that run at the same time stream through K together, so every row panel of A and column
@@ -286,48 +327,103 @@ def dram_bytes(order: str, n: int, dtype: str, slots: int, l2_bytes: int) -> flo
     nothing survives from one wave to the next unless A and B fit in the L2 together. Plus C, once.
     """
     e = bench.element_bytes(dtype)
+    bm, bn = block[0], block[1]
     c_bytes = n * n * e
     if 2 * n * n * e <= 0.8 * l2_bytes:
         return 2 * n * n * e + c_bytes
-    tiles = tile_order(order, math.ceil(n / BLOCK_M), math.ceil(n / BLOCK_N))
+    tiles = tile_order(order, math.ceil(n / bm), math.ceil(n / bn))
     total = 0.0
     for start in range(0, len(tiles), slots):
         wave = tiles[start:start + slots]
         rows, cols = {i for i, _ in wave}, {j for _, j in wave}
-        total += (len(rows) * BLOCK_M + len(cols) * BLOCK_N) * n * e
+        total += (len(rows) * bm + len(cols) * bn) * n * e
     return total + c_bytes
 
 
 def tile_config(sw: Switches) -> mm.TileConfig:
-    return mm.TileConfig(BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_WARPS, sw.stages)
+    return mm.TileConfig(*sw.block, GROUP_M, sw.num_warps, sw.stages)
 
 
-def step_times(sw: Switches, dtype: str, target: Target) -> dict:
-    """Seconds one SM spends per BLOCK_K slice and per tile (start and end), by the features on.
+def _recorded_cublas_tflops(gpu_key: str) -> dict:
+    """(dtype, N) -> cuBLAS TFLOP/s from the matmul lab's committed recording of this GPU kind (read
+    again whenever a recording file changes, e.g. after a --record in this process)."""
+    from labs.results import RECORDED_DIR
 
-    - math: 2 BM BN BK FLOPs at the SM's share of the measured cuBLAS rate;
-    - operands: (BM + BN) BK elements from the L2 at the SM's share of the L2 bandwidth;
+    stamp = tuple(sorted((str(p), p.stat().st_mtime_ns) for p in RECORDED_DIR.glob("*/matmul.json")))
+    return _cublas_rates(gpu_key, stamp)
+
+
+@functools.lru_cache(maxsize=16)
+def _cublas_rates(gpu_key: str, _stamp: tuple) -> dict:
+    from labs.results import list_recorded
+
+    rates: dict = {}
+    for result in reversed(list_recorded("matmul")):  # oldest first, so the newest recording wins
+        if result.meta.get("gpu", {}).get("key") != gpu_key:
+            continue
+        for r in result.rows:
+            rate = r.get("measured_tflops")
+            if r.get("kernel") == "cublas" and isinstance(rate, (int, float)) and rate > 0:
+                rates[(r.get("dtype"), r.get("n"))] = float(rate)
+    return rates
+
+
+def tensor_core_tflops(n: Optional[int], dtype: str, target: Target) -> tuple:
+    """(TFLOP/s, where it comes from): the rate the tensor cores hold in a matmul of size N.
+
+    The tensor cores' rate is capped by power: the longer a big matmul runs, the lower the clock the GPU
+    holds, so cuBLAS runs faster at N = 4096 than at the calibration's N = 8192. The model therefore takes
+    cuBLAS's rate measured at this very N on this GPU kind (the Matmul lab's recording) and falls back to
+    the calibrated ceiling (cuBLAS at N = 8192) for sizes that were never recorded."""
+    recorded = _recorded_cublas_tflops(target.key).get((dtype, n)) if n else None
+    if recorded:
+        return recorded, f"cuBLAS at N = {n}, recorded by the Matmul lab on this GPU kind"
+    ceiling = target.ceilings.matmul_tflops.get(dtype)
+    return ceiling, f"the {target.ceilings.source} {dtype} matmul ceiling"
+
+
+def cublas_tflops(n: int, dtype: str, target: Target) -> Optional[float]:
+    """The cuBLAS row's prediction: the tensor-core rate at this N, under the roofline's bandwidth limit."""
+    rate, _ = tensor_core_tflops(n, dtype, target)
+    if not rate:
+        return None
+    intensity = 2.0 * n / (2 * bench.element_bytes(dtype) + mm.out_bytes(dtype))  # A, B, C moved once
+    return min(rate, intensity * target.ceilings.copy_tbps)
+
+
+def step_times(sw: Switches, dtype: str, target: Target, n: Optional[int] = None) -> dict:
+    """Seconds one SM spends per K slice and per tile (start and end), by the features on.
+
+    - math: 2 BM BN BK FLOPs at the SM's share of the tensor-core rate at this N (tensor_core_tflops);
+    - operands: the slice ((BM + BN) BK elements) written into the SM's shared memory at 128 bytes per
+      clock, as the Matmul lab's model does (a one-stage pointer kernel moves it twice: into registers,
+      then into shared memory). The L2 is not a limit here: it serves every SM at once, and the recorded
+      steps draw more from it than the Memory hierarchy lab's streaming kernel does (see l2_tbps);
     - latency: a slice arrives one memory latency after it is asked for; with S stages, S - 1 slices
       are in flight, so a slice can be consumed every latency / (S - 1) at best (Little's law), and
       with one stage the SM waits for each slice before multiplying it;
-    - tile start (pipeline fill: one latency and one slice) and end (writing the C tile at the SM's
-      share of DRAM bandwidth): paid per tile with one program per tile; a persistent kernel overlaps
-      the end with the next tile (the TMA store runs on its own), and warp specialization the start too.
+    - tile start (pipeline fill: one latency and one slice) and end (the C tile leaving through shared
+      memory at the same 128 bytes per clock; the L2 takes it, and its trip to DRAM is in the DRAM term):
+      paid per tile with one program per tile; a persistent kernel overlaps the end with the next tile
+      (the TMA store runs on its own), and warp specialization or a flattened loop the start too.
     """
     sms = target.sm_count
     e = bench.element_bytes(dtype)
-    rate = (target.ceilings.matmul_tflops.get(dtype) or 0) * 1e12 / sms
-    l2, _ = l2_tbps(target)
-    latency = HBM_LATENCY_CYCLES / mm.clock_hz(target)
-    math_s = 2 * BLOCK_M * BLOCK_N * BLOCK_K / rate if rate else float("nan")
-    operand_s = (BLOCK_M + BLOCK_N) * BLOCK_K * e / (l2 * 1e12 / sms)
+    bm, bn, bk = sw.block
+    tflops, _ = tensor_core_tflops(n, dtype, target)
+    rate = (tflops or 0) * 1e12 / sms
+    clock = mm.clock_hz(target)
+    latency = HBM_LATENCY_CYCLES / clock
+    math_s = 2 * bm * bn * bk / rate if rate else float("nan")
+    through_registers = not sw.tma and sw.stages == 1  # no asynchronous copy: load, then store to shared
+    operand_s = (bm + bn) * bk * e * (2 if through_registers else 1) / (mm.L1_BYTES_PER_CLOCK * clock)
     if sw.stages == 1:
         slice_s = math_s + latency + operand_s  # load, wait, multiply: nothing overlaps
     else:
         slice_s = max(math_s, operand_s, (latency + operand_s) / (sw.stages - 1))
     fill = latency + operand_s
-    drain = BLOCK_M * BLOCK_N * e / (target.ceilings.copy_tbps * 1e12 / sms)
-    if sw.persistent and sw.warp_specialize:
+    drain = bm * bn * e / (mm.L1_BYTES_PER_CLOCK * clock)
+    if sw.persistent and (sw.warp_specialize or sw.flatten):
         edges = 0.0
     elif sw.persistent:
         edges = fill
@@ -336,49 +432,65 @@ def step_times(sw: Switches, dtype: str, target: Target) -> dict:
     return {"math_s": math_s, "operand_s": operand_s, "latency_s": latency, "slice_s": slice_s, "edges_s": edges}
 
 
-def predict_step(step: str, n: int, dtype: str, target: Target) -> dict:
-    sw = STEPS[step]
-    row = {"step": step, "n": n, "dtype": dtype, "switches": sw.label}
-    if not target.ceilings.matmul_tflops.get(dtype):
-        return row | {"note": f"no {dtype} matmul ceiling for {target.name}"}
-    cfg = tile_config(sw)
-    per_sm = mm.blocks_per_sm(cfg, dtype, "tma", target.compute_capability)
+def predict_config(sw: Switches, n: int, dtype: str, target: Target) -> dict:
+    """The model's columns for one configuration at size N (tiles, waves, bytes, time, bound)."""
+    bm, bn, bk = sw.block
+    per_sm = mm.blocks_per_sm(tile_config(sw), dtype, "tma", target.compute_capability)
     if per_sm == 0:
-        return row | {"note": "the tile does not fit in shared memory"}
-    tiles_m, tiles_n = math.ceil(n / BLOCK_M), math.ceil(n / BLOCK_N)
+        return {"note": "the tile does not fit in shared memory"}
+    tiles_m, tiles_n = math.ceil(n / bm), math.ceil(n / bn)
     tiles, slots = tiles_m * tiles_n, target.sm_count * per_sm
     waves = math.ceil(tiles / slots)
-    t = step_times(sw, dtype, target)
-    k_slices = math.ceil(n / BLOCK_K)
+    t = step_times(sw, dtype, target, n)
+    k_slices = math.ceil(n / bk)
     rounds = math.ceil(tiles / target.sm_count)  # tiles on the busiest SM (its tensor cores are shared)
     compute_s = rounds * (k_slices * t["slice_s"] + t["edges_s"])
-    l2_bytes = tiles * (BLOCK_M + BLOCK_N) * n * bench.element_bytes(dtype)  # every tile's operand requests
-    dram = dram_bytes(sw.order, n, dtype, slots, target.l2_bytes)
+    l2_bytes = tiles * (bm + bn) * n * bench.element_bytes(dtype)  # every tile's operand requests
+    dram = dram_bytes(sw.order, n, dtype, slots, target.l2_bytes, sw.block)
     dram_s = dram / (target.ceilings.copy_tbps * 1e12)
     total = max(compute_s, dram_s) + mm.FIXED_US * 1e-6
-    limits = {"tensor cores": rounds * k_slices * t["math_s"], "L2 bandwidth": rounds * k_slices * t["operand_s"],
+    limits = {"tensor cores": rounds * k_slices * t["math_s"], "shared-memory fill": rounds * k_slices * t["operand_s"],
               "latency": rounds * k_slices * max(0.0, t["slice_s"] - max(t["math_s"], t["operand_s"])),
               "tile start/end": rounds * t["edges_s"], "DRAM": dram_s}
-    cublas = mm.roofline_tflops(n, dtype, target)
-    tflops = 2.0 * n**3 / total / 1e12
-    return row | {
+    return {
         "tiles": tiles, "waves": waves, "last_wave_util": (tiles - (waves - 1) * slots) / slots,
         "predicted_l2_request_bytes": float(l2_bytes), "predicted_dram_bytes": dram,
+        "predicted_l2_request_tbps": l2_bytes / total / 1e12,
         "predicted_latency_hidden_pct": 100.0 * min(1.0, max(0, sw.stages - 1) * t["math_s"] /
                                                     (t["latency_s"] + t["operand_s"])),
-        "predicted_ms": total * 1e3, "predicted_tflops": tflops,
-        "predicted_pct_of_cublas": 100.0 * tflops / cublas if cublas else None,
+        "predicted_ms": total * 1e3, "predicted_tflops": 2.0 * n**3 / total / 1e12,
         "bound": max(limits, key=limits.get),
     }
+
+
+def predict_step(step: str, n: int, dtype: str, target: Target) -> dict:
+    """One step's prediction; for the best-configuration step, the candidate the model finds fastest."""
+    configs = step_candidates(step)
+    row = {"step": step, "n": n, "dtype": dtype,
+           "switches": "fastest of: " + "; ".join(c.config_label for c in configs) if step == BEST_STEP
+           else configs[0].label}
+    if not target.ceilings.matmul_tflops.get(dtype):
+        return row | {"note": f"no {dtype} matmul ceiling for {target.name}"}
+    fits = [(predict_config(c, n, dtype, target), c) for c in configs]
+    fits = [(p, c) for p, c in fits if "predicted_tflops" in p]
+    if not fits:
+        return row | {"note": "the tile does not fit in shared memory"}
+    best, chosen = max(fits, key=lambda pc: pc[0]["predicted_tflops"])
+    cublas = cublas_tflops(n, dtype, target)
+    row |= best | {"predicted_pct_of_cublas": 100.0 * best["predicted_tflops"] / cublas if cublas else None}
+    if step == BEST_STEP:
+        row["predicted_config"] = chosen.config_label
+    return row
 
 
 def predict(params: Params, target: Target) -> list[dict]:
     rows = []
     for n in params.sizes:
-        cublas = mm.roofline_tflops(n, params.dtype, target)
+        cublas = cublas_tflops(n, params.dtype, target)
+        _, source = tensor_core_tflops(n, params.dtype, target)
         rows.append({"step": "cuBLAS", "n": n, "dtype": params.dtype, "switches": "the library (torch.matmul)",
                      "predicted_tflops": cublas, "predicted_pct_of_cublas": 100.0 if cublas else None,
-                     "bound": "measured ceiling"})
+                     "bound": f"measured rate ({source})"})
         rows += [predict_step(step, n, params.dtype, target) for step in params.steps]
     return rows
 
@@ -442,7 +554,7 @@ def check(params: Params, target: Target) -> None:
                          f"is {target.compute_capability}. The model and the recorded runs are shown instead.")
     multiple = 16 // bench.element_bytes(params.dtype)
     odd = [n for n in params.sizes if n % multiple]
-    if odd and any(STEPS[s].tma for s in params.steps):
+    if odd and any(sw.tma for s in params.steps for sw in step_candidates(s)):
         raise ParamError(f"The TMA steps need rows that start on 16-byte boundaries: N a multiple of {multiple} in "
                          f"{params.dtype}; {', '.join(map(str, odd))} is not. Choose other sizes or only steps 1-2.")
     free = free_memory_bytes() if target.live else target.memory_bytes
@@ -453,15 +565,19 @@ def check(params: Params, target: Target) -> None:
                          f"this GPU has {free / 1e9:.1f} GB free. Choose smaller sizes.")
 
 
-def probe_check(step: str, dtype: str, device: str = "cuda", programs: Optional[int] = None, **kw) -> float:
-    """One step on a small odd shape (fresh inputs, output poisoned with NaN) against float64."""
+def probe_check(step, dtype: str, device: str = "cuda", programs: Optional[int] = None, **kw) -> float:
+    """One configuration (a step name or Switches) on a small odd shape (fresh inputs, output poisoned
+    with NaN) against float64. A persistent kernel gets fewer programs than tiles, so that each program
+    walks several tiles (the path a flattened loop must get right)."""
     sw = STEPS[step] if isinstance(step, str) else step
     m, n, k = PROBE_TMA if sw.tma else PROBE_ODD
     a = bench.random_tensor((m, k), dtype, device)
     b = bench.random_tensor((k, n), dtype, device)
     out = torch.full((m, n), float("nan"), device=a.device, dtype=a.dtype)
+    if programs is None and sw.persistent:
+        programs = 3
     anatomy_matmul(a, b, sw, out, programs=programs, **kw)
-    return bench.check_close(out, reference(a, b), dtype, f"{sw.label} ({dtype}, {m}x{n}x{k})")
+    return bench.check_close(out, reference(a, b), dtype, f"{sw.config_label} ({dtype}, {m}x{n}x{k})")
 
 
 def _failure_note(exc: Exception) -> str:
@@ -469,19 +585,66 @@ def _failure_note(exc: Exception) -> str:
     return f"{type(exc).__name__}: {text[:300]}"
 
 
+def usable_configs(step: str, dtype: str, device: str = "cuda", **kw) -> tuple:
+    """(the step's configurations that compile here and match float64, a note for each one that does
+    not). A step's own kernel giving a wrong answer raises; a candidate of the best-configuration step
+    that does is never timed, and its note says so (the search goes on without it)."""
+    ok, notes = [], []
+    for sw in step_candidates(step):
+        try:
+            probe_check(sw, dtype, device, **kw)
+            ok.append(sw)
+        except bench.KernelMismatch as exc:
+            if step != BEST_STEP:
+                raise
+            notes.append(f"{sw.config_label}: WRONG RESULT, excluded ({_failure_note(exc)})")
+        except Exception as exc:  # noqa: BLE001 - a feature this Triton or GPU cannot compile: say so, go on
+            notes.append(f"{sw.config_label}: {_failure_note(exc)}")
+    return ok, notes
+
+
+SELECT_WARMUP_MS, SELECT_REP_MS = 10, 40  # a short timing per candidate; the chosen one is timed again in full
+
+
+def fastest_config(configs, a, b, out, dtype: str, n: int) -> tuple:
+    """Check every candidate at this size, time each briefly, keep the fastest: (Switches, what was tried).
+    The chosen one is then timed again from scratch, so the row's time is not the best of several draws."""
+    tried = []
+    for sw in configs:
+        try:
+            out.fill_(float("nan"))
+            launch = prepare(a, b, out, sw)
+            launch()
+            mm.check_sampled(out, a, b, dtype, f"{sw.config_label} ({dtype}, N={n})")
+            ms = bench.graph_time_ms(launch, timer=lambda fn: bench.time_ms(fn, SELECT_WARMUP_MS, SELECT_REP_MS))
+        except bench.KernelMismatch as exc:  # never timed, and said so in the row
+            tried.append((float("inf"), sw, "WRONG RESULT, excluded: " + _failure_note(exc)[:80]))
+            continue
+        except Exception as exc:  # noqa: BLE001 - out of resources at this size: not a candidate here
+            tried.append((float("inf"), sw, _failure_note(exc)[:80]))
+            continue
+        tried.append((ms, sw, f"{bench.tflops(2.0 * n**3, ms):.0f} TFLOP/s"))
+    ms, chosen, _ = min(tried, key=lambda t: t[0])
+    if ms == float("inf"):
+        raise RuntimeError(f"no configuration of {BEST_STEP!r} runs at N = {n}: " +
+                           "; ".join(note for _, _, note in tried))
+    return chosen, "; ".join(f"{sw.config_label}: {note}" for _, sw, note in tried)
+
+
 def measure(params: Params, target: Target, progress):
     dtype = params.dtype
     total = len(params.sizes) * (len(params.steps) + 1)
     done = 0
     usable = {}
-    for step in params.steps:  # compile and check every step once, on small odd shapes
+    for step in params.steps:  # compile and check every configuration once, on small odd shapes
         progress(done / total, f"step {step}: compiling and checking against float64")
-        try:
-            usable[step] = probe_check(step, dtype)
-        except bench.KernelMismatch:
-            raise
-        except Exception as exc:  # noqa: BLE001 - a feature this Triton or GPU cannot compile: say so, go on
-            yield f"Step {step!r} does not run here ({_failure_note(exc)}); it is left out."
+        ok, notes = usable_configs(step, dtype)
+        if ok:
+            usable[step] = ok
+            for note in notes:
+                yield f"Step {step!r}: the configuration {note}; the others are tried."
+        else:
+            yield f"Step {step!r} does not run here ({'; '.join(notes)}); it is left out."
     previous_ptx = None  # a switch the compiler ignores leaves the PTX as it was: say so
     for n in params.sizes:
         a, b = mm.operands(n, n, n, dtype, kmajor_b=False)
@@ -499,15 +662,29 @@ def measure(params: Params, target: Target, progress):
             done += 1
             if step not in usable:
                 continue
-            sw = STEPS[step]
+            row = {}
+            sw = usable[step][0]
+            if step == BEST_STEP:
+                try:
+                    sw, tried = fastest_config(usable[step], a, b, out, dtype, n)
+                except RuntimeError as exc:  # no candidate ran at this size: say so, keep the other rows
+                    yield str(exc)
+                    continue
+                row = {"config": sw.config_label, "tried": tried}
             out.fill_(float("nan"))
             launch = prepare(a, b, out, sw)
             compiled = launch()
             err = mm.check_sampled(out, a, b, dtype, f"{step} ({dtype}, N={n})")
             ms = bench.graph_time_ms(launch)
             tflops = bench.tflops(2.0 * n**3, ms)
+            tiles = math.ceil(n / sw.block[0]) * math.ceil(n / sw.block[1])
+            l2_bytes = tiles * (sw.block[0] + sw.block[1]) * n * bench.element_bytes(dtype)
+            if step == BEST_STEP:  # cuBLAS again, right after: the same clocks and temperature as this row
+                beside_ms = bench.graph_time_ms(lambda: mm.cublas_matmul(a, b, dtype, out))
+                row["measured_pct_of_cublas_beside"] = 100.0 * beside_ms / ms
             row = {"step": step, "n": n, "dtype": dtype, "measured_ms": ms, "measured_tflops": tflops,
-                   "measured_pct_of_cublas": 100.0 * tflops / cublas_tflops, "check_rel_error": err}
+                   "measured_pct_of_cublas": 100.0 * tflops / cublas_tflops, "check_rel_error": err,
+                   "measured_l2_request_tbps": bench.tbps(l2_bytes, ms)} | row
             row |= instruction_summary(compiled)
             row |= mm._compiled_resources(compiled)
             ptx = compiled.asm.get("ptx", "")
@@ -523,23 +700,30 @@ def measure(params: Params, target: Target, progress):
 
 def lesson_numbers(target: Target) -> dict:
     dtype = "bf16"
-    base = step_times(STEPS["1 baseline"], dtype, target)
-    piped = step_times(STEPS["2 pipeline"], dtype, target)
-    sms = target.sm_count
     n = 8192
+    base = step_times(STEPS["1 baseline"], dtype, target, n)
+    piped = step_times(STEPS["2 pipeline"], dtype, target, n)
+    sms = target.sm_count
     slots = sms * max(1, mm.blocks_per_sm(tile_config(STEPS["1 baseline"]), dtype, "tma",
                                           target.compute_capability))
     row_major, grouped, hilbert = (dram_bytes(o, n, dtype, slots, target.l2_bytes) for o in ORDERS)
     tiles = math.ceil(n / BLOCK_M) * math.ceil(n / BLOCK_N)
-    _, l2_source = l2_tbps(target)
+    l2_plateau, l2_source = l2_tbps(target)
+    tma_8192 = predict_step("3 TMA", n, dtype, target)
+    rate_4096, _ = tensor_core_tflops(4096, dtype, target)
+    rate_8192, rate_source = tensor_core_tflops(n, dtype, target)
     us = 1e6
     from labs import matmul_ladder  # the warp-tiled CUDA-core kernel, the step before tensor cores
 
     warp = {k: v for k, v in matmul_ladder.lesson_numbers(target).items() if k.startswith("warp_")}
     return warp | {
         "fma_tflops": f"{target.ceilings.fma_tflops:.1f}",
+        "fp32_matmul_pct": f"{100 * (target.ceilings.matmul_tflops.get('fp32') or 0) / target.ceilings.fma_tflops:.0f}",
         "gpu": target.name, "sms": str(sms), "tile": f"{BLOCK_M}x{BLOCK_N}x{BLOCK_K}",
         "bf16_tflops": f"{target.ceilings.matmul_tflops.get(dtype) or 0:.0f}",
+        "rate_4096": f"{rate_4096 or 0:.0f}", "rate_8192": f"{rate_8192 or 0:.0f}", "rate_source": rate_source,
+        "l2_plateau_tbps": f"{l2_plateau:.1f}",
+        "l2_needed_tbps": f"{tma_8192.get('predicted_l2_request_tbps', 0):.1f}",
         "math_us": f"{base['math_s'] * us:.2f}" if base["math_s"] == base["math_s"] else "?",
         "operand_us": f"{base['operand_s'] * us:.2f}", "latency_us": f"{base['latency_s'] * us:.2f}",
         "latency_cycles": str(HBM_LATENCY_CYCLES), "latency_source": LATENCY_SOURCE, "l2_source": l2_source,

@@ -34,9 +34,13 @@ for n in params.sizes:
 bars.add_hline(y=95, line_dash="dash", line_color="gray", annotation_text="95% of cuBLAS")
 bars.update_layout(barmode="group")
 st.plotly_chart(bars, width="stretch")
-st.caption("Model: the SM's share of the measured cuBLAS rate, L2 bandwidth, a published memory latency and the "
-           "tile waves (faint bars). Measured: the same kernel with the switches of each step, checked against "
-           "float64 first, timed from a CUDA graph beside cuBLAS in the same run.")
+st.caption("Model: the SM's share of cuBLAS's measured rate at the same N, the SM's 128 bytes per clock into shared "
+           "memory, a published memory latency and the tile waves (faint bars). Measured: the same kernel with the "
+           "switches of each step, checked against float64 first, timed from a CUDA graph beside cuBLAS in the same "
+           "run. Step 8 keeps the fastest of a few configurations, each checked first; the table names it.")
+chosen = [r for r in (shown.rows if shown else []) if r.get("step") == hp.BEST_STEP and r.get("config")]
+for r in chosen:
+    st.caption(f"Step {hp.BEST_STEP!r} at N = {r['n']} ({shown.label}) chose {r['config']}. Tried: {r.get('tried')}.")
 if recorded:
     st.caption(recorded_caption(recorded))
 if shown is not None:

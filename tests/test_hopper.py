@@ -30,7 +30,7 @@ def toy_target(cc="9.0", memory_gb=80) -> Target:
 # ---------------------------------------------------------------------------------------------
 # Every step's kernel in the interpreter (or on the GPU)
 # ---------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("step", hp.STEP_NAMES)
+@pytest.mark.parametrize("step", hp.STEPS)
 def test_every_step_matches_float64_on_odd_shapes(step, device):
     sw = hp.STEPS[step]
     m, n, k = (45, 48, 80) if sw.tma else (37, 45, 51)  # TMA: rows on 16-byte boundaries; else all odd
@@ -39,6 +39,26 @@ def test_every_step_matches_float64_on_odd_shapes(step, device):
     kw = SMALL if device == "cpu" else {}
     hp.anatomy_matmul(a, b, sw, out, **kw)
     bench.check_close(out, hp.reference(a, b), "bf16", step)
+
+
+@pytest.mark.parametrize("sw", hp.BEST_CANDIDATES, ids=lambda sw: sw.config_label)
+def test_every_best_candidate_matches_float64_at_its_own_tile_shape(sw, device):
+    """The candidates of the best-configuration step, with their real tiles (128 x 256 or 256 x 128) on a
+    shape with partial tiles in every direction and a partial last K slice; persistent ones with two
+    programs, so each walks several tiles (the flattened loop crosses from one tile to the next)."""
+    m, n, k = 301, 520, 136
+    a, b = bench.random_tensor((m, k), "bf16", device), bench.random_tensor((k, n), "bf16", device)
+    out = torch.full((m, n), float("nan"), device=device, dtype=a.dtype)
+    hp.anatomy_matmul(a, b, sw, out, programs=2 if sw.persistent else None)
+    bench.check_close(out, hp.reference(a, b), "bf16", sw.config_label)
+    assert hp.step_candidates(hp.BEST_STEP) == hp.BEST_CANDIDATES and hp.BEST_STEP in hp.STEP_NAMES
+
+
+def test_the_probe_that_measure_runs_first(device):
+    """usable_configs -> probe_check, as measure calls them: the 517 x 528 x 560 probe at the real tile
+    shape, a persistent step on 3 programs (each walks several of the 15 tiles)."""
+    ok, notes = hp.usable_configs("6 Hilbert order", "bf16", device)
+    assert ok == [hp.STEPS["6 Hilbert order"]] and notes == []
 
 
 @pytest.mark.parametrize("tma,persistent", [(False, True), (True, False)])
@@ -97,24 +117,55 @@ def test_grouped_and_hilbert_fetch_less_than_row_major_at_8192():
 # The model
 # ---------------------------------------------------------------------------------------------
 def test_step_times_by_hand():
-    t = toy_target()  # clock = 25.6e12 / (100 x 256) = 1 GHz
-    bf16 = hp.step_times(hp.STEPS["1 baseline"], "bf16", t)
+    t = toy_target()  # clock = 25.6e12 / (100 x 256) = 1 GHz; no recording: the ceiling at every N
+    bf16 = hp.step_times(hp.STEPS["1 baseline"], "bf16", t, 4096)
     # math: 2 x 128 x 256 x 64 FLOPs at 409.6e12 / 100 per SM = 1.024 us
     assert bf16["math_s"] == pytest.approx(2 * 128 * 256 * 64 / 4.096e12)
     assert bf16["latency_s"] == pytest.approx(hp.HBM_LATENCY_CYCLES * 1e-9)
-    l2, _ = hp.l2_tbps(t)  # no measurement for the toy GPU: 2.5 x 2 TB/s
-    assert l2 == pytest.approx(5.0)
-    operand = (128 + 256) * 64 * 2 / (5e12 / 100)
-    assert bf16["operand_s"] == pytest.approx(operand)
+    # one stage of pointer loads: (128 + 256) x 64 x 2 bytes into registers, then into shared memory,
+    # each at 128 bytes per clock: 768 ns
+    assert bf16["operand_s"] == pytest.approx(2 * (128 + 256) * 64 * 2 / 128 * 1e-9)
     # one stage: load, wait, multiply in series
-    assert bf16["slice_s"] == pytest.approx(bf16["math_s"] + bf16["latency_s"] + operand)
-    piped = hp.step_times(hp.STEPS["2 pipeline"], "bf16", t)
+    assert bf16["slice_s"] == pytest.approx(bf16["math_s"] + bf16["latency_s"] + bf16["operand_s"])
+    piped = hp.step_times(hp.STEPS["2 pipeline"], "bf16", t, 4096)
+    operand = (128 + 256) * 64 * 2 / 128 * 1e-9  # cp.async: straight into shared memory, 384 ns
+    assert piped["operand_s"] == pytest.approx(operand)
     assert piped["slice_s"] == pytest.approx(max(bf16["math_s"], operand, (bf16["latency_s"] + operand) / 2))
-    # per-tile edges: one program per tile pays fill and drain, persistent the fill, warp-specialized none
-    drain = 128 * 256 * 2 / (2e12 / 100)
+    # per-tile edges: one program per tile pays fill and drain (the C tile, 64 KiB at 128 bytes per clock),
+    # persistent the fill, warp-specialized or flattened none
+    drain = 128 * 256 * 2 / 128 * 1e-9
     assert piped["edges_s"] == pytest.approx(bf16["latency_s"] + operand + drain)
     assert hp.step_times(hp.STEPS["5 persistent"], "bf16", t)["edges_s"] == pytest.approx(bf16["latency_s"] + operand)
     assert hp.step_times(hp.STEPS["7 warp-specialized"], "bf16", t)["edges_s"] == 0
+    assert hp.step_times(hp.BEST_CANDIDATES[3], "bf16", t)["edges_s"] == 0  # flattened
+
+
+def test_tensor_core_rate_is_cublas_at_the_same_n_where_recorded():
+    """The rate comes from the matmul lab's recording of this GPU kind at this N, else the ceiling."""
+    from labs.results import list_recorded
+
+    t = gpu.datasheet_target(gpu.datasheet_by_name("H100 SXM"))
+    recorded = {(r["dtype"], r["n"]): r["measured_tflops"] for res in list_recorded("matmul")
+                if res.meta["gpu"]["key"] == t.key for r in res.rows if r.get("kernel") == "cublas"}
+    if ("bf16", 4096) not in recorded:
+        pytest.skip("no H100 matmul recording with cuBLAS at N = 4096")
+    rate, source = hp.tensor_core_tflops(4096, "bf16", t)
+    assert rate == pytest.approx(recorded[("bf16", 4096)]) and "4096" in source
+    assert hp.tensor_core_tflops(5000, "bf16", t)[0] == t.ceilings.matmul_tflops["bf16"]  # never recorded
+    assert hp.tensor_core_tflops(4096, "bf16", toy_target())[0] == 409.6
+    cublas = [r for r in hp.predict(hp.Params(sizes=(4096,)), t) if r["step"] == "cuBLAS"][0]
+    assert cublas["predicted_tflops"] == pytest.approx(recorded[("bf16", 4096)])
+
+
+def test_best_step_predicts_its_fastest_candidate():
+    t = toy_target()
+    row = hp.predict_step(hp.BEST_STEP, 8192, "bf16", t)
+    each = {c.config_label: hp.predict_config(c, 8192, "bf16", t).get("predicted_tflops", 0)
+            for c in hp.BEST_CANDIDATES}
+    assert row["predicted_tflops"] == pytest.approx(max(each.values()))
+    assert each[row["predicted_config"]] == pytest.approx(row["predicted_tflops"])
+    steps = [hp.predict_step(s, 8192, "bf16", t)["predicted_tflops"] for s in ("4 grouped order", "6 Hilbert order")]
+    assert row["predicted_tflops"] >= max(steps)  # the best fixed steps are candidates too
 
 
 def test_predict_step_by_hand():
@@ -122,7 +173,7 @@ def test_predict_step_by_hand():
     row = hp.predict_step("5 persistent", 4096, "bf16", t)
     tiles = 32 * 16
     assert row["tiles"] == tiles and row["waves"] == math.ceil(tiles / 100)
-    st = hp.step_times(hp.STEPS["5 persistent"], "bf16", t)
+    st = hp.step_times(hp.STEPS["5 persistent"], "bf16", t, 4096)
     compute = math.ceil(tiles / 100) * (64 * st["slice_s"] + st["edges_s"])
     assert row["predicted_ms"] == pytest.approx((max(compute, row["predicted_dram_bytes"] / 2e12) + 3e-6) * 1e3)
     assert row["predicted_l2_request_bytes"] == tiles * (128 + 256) * 4096 * 2
@@ -191,9 +242,11 @@ def test_short_run_on_hopper_shows_wgmma_and_tma():
 
     _hopper_or_skip()
     started = time.monotonic()
-    result = runner.run(hp.LAB, hp.Params(sizes=(2048,), steps=("2 pipeline", "3 TMA")), use_cache=False)
+    result = runner.run(hp.LAB, hp.Params(sizes=(2048,), steps=("2 pipeline", "3 TMA", hp.BEST_STEP)),
+                        use_cache=False)
     assert result.complete and time.monotonic() - started < 120
     rows = {r["step"]: r for r in result.rows if r.get("measured_tflops")}
+    assert rows[hp.BEST_STEP]["config"] in {c.config_label for c in hp.BEST_CANDIDATES}
     assert rows["3 TMA"]["ptx_wgmma"] > 0 and rows["3 TMA"]["ptx_cp_async_bulk_tensor"] > 0
     assert rows["2 pipeline"]["ptx_cp_async_bulk_tensor"] == 0 and rows["2 pipeline"]["ptx_cp_async"] > 0
     assert rows["3 TMA"]["ptx_excerpt"]
