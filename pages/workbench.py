@@ -160,10 +160,14 @@ def show_verdict(v: dict) -> None:
                        f"model ({unit})": r.get(f"predicted_{metric}"), "error (%)": r.get("error_pct"),
                        f"our kernel ({unit})": r.get(f"ours_{metric}"), f"{r['library']} ({unit})": r.get(f"library_{metric}"),
                        "you (ms)": r.get("measured_ms"), "model (ms)": r.get("predicted_ms"),
+                       "DRAM bytes, model": r.get("bytes"), "DRAM bytes, measured": r.get("counted_dram_bytes"),
+                       "measured / model bytes": r.get("dram_bytes_ratio"),
                        "our kernel from": r.get("ours_source"), "library from": r.get("library_source")}
                       for r in rows], hide_index=True)
         st.plotly_chart(performance_chart(v, rows), width="stretch")
         st.caption(f"Model: {rows[0].get('model', '')}, on the {v.get('model_gpu')}'s ceilings.")
+        if v.get("counters", {}).get("status") in ("measured", "partial"):
+            st.caption(v["counters"]["message"])
     st.caption("Sandbox: " + ", ".join(v.get("sandbox", [])))
     d1, d2 = st.columns(2)
     d1.download_button("Download your code", code, f"{ex.name}.py", "text/x-python", key="dl-code")

@@ -2,10 +2,14 @@
 through the workbench against the labs' own kernels, the sandbox's cost, and the uncoalesced starter.
 
     export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD ROOFLINE_CACHE=/tmp/rc
-    python3 scripts/workbench_gpu.py [--record] [--out DIR] [--exercises add,matmul]
+    python3 scripts/workbench_gpu.py [--record] [--out DIR] [--exercises add,matmul] [--no-counters]
+    python3 scripts/workbench_gpu.py --counters      (only the hardware-counter section, < 90 s)
 
 Prints a compact table; --record saves content/recorded/<gpu>/workbench-<exercise>.json for every
-correct solution (and copies them to --out).
+correct solution (and copies them to --out). Verdicts include measured DRAM bytes where Nsight Compute
+can read the counters (--no-counters leaves them out). --counters: the uncoalesced transpose starter's
+whole verdict with its measured bytes and gap sentence, then each of our solutions counted in the
+sandbox under ncu (one launch per timing point): measured DRAM bytes against the model's.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from labs import bench, gpu  # noqa: E402
+from labs import bench, counters, gpu, runner  # noqa: E402
 from labs.results import save_recording  # noqa: E402
 from labs.workbench import EXERCISES, get_exercise, sandbox  # noqa: E402
 from labs.workbench import verdict as wb  # noqa: E402
@@ -87,6 +91,77 @@ def sweep(name: str) -> None:
                 print(f"  sweep {name} {point.label:22s} {knobs} failed: {str(exc)[:120]}", flush=True)
 
 
+COUNTERS_BUDGET_S = 70  # the section must finish in < 90 s: no new count starts past this (one takes ~10 s)
+
+
+def count_line(name: str, kind: str, ex, label: str, counted: dict, seconds: float) -> str:
+    target = gpu.live_target()
+    point = next(p for p in ex.points if p.label == label)
+    model = ex.work(point, target)["bytes"]
+    got = counted.get(label, {})
+    dram = got.get("dram_bytes")
+    ratio = f"{dram / model:6.2f}x" if dram and model else "     -"
+    mb = (lambda x: f"{x / 1e6:9.1f}" if x is not None else "        -")
+    return (f"  {name:10s} {kind:8s} {label:22s} model {mb(model)} MB  measured {mb(dram)} MB "
+            f"(read {mb(got.get('dram_read_bytes'))}, written {mb(got.get('dram_write_bytes'))})  {ratio} "
+            f"kernels {got.get('kernels', '-')}  {seconds:4.1f} s")
+
+
+def diagnose(limits) -> None:
+    """The sandboxed count failed: is it ncu itself, or the namespaces? Count our add solution once with the
+    namespaces and the separate user off (ROOFLINE_SANDBOX_PLAIN=1; prlimit only), and say which works."""
+    import os
+
+    ex = get_exercise("add")
+    points = [{"label": p.label, "args": list(p.args)} for p in ex.points]
+    os.environ["ROOFLINE_SANDBOX_PLAIN"] = "1"
+    sandbox.capabilities.cache_clear()
+    try:
+        with runner.gpu_session("workbench-count:diagnose"):
+            counted = wb.count_dram(ex.solution(), ex.entry, points, limits, True)
+        print("  diagnose: without namespaces the count works: " + count_line("add", "plain", ex, points[0]["label"],
+                                                                                counted, 0).strip())
+    except counters.CountersUnavailable as exc:
+        print(f"  diagnose: without namespaces the count fails too: {exc}")
+    finally:
+        del os.environ["ROOFLINE_SANDBOX_PLAIN"]
+        sandbox.capabilities.cache_clear()
+    wb._COUNTERS_REFUSED.clear()  # the solutions below try again inside the full sandbox
+
+
+def counters_section() -> None:
+    """The transpose starter's verdict with measured bytes, then our solutions counted one by one."""
+    started = time.monotonic()
+    print(f"ncu: {counters.ncu_path()}; counters: {wb.counters_unavailable(True) or 'to be tried'}", flush=True)
+    starter = get_exercise("transpose")
+    v = wb.submit(starter, starter.starter())
+    print(f"  transpose starter verdict: {v['status']} in {time.monotonic() - started:.1f} s; "
+          f"counters {v.get('counters', {}).get('status')}: {v.get('counters', {}).get('message', '')[:160]}")
+    for row in v.get("points", []):
+        print(f"  {row['point']}: model {row['bytes'] / 1e6:.1f} MB, measured "
+              f"{(row.get('counted_dram_bytes') or 0) / 1e6:.1f} MB, ratio {row.get('dram_bytes_ratio')}\n"
+              f"  gap: {row.get('gap')}", flush=True)
+    limits = wb.limits_for(True)
+    if v.get("counters", {}).get("status") != "measured":
+        diagnose(limits)
+    for name in ("add", "sincos", "softmax", "transpose", "matmul", "attention"):
+        if time.monotonic() - started > COUNTERS_BUDGET_S:
+            print(f"  {name}: not counted (the section's {COUNTERS_BUDGET_S} s are spent)")
+            continue
+        ex = get_exercise(name)
+        points = [{"label": p.label, "args": list(p.args)} for p in ex.points]
+        began = time.monotonic()
+        try:
+            with runner.gpu_session(f"workbench-count:{name}"):
+                counted = wb.count_dram(ex.solution(), ex.entry, points, limits, True)
+        except counters.CountersUnavailable as exc:
+            print(f"  {name:10s} solution: no counters: {exc}", flush=True)
+            continue
+        for p in points:
+            print(count_line(name, "solution", ex, p["label"], counted, time.monotonic() - began), flush=True)
+    print(f"counters section: {time.monotonic() - started:.1f} s")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--record", action="store_true")
@@ -94,6 +169,8 @@ def main() -> int:
     parser.add_argument("--exercises", default=",".join(e.name for e in EXERCISES))
     parser.add_argument("--skip-probes", action="store_true")
     parser.add_argument("--sweep", default="", help="comma-separated: matmul,attention (knob sweeps first)")
+    parser.add_argument("--counters", action="store_true", help="only the hardware-counter section (< 90 s)")
+    parser.add_argument("--no-counters", action="store_true", help="verdicts without measured DRAM bytes")
     args = parser.parse_args()
     info = gpu.detect()
     if not info.available:
@@ -101,6 +178,9 @@ def main() -> int:
         return 2
     target = gpu.live_target()
     print(f"GPU {info.name}; ceilings: {target.describe_ceilings()}")
+    if args.counters:
+        counters_section()
+        return 0
     for name in filter(None, args.sweep.split(",")):
         sweep(name)
     if not args.skip_probes:
@@ -110,7 +190,7 @@ def main() -> int:
     for name in args.exercises.split(","):
         ex = get_exercise(name)
         started = time.monotonic()
-        v = wb.submit(ex, ex.solution())
+        v = wb.submit(ex, ex.solution(), counters=not args.no_counters)
         verdicts[name] = v
         print(f"  {name}: {v['status']} in {time.monotonic() - started:.1f} s (worker {v.get('seconds')} s): "
               f"{' '.join(v.get('message', '').split())[:200]}", flush=True)
@@ -128,7 +208,7 @@ def main() -> int:
                 out.mkdir(parents=True, exist_ok=True)
                 shutil.copy(path, out / path.name)
     if "transpose" in args.exercises:
-        v = wb.submit(get_exercise("transpose"), get_exercise("transpose").starter())
+        v = wb.submit(get_exercise("transpose"), get_exercise("transpose").starter(), counters=not args.no_counters)
         table.append("starter " + wb.summary_line(v))
         table += [f"{'':10s} gap: {r.get('gap')}" for r in v.get("points", [])]
     print("\n".join(table))

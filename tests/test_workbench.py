@@ -181,6 +181,8 @@ def test_page_runs_a_submission_and_shows_the_verdict(name, chart):
     assert not at.exception, [e.value for e in at.exception]
     assert any("Correct on every check case" in s.value for s in at.success)
     assert chart in at.get("plotly_chart")[0].proto.spec  # the point beside the model, our kernel, the library
+    if not HAS_CUDA:  # the verdict says why there are no measured DRAM bytes
+        assert any("Measured DRAM bytes need a GPU" in i.value for i in at.info)
     token = at.query_params["s"][0] if isinstance(at.query_params["s"], list) else at.query_params["s"]
     assert store.load(token, name).get("verdict", {}).get("status") == "correct"
 

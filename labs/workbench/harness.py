@@ -7,6 +7,10 @@ inputs.pt (the check cases, made by the app). The worker calls the learner's fun
 and saves the outputs (the app compares them with float64 references), then, on a GPU, times the function
 on each timing point with fresh random inputs. It writes result.json; anything it prints is only a log.
 
+A job with "mode": "count" runs under Nsight Compute instead (ncu wraps this worker inside the sandbox):
+for each point, one launch of the learner's function between two marker kernels, inside the NVTX range
+that ncu profiles, so the app can add up that launch's DRAM bytes.
+
 Nothing here imports the repository: the sandbox hides it.
 """
 
@@ -21,7 +25,11 @@ import time
 import traceback
 from pathlib import Path
 
+import triton  # the worker always has Triton: the learner's kernels need it, and so do the markers below
+import triton.language as tl
+
 WORK = Path(sys.argv[1]) if len(sys.argv) > 1 else Path.cwd()
+NVTX_RANGE = "roofline_count"  # the range ncu profiles (labs.counters.NVTX_RANGE)
 
 
 def write_result(**result) -> None:
@@ -90,6 +98,43 @@ def time_points(fn, points: list) -> list:
     return timings
 
 
+@triton.jit
+def roofline_count_begin(flag_ptr):
+    tl.store(flag_ptr, 1.0)  # useless work: its name in ncu's list opens a counted launch (labs.counters.MARK_BEGIN)
+
+
+@triton.jit
+def roofline_count_end(flag_ptr):
+    tl.store(flag_ptr, 2.0)  # its name closes it (labs.counters.MARK_END)
+
+
+def count_points(fn, points: list, device: str) -> list:
+    """One launch of the learner's function per point, between the markers, inside the counted range.
+    Everything else (inputs, compilation, the markers' own first launch) happens outside it."""
+    import torch
+
+    begin, end = roofline_count_begin, roofline_count_end
+    flag = torch.zeros(1, device=device)
+    begin[(1,)](flag)  # compiled here, outside the range: ncu does not see these two
+    end[(1,)](flag)
+    counted = []
+    for point in points:
+        args = [make_tensor(a, device) if isinstance(a, dict) else a for a in point["args"]]
+        fn(*args)  # compile and warm up outside the counted range
+        if device == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.nvtx.range_push(NVTX_RANGE)
+        begin[(1,)](flag)
+        fn(*args)
+        end[(1,)](flag)
+        if device == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.nvtx.range_pop()
+        counted.append(point["label"])
+        del args
+    return counted
+
+
 def out_of_cpu_time(signum, frame) -> None:
     """RLIMIT_CPU's soft limit passed: say so (the hard limit, a few seconds on, kills outright)."""
     write_result(status="error", stage="running", kind="CPU-time limit",
@@ -106,10 +151,15 @@ def main() -> None:
     device = "cuda" if job.get("gpu") else "cpu"
     if device == "cuda" and job.get("gpu_memory_fraction"):
         torch.cuda.set_per_process_memory_fraction(job["gpu_memory_fraction"])
-    inputs = torch.load(WORK / "inputs.pt", weights_only=True)
     stage = "loading solution.py"
     try:
         fn = load_solution(job["entry"])
+        if job.get("mode") == "count":
+            stage = "counting DRAM bytes"
+            counted = count_points(fn, job["points"], device)
+            write_result(status="ok", counted=counted, seconds=time.monotonic() - started)
+            return
+        inputs = torch.load(WORK / "inputs.pt", weights_only=True)
         stage = "running the check cases"
         outputs = run_checks(fn, inputs["cases"], device)
         torch.save({"outputs": outputs}, WORK / "outputs.pt")

@@ -12,6 +12,9 @@ Each run gets a fresh worker process with, where the machine allows it:
 - its own temporary directory (HOME, TMPDIR, Triton's cache) removed after the run.
 
 `capabilities()` finds out, once, which of these this machine allows; the page shows the answer.
+A second run in the same folder, as the same user, can be wrapped in a profiler (`wrapper`): Nsight
+Compute then runs inside the fence with the worker, and the namespace's own loopback device is brought
+up for the two to talk (it reaches nothing outside the namespace).
 The static check (`static_problems`) only gives a clearer first message: the OS limits are the protection.
 """
 
@@ -125,6 +128,7 @@ class Limits:
     gpu_memory_fraction: float = 0.0  # share of the GPU's memory the worker may allocate (0: no GPU)
     file_bytes: int = 2 * 2**30  # largest file it may write (RLIMIT_FSIZE)
     processes: int = 512  # processes and threads of the run's own user id (a fork bomb stops here)
+    open_files: int = 512  # RLIMIT_NOFILE
 
 
 @dataclass
@@ -135,6 +139,10 @@ class WorkerRun:
     outputs: dict = field(default_factory=dict)  # name -> tensor read back from the worker
     stderr_tail: str = ""
     seconds: float = 0.0
+    returncode: Optional[int] = None
+    files: dict = field(default_factory=dict)  # name -> text of the files asked for (`collect`), if written
+    workdir: Optional[Path] = None  # kept (keep_dir=True) for a second run in the same folder: discard() it
+    uid: Optional[int] = None  # the run's own user id, if the machine gives it one
 
 
 def _new_workdir(uid: Optional[int]) -> Path:
@@ -169,13 +177,20 @@ def _hide_keeping(hidden: Path, keep: list, stage: Path) -> list:
     return lines
 
 
-def _mount_script(work: Path, caps: Capabilities) -> str:
-    """Shell run as root inside the new namespaces: hide the repository and the other runs, then drop to
-    the run's user and exec the worker (its arguments follow the script)."""
+LOOPBACK_UP = ("import fcntl, socket, struct; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
+               "flags = struct.unpack('16sh', fcntl.ioctl(s, 0x8913, struct.pack('16sh22x', b'lo', 0))[:18])[1]; "
+               "fcntl.ioctl(s, 0x8914, struct.pack('16sh22x', b'lo', flags | 1))")  # SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP
+
+
+def _mount_script(work: Path, caps: Capabilities, loopback: bool = False) -> str:
+    """Shell run as root inside the new namespaces: (for a profiled run) bring up the namespace's own
+    loopback device, hide the repository and the other runs, then drop to the run's user and exec the
+    worker (its arguments follow the script)."""
+    lines = [f"'{sys.executable}' -I -c \"{LOOPBACK_UP}\" 2>/dev/null || true"] if loopback else []
     if not caps.mount_namespace:
-        return 'exec "$@"'
+        return "\n".join(lines + ['exec "$@"'])
     interpreter = [Path(sys.prefix), Path(sys.base_prefix)]
-    lines = ["set -e", "mount --make-rprivate / 2>/dev/null || true"]
+    lines += ["set -e", "mount --make-rprivate / 2>/dev/null || true"]
     # the repository: empty, but for a virtual environment that lives inside it (staged in the run's folder)
     lines += _hide_keeping(REPO, [p for p in interpreter if REPO in p.parents], work / ".stage")
     stage = REPO / ".stage"  # the repository's tmpfs is ours to write from here on
@@ -190,11 +205,13 @@ def _mount_script(work: Path, caps: Capabilities) -> str:
     return "\n".join(lines)
 
 
-def _command(work: Path, uid: Optional[int], limits: Limits, caps: Capabilities, gpu: bool) -> list:
-    python = [sys.executable, "-B", str(work / "harness.py"), str(work)]
+def _command(work: Path, uid: Optional[int], limits: Limits, caps: Capabilities, gpu: bool,
+             wrapper: tuple = (), loopback: bool = False) -> list:
+    python = list(wrapper) + [sys.executable, "-B", str(work / "harness.py"), str(work)]
     fence = []
     if caps.rlimits:
-        fence = ["prlimit", f"--cpu={int(limits.cpu_s)}:{int(limits.cpu_s) + 5}", "--nofile=512", f"--fsize={limits.file_bytes}",
+        fence = ["prlimit", f"--cpu={int(limits.cpu_s)}:{int(limits.cpu_s) + 5}", f"--nofile={limits.open_files}",
+                 f"--fsize={limits.file_bytes}",
                  "--core=0"]
         if not gpu:
             fence.append(f"--as={limits.memory_bytes + 2 * 2**30}")  # torch itself reserves ~2 GB of addresses
@@ -215,7 +232,7 @@ def _command(work: Path, uid: Optional[int], limits: Limits, caps: Capabilities,
         ns += ["--pid", "--fork", "--mount-proc", "--kill-child"]
     elif caps.mount_namespace:
         ns += ["--fork"]
-    return ns + ["sh", "-c", _mount_script(work, caps), "roofline-sandbox"] + inner
+    return ns + ["sh", "-c", _mount_script(work, caps, loopback), "roofline-sandbox"] + inner
 
 
 def _environment(work: Path, gpu: bool) -> dict:
@@ -285,33 +302,68 @@ def _next_uid() -> Optional[int]:
     return UID_BASE + (os.getpid() * 1000 + next(_run_ids)) % UID_SPAN if capabilities().separate_user else None
 
 
-def run_worker(code: str, job: dict, inputs: dict, limits: Limits, gpu: bool, keep_dir: bool = False) -> WorkerRun:
-    """Run `code` in a fresh sandboxed worker. `inputs` (name -> tensor or list) are handed over in a file;
-    the worker writes result.json and its output tensors, which are read back here."""
+def run_worker(code: str, job: dict, inputs: dict, limits: Limits, gpu: bool, keep_dir: bool = False,
+               reuse: Optional[WorkerRun] = None, wrapper=None, collect: tuple = ()) -> WorkerRun:
+    """Run `code` in a sandboxed worker. `inputs` (name -> tensor or list) are handed over in a file; the
+    worker writes result.json and its output tensors, which are read back here.
+
+    reuse: run again in that run's folder, as its user (its Triton cache saves the compilation); the
+    folder then stays, like with keep_dir, until discard(). wrapper(work) -> argv prefix put before the
+    worker's python inside the fence (a profiler); it also brings up the namespace's loopback device.
+    collect: names of text files the worker (or the wrapper) writes in its folder, read back into `files`."""
     import torch
 
     caps = capabilities()
-    uid = _next_uid()
-    work = _new_workdir(uid)
+    uid = reuse.uid if reuse is not None else _next_uid()
+    work = reuse.workdir if reuse is not None and reuse.workdir else _new_workdir(uid)
+    keep_dir = keep_dir or reuse is not None
     try:
+        for stale in ("result.json", "outputs.pt", *collect):
+            (work / stale).unlink(missing_ok=True)
         (work / "solution.py").write_text(code)
         (work / "job.json").write_text(json.dumps({**job, "gpu_memory_fraction": limits.gpu_memory_fraction}))
         torch.save(inputs, work / "inputs.pt")
         for f in work.iterdir():
+            if f.is_dir():
+                continue
             if uid is not None:
                 os.chown(f, uid, uid)
             os.chmod(f, 0o600)
-        proc = subprocess.Popen(_command(work, uid, limits, caps, gpu), cwd=work, env=_environment(work, gpu),
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+        prefix = tuple(wrapper(work)) if wrapper else ()
+        proc = subprocess.Popen(_command(work, uid, limits, caps, gpu, prefix, loopback=bool(prefix)), cwd=work,
+                                env=_environment(work, gpu), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                start_new_session=True)
         tail = _TailReader(proc.stderr)
         killed, seconds = _watch(proc, limits)
         stderr = tail.text()
         if killed:
-            return WorkerRun("killed", killed, stderr_tail=stderr, seconds=seconds)
-        return _read_back(work, proc.returncode, stderr, seconds)
+            run = WorkerRun("killed", killed, stderr_tail=stderr, seconds=seconds)
+        else:
+            run = _read_back(work, proc.returncode, stderr, seconds)
+        run.returncode, run.uid = proc.returncode, uid
+        run.files = _collect(work, collect)
+        run.workdir = work if keep_dir else None
+        return run
     finally:
         if not keep_dir:
             shutil.rmtree(work, ignore_errors=True)
+
+
+def _collect(work: Path, names: tuple, limit_bytes: int = 8 * 2**20) -> dict:
+    """Text files the run wrote in its folder (a profiler's log), up to a size (the learner can write them too)."""
+    files = {}
+    for name in names:
+        path = work / name
+        if path.is_file() and not path.is_symlink() and path.stat().st_size <= limit_bytes:
+            files[name] = path.read_text(errors="replace")
+    return files
+
+
+def discard(run: Optional[WorkerRun]) -> None:
+    """Remove a kept run's folder."""
+    if run is not None and run.workdir is not None:
+        shutil.rmtree(run.workdir, ignore_errors=True)
+        run.workdir = None
 
 
 class _TailReader:
