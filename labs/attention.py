@@ -1000,17 +1000,39 @@ def _with_host_floor(row: dict, shape: Shape, mode: str, run, target: Target) ->
     """The model for our kernels once the CPU's time per call is measured: the larger of the GPU model and
     the part of the CPU's time the timer sees (recompute.timer_host_floor_ms)."""
     from labs.fusion import host_ms_per_call
-    from labs.recompute import timer_host_floor_ms
 
     gpu_ms = flash_model(shape, mode, target)["predicted_ms"]
     if gpu_ms > HOST_FLOOR_BELOW_MS:
         return row  # a launch costs tens of microseconds: it cannot be what limits a call this long
-    host_ms = host_ms_per_call(run, OUR_KERNELS[mode])
+    return host_floor_row(row, shape, mode, host_ms_per_call(run, OUR_KERNELS[mode]), target)
+
+
+def host_floor_row(row: dict, shape: Shape, mode: str, host_ms: float, target: Target) -> dict:
+    """`row` predicted with a measured CPU time per call (also what scripts/repredict.py redoes offline)."""
+    from labs.recompute import timer_host_floor_ms
+
+    gpu_ms = flash_model(shape, mode, target)["predicted_ms"]
     floor_ms = timer_host_floor_ms(host_ms, target)
     ms = max(gpu_ms, floor_ms)
     flops = attention_flops(mode, shape.b, shape.h, shape.lq, shape.lk, shape.d, shape.causal)
     return row | {"host_ms": host_ms, "gpu_model_ms": gpu_ms, "predicted_ms": ms,
                   "predicted_tflops": flops / (ms * 1e-3) / 1e12, "limited_by": "CPU" if floor_ms > gpu_ms else "GPU"}
+
+
+def repredict(recording: dict, target: Target) -> list[dict]:
+    """The model of a recorded run, our kernels' short points with the CPU times that run measured."""
+    from labs.params import from_dict
+
+    params = from_dict(Params, recording["params"])
+    host = {tuple(r.get(k) for k in LAB.key): r["host_ms"] for r in recording["rows"] if r.get("host_ms") is not None}
+    rows = []
+    for row in predict(params, target):
+        key = tuple(row.get(k) for k in LAB.key)
+        if key in host:
+            shape = _shape(params, row["seq_len"], row["head_dim"], "causal" if row["causal"] else "full", row["dtype"])
+            row = host_floor_row(row, shape, row["mode"], host[key], target)
+        rows.append(row)
+    return rows
 
 
 def _poisoned(like: torch.Tensor) -> torch.Tensor:

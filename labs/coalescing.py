@@ -464,6 +464,16 @@ def measure(params: Params, target: Target, progress):
     progress(1.0, "done")
 
 
+def repredict(recording: dict, target: Target) -> list[dict]:
+    """The model of a recorded run with the DRAM request rate its own probe measured (scripts/repredict.py)."""
+    from labs.params import from_dict
+
+    params = from_dict(Params, recording["params"])
+    rate = next((r.get("requests_per_s") for r in recording["rows"] if r.get("experiment") == "probe"), None)
+    return [stride_row(params, r["stride"], target, rate) if r["experiment"] == "stride" else r
+            for r in predict(params, target)]
+
+
 # ---------------------------------------------------------------------------------------------
 # Summaries for the page and the lesson
 # ---------------------------------------------------------------------------------------------

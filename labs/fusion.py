@@ -243,9 +243,23 @@ SINCOS = {
 }
 SOFTMAX = {
     "eager_decomposed": (5, 8),  # amax (1) + subtract (2) + exp (2) + sum (1) + divide (2)
-    "torch_softmax": (1, 2),
+    "torch_softmax": (1, 2),  # 4 for rows too long for a block's shared memory: see torch_softmax_moves
     "triton_online": (1, 2),
 }
+
+# PyTorch's CUDA softmax (aten/src/ATen/native/cuda/SoftMax.cu) keeps a row on chip (registers or the block's
+# shared memory) when it fits in sharedMemPerBlock, which is 48 KiB on every GPU since Volta unless a kernel opts
+# in to more (this one does not), less one float per warp of its 1024-thread block for the reduction scratch.
+# A longer row is read three times (row max, row sum of exponentials, then once more to write the result).
+SHARED_MEMORY_PER_BLOCK_BYTES = 48 * 1024
+SOFTMAX_SCRATCH_BYTES = 1024 // 32 * F32
+
+
+def torch_softmax_moves(n_cols: int, element_bytes: int = F32) -> int:
+    """Element trips per input element of torch.softmax over rows of n_cols: 2 when a row stays on chip
+    (one read, one write), else 4 (three reads, one write)."""
+    on_chip = n_cols < (SHARED_MEMORY_PER_BLOCK_BYTES - SOFTMAX_SCRATCH_BYTES) // element_bytes
+    return 2 if on_chip else 4
 
 
 def memory_ms(nbytes: float, target: Target) -> float:
@@ -335,6 +349,7 @@ def predict(params: Params, target: Target) -> list[dict]:
         for n_cols in params.softmax_cols:
             r, c = softmax_shape(params, n_cols)
             for variant, (kernels, moves) in SOFTMAX.items():
+                moves = torch_softmax_moves(c) if variant == "torch_softmax" else moves
                 nbytes = moves * r * c * F32
                 ms = model_ms(nbytes, kernels, target)
                 rows.append(_row("softmax", variant, params.softmax_mib, n_cols=n_cols,
@@ -572,6 +587,7 @@ def _measure_softmax(params: Params, target: Target, step, done):
         bench.check_close(torch.softmax(probe, dim=1), ref, "fp32", "torch.softmax")
         x = bench.random_tensor((rows, cols), "fp32")
         for variant, (kernels, moves) in SOFTMAX.items():
+            moves = torch_softmax_moves(cols) if variant == "torch_softmax" else moves
             step(f"softmax, {n_cols} columns x {rows} rows: timing {variant}, then one call under torch.profiler")
             ms, profiled = _time_and_profile(lambda: runs[variant](x))
             done[0] += 1

@@ -44,7 +44,8 @@ class Datasheet:
     arch: str
     compute_capability: str
     sm_count: int
-    l2_mb: float  # L2 cache size, MB (10^6 bytes)
+    l2_mb: float  # L2 cache size, MB (10^6 bytes); NVIDIA's "50 MB" and "40 MB" are MiB (the device reports
+                  # 52,428,800 and 41,943,040 bytes), so the H100 and A100 rows hold 52.4 and 41.9
     memory_gb: float  # device memory, GB (10^9 bytes)
     memory_type: str
     bandwidth_tbps: float  # memory bandwidth, TB/s (10^12 bytes/s)
@@ -65,20 +66,20 @@ _H100_SOURCE = ("NVIDIA H100 Tensor Core GPU datasheet (nvidia.com/en-us/data-ce
                 "tensor rates (dense = half the sparsity figures); SMs, L2 and the dense tensor rates to one decimal "
                 "from the NVIDIA H100 Tensor Core GPU Architecture whitepaper")
 DATASHEET: tuple[Datasheet, ...] = (
-    Datasheet("H100 SXM", ("H100 80GB HBM3", "H100 SXM"), "Hopper", "9.0", 132, 50, 80, "HBM3", 3.35,
+    Datasheet("H100 SXM", ("H100 80GB HBM3", "H100 SXM"), "Hopper", "9.0", 132, 52.4, 80, "HBM3", 3.35,
               67, 494.7, 989.4, 989.4, 1978.9, _H100_SOURCE),
-    Datasheet("H100 PCIe", ("H100 PCIe",), "Hopper", "9.0", 114, 50, 80, "HBM2e", 2.0,
+    Datasheet("H100 PCIe", ("H100 PCIe",), "Hopper", "9.0", 114, 52.4, 80, "HBM2e", 2.0,
               51, 378, 756, 756, 1513, _H100_SOURCE),
     Datasheet("H200", ("H200",), "Hopper", "9.0", 132, 62.9, 141, "HBM3e", 4.8,
               67, 494.7, 989.4, 989.4, 1978.9,
               "NVIDIA H200 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/h200): memory, bandwidth, FP32, "
               "tensor rates (dense = half the sparsity figures, equal to the H100 SXM's)",
               "SMs and L2 are not on the datasheet: the device reports 132 SMs and 60 MiB (62.9 MB) of L2."),
-    Datasheet("A100 40GB", ("A100-SXM4-40GB", "A100-PCIE-40GB", "A100 40GB"), "Ampere", "8.0", 108, 40, 40,
+    Datasheet("A100 40GB", ("A100-SXM4-40GB", "A100-PCIE-40GB", "A100 40GB"), "Ampere", "8.0", 108, 41.9, 40,
               "HBM2", 1.555, 19.5, 156, 312, 312, None,
               "NVIDIA A100 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/a100), dense rates; SMs and L2 "
               "from the NVIDIA A100 Tensor Core GPU Architecture whitepaper"),
-    Datasheet("A100 80GB", ("A100-SXM4-80GB", "A100 80GB", "A100-PCIE-80GB"), "Ampere", "8.0", 108, 40, 80,
+    Datasheet("A100 80GB", ("A100-SXM4-80GB", "A100 80GB", "A100-PCIE-80GB"), "Ampere", "8.0", 108, 41.9, 80,
               "HBM2e", 2.039, 19.5, 156, 312, 312, None,
               "NVIDIA A100 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/a100), SXM, dense rates; SMs and "
               "L2 from the NVIDIA A100 Tensor Core GPU Architecture whitepaper",

@@ -621,19 +621,57 @@ def predict_gemm(p: Params, target: Target) -> list[dict]:
     return rows
 
 
-def predict_attention(p: Params, target: Target) -> list[dict]:
-    rows = []
+# SDPA's decode kernel gives each (sequence, K/V head) pair one thread block, which walks the pair's whole context
+# alone. With fewer pairs than SMs the step cannot be faster than one block streaming its pair's K and V, and no
+# datasheet gives the rate one block streams at: every run measures it (the `sdpa-block` probe row, one pair at
+# SDPA_PROBE_CONTEXT tokens, its fixed cost taken off) and the SDPA points of that run are predicted with it.
+SDPA_PROBE_CONTEXT = 16384
+
+
+def sdpa_block_bytes(context: int, p: Params) -> float:
+    """K and V of one (sequence, K/V head) pair: what one of SDPA's thread blocks reads."""
+    return kv_bytes(1, context, 1, p.d_model // p.heads, p.dtype)
+
+
+def sdpa_block_ms(context: int, p: Params, block_gbps: float | None) -> float:
+    """The one-block floor of an SDPA decode step: a pair's K and V at the rate one block streams (0 if unknown)."""
+    return sdpa_block_bytes(context, p) / (block_gbps * 1e9) * 1e3 if block_gbps else 0.0
+
+
+def attention_row(kernel: str, batch: int, context: int, p: Params, target: Target,
+                  block_gbps: float | None = None) -> dict:
+    """One attention point: the roofline (bytes at the copy rate) and, for SDPA, the one-block floor when the
+    block rate is known; plus the fixed cost of its two kernels."""
     hd = p.d_model // p.heads
-    for kernel in p.attn_kernels:
-        for batch in p.attn_batch:
-            for context in p.attn_context:
-                flops, nbytes = attention_cost(batch, context, p)
-                ms = roofline_ms(flops, nbytes, target, p.dtype) + fixed_ms(attention_launches(kernel))
-                rows.append({"experiment": "attention", "kernel": kernel, "batch": batch, "context": context,
-                             "kv_bytes": kv_bytes(batch, context, p.kv_heads, hd, p.dtype),
-                             "kv_bytes_per_token": kv_bytes(1, 1, p.kv_heads, hd, p.dtype),
-                             "bytes": nbytes, "predicted_ms": ms, "predicted_tbps": bench.tbps(nbytes, ms)})
-    return rows
+    flops, nbytes = attention_cost(batch, context, p)
+    roof_ms = roofline_ms(flops, nbytes, target, p.dtype)
+    block_ms = sdpa_block_ms(context, p, block_gbps) if kernel == "sdpa" else 0.0
+    ms = max(roof_ms, block_ms) + fixed_ms(attention_launches(kernel))
+    row = {"experiment": "attention", "kernel": kernel, "batch": batch, "context": context,
+           "kv_bytes": kv_bytes(batch, context, p.kv_heads, hd, p.dtype),
+           "kv_bytes_per_token": kv_bytes(1, 1, p.kv_heads, hd, p.dtype),
+           "bytes": nbytes, "predicted_ms": ms, "predicted_tbps": bench.tbps(nbytes, ms)}
+    if kernel == "sdpa" and block_gbps:
+        row |= {"sdpa_block_gbps": block_gbps, "predicted_limit": "one block" if block_ms > roof_ms else "bandwidth"}
+    return row
+
+
+@functools.lru_cache(maxsize=16)
+def recorded_block_gbps(gpu_key: str) -> float | None:
+    """The SDPA block rate from the newest recording of this GPU kind, if it has the probe (read once a process:
+    the committed recordings do not change under a running app)."""
+    from labs.collectives import recorded_rows
+
+    for r in recorded_rows("inference", gpu_key):
+        if r.get("experiment") == "probe" and r.get("kernel") == "sdpa-block":
+            return r.get("measured_gbps")
+    return None
+
+
+def predict_attention(p: Params, target: Target, block_gbps: float | None = None) -> list[dict]:
+    block_gbps = block_gbps or ("sdpa" in p.attn_kernels and recorded_block_gbps(target.key)) or None
+    return [attention_row(kernel, batch, context, p, target, block_gbps)
+            for kernel in p.attn_kernels for batch in p.attn_batch for context in p.attn_context]
 
 
 def block_parts(p: Params, batch: int, target: Target) -> dict:
@@ -803,8 +841,31 @@ def measure_gemm(p: Params, target: Target, progress, done, total):
                "check_rel_error": err}
 
 
+def measure_sdpa_block(p: Params, progress, fraction: float = 0.0) -> dict:
+    """The probe row: the rate one SDPA thread block streams K and V at (one sequence, one K/V head, checked)."""
+    hd, group = p.d_model // p.heads, p.heads // p.kv_heads
+    progress(fraction, f"attention probe: one SDPA thread block over {SDPA_PROBE_CONTEXT} tokens")
+    k_cache = bench.random_tensor((1, 1, SDPA_PROBE_CONTEXT, hd), p.dtype)
+    v_cache = bench.random_tensor((1, 1, SDPA_PROBE_CONTEXT, hd), p.dtype)
+    q = bench.random_tensor((1, group * hd), p.dtype)
+    out = torch.full_like(q, float("nan"))
+    sdpa_decode_attention(q, k_cache, v_cache, SDPA_PROBE_CONTEXT, out)
+    err = bench.check_close(out, attention_reference(q, k_cache, v_cache, SDPA_PROBE_CONTEXT), p.dtype,
+                            "SDPA one-block probe")
+    ms = time_ms(lambda: sdpa_decode_attention(q, k_cache, v_cache, SDPA_PROBE_CONTEXT, out))
+    stream_ms = max(ms - fixed_ms(attention_launches("sdpa")), 1e-6)  # the streaming part alone
+    return {"experiment": "probe", "kernel": "sdpa-block", "context": SDPA_PROBE_CONTEXT, "measured_ms": ms,
+            "measured_gbps": sdpa_block_bytes(SDPA_PROBE_CONTEXT, p) / (stream_ms * 1e-3) / 1e9,
+            "check_rel_error": err}
+
+
 def measure_attention(p: Params, target: Target, progress, done, total):
     hd = p.d_model // p.heads
+    block_gbps = None
+    if "sdpa" in p.attn_kernels:
+        probe = measure_sdpa_block(p, progress, done / total)
+        block_gbps = probe["measured_gbps"]
+        yield probe
     for batch in p.attn_batch:
         t_max = max(p.attn_context)
         k_cache = bench.random_tensor((batch, p.kv_heads, t_max, hd), p.dtype)
@@ -822,8 +883,8 @@ def measure_attention(p: Params, target: Target, progress, done, total):
                 ms = time_ms(lambda: attention(q, k_cache, v_cache, context, kernel, out))
                 _, nbytes = attention_cost(batch, context, p)
                 done += 1
-                yield {"experiment": "attention", "kernel": kernel, "batch": batch, "context": context,
-                       "measured_ms": ms, "measured_tbps": bench.tbps(nbytes, ms), "check_rel_error": err}
+                model = attention_row(kernel, batch, context, p, target, block_gbps)  # with this run's probe
+                yield model | {"measured_ms": ms, "measured_tbps": bench.tbps(nbytes, ms), "check_rel_error": err}
         del k_cache, v_cache
 
 
@@ -865,7 +926,8 @@ def measure_block(p: Params, target: Target, progress, done, total):
 def measure(p: Params, target: Target, progress):
     check_shapes(p)
     total = 2 + ("gemm" in p.experiments) * len(gemm_points(p)) \
-        + ("attention" in p.experiments) * len(p.attn_kernels) * len(p.attn_batch) * len(p.attn_context) \
+        + ("attention" in p.experiments) * (len(p.attn_kernels) * len(p.attn_batch) * len(p.attn_context)
+                                            + ("sdpa" in p.attn_kernels)) \
         + ("block" in p.experiments) * len(p.block_batch)
     done = 0
     for row in measure_launch(progress):
@@ -881,6 +943,17 @@ def measure(p: Params, target: Target, progress):
 
 
 # ---------------------------------------------------------------------------------------------
+def repredict(recording: dict, target: Target) -> list[dict]:
+    """The model of a recorded run, its SDPA points with the block rate its own probe measured (scripts/repredict.py;
+    a recording made before the probe existed gets the roofline alone there)."""
+    from labs.params import from_dict
+
+    p = from_dict(Params, recording["params"])
+    gbps = next((r.get("measured_gbps") for r in recording["rows"] if r.get("kernel") == "sdpa-block"), None)
+    rows = [r for r in predict(p, target) if r["experiment"] != "attention"]
+    return rows + (predict_attention(p, target, gbps) if "attention" in p.experiments else [])
+
+
 def lesson_numbers(target: Target) -> dict:
     p = Params()
     c = target.ceilings
@@ -910,6 +983,7 @@ def lesson_numbers(target: Target) -> dict:
         "block_b1_us": f"{1e3 * block[1]['predicted_ms']:.0f}",
         "block_b64_us": f"{1e3 * block[64]['predicted_ms']:.0f}",
         "block_kernels": str(block[1]["kernels"]),
+        "sdpa_probe_context": str(SDPA_PROBE_CONTEXT),
     }
 
 

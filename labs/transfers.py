@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import subprocess
 import time
 from dataclasses import dataclass
@@ -336,6 +337,21 @@ def measure(p: Params, target: Target, progress):
         for r in measure_overlap(p, target, count, progress, 1 + len(rows), total):
             yield by_key.get((r["experiment"], r["direction"], r["memory"], r["size_bytes"], r["schedule"]), {}) | r
     progress(1.0, "done")
+
+
+HOST_RATE_NOTE = re.compile(r"copies host memory at ([0-9.]+) GB/s")  # the note measure() yields
+
+
+def repredict(recording: dict, target: Target) -> list[dict]:
+    """The model of a recorded run with its own latencies and memcpy rate, as measure() made it
+    (scripts/repredict.py)."""
+    from labs.params import from_dict
+
+    p = from_dict(Params, recording["params"])
+    found = [HOST_RATE_NOTE.search(m) for m in recording.get("messages", [])]
+    host_gbps = next((float(m.group(1)) for m in found if m), ASSUMED_HOST_COPY_GBPS)
+    measured = [r for r in recording["rows"] if r.get("measured_ms") is not None]
+    return predict_with(p, target, measured_latency_us(measured), host_gbps)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,13 +1,16 @@
 """Device-side checks for issue 15 (models on every GPU and size; kernels against the libraries), one call.
 
-Run on a GPU:  python scripts/models_gpu.py [calibrate] [matmul] [naive] [launch] [flash]   (default: all)
+Run on a GPU:  python scripts/models_gpu.py [calibrate] [matmul] [naive] [launch] [flash] [terms]   (default: all)
 Sections:
 - calibrate: this GPU's ceilings (copy, FMA, matmul), so the models can be checked against measured terms;
 - matmul: bf16 tile configs of the Triton kernel against cuBLAS at every aligned size of the default sweep
   (the per-size choice in labs/matmul.py comes from here);
 - naive: each PyTorch op of naive attention timed alone, against its roofline term (which op the model misses);
 - launch: the launch probes twice, a lab run apart, and one op per call against the amortised probe;
-- flash: our FlashAttention against cuDNN and SDPA flash at the default shapes (forward, forward+backward).
+- flash: our FlashAttention against cuDNN and SDPA flash at the default shapes (forward, forward+backward);
+- terms: round two's model terms against their kernels (SDPA decode's one-block floor with the probed block rate,
+  the split-KV decode kernel at batch 1, the timer's L2 flush against a known CPU time, torch.softmax's extra
+  reads for rows past 48 KiB), about 30 s.
 Prints a compact table per section; with $OUT set, writes models_gpu.json there. Sections stop being started
 once DEADLINE_S (env, seconds since start, default 240) has passed.
 """
@@ -152,8 +155,71 @@ def section_flash():
                 del q, k, v, do
 
 
+def section_terms():
+    """Round two's model terms, against the kernels they model: SDPA decode's one-block floor (the probe twice,
+    then batch x context beside the model with that rate), the split-KV kernel at batch 1, whether the timer's
+    flush hides CPU time, and torch.softmax's three reads past 48 KiB rows."""
+    from labs import fusion as F
+    from labs import inference as inf
+
+    p = inf.Params()
+    rates = [inf.measure_sdpa_block(p, lambda f, m: None)["measured_gbps"] for _ in range(2)]
+    record("terms", what="sdpa-block probe", gbps_first=rates[0], gbps_second=rates[1])
+    hd = p.d_model // p.heads
+    for batch in (1, 8, 64):
+        k_cache, v_cache = (bench.random_tensor((batch, p.kv_heads, 32768, hd), p.dtype) for _ in range(2))
+        q = bench.random_tensor((batch, p.heads * hd), p.dtype)
+        out = torch.empty_like(q)
+        for context in (2048, 8192, 32768):
+            ms = inf.time_ms(lambda: inf.sdpa_decode_attention(q, k_cache, v_cache, context, out))
+            row = inf.attention_row("sdpa", batch, context, p, gpu.live_target(), rates[1])
+            record("terms", what="sdpa decode", batch=batch, context=context, measured_ms=ms,
+                   predicted_ms=row["predicted_ms"], limit=row["predicted_limit"],
+                   error_pct=100 * (ms - row["predicted_ms"]) / row["predicted_ms"])
+        del k_cache, v_cache
+    # the split-KV Triton kernel at batch 1: 2048 tokens ran 7-8x its model on both GPUs, slower than 8192
+    k_cache, v_cache = (bench.random_tensor((1, p.kv_heads, 8192, hd), p.dtype) for _ in range(2))
+    q = bench.random_tensor((1, p.heads * hd), p.dtype)
+    out = torch.empty_like(q)
+    for context in (512, 1024, 2048, 4096, 8192):
+        splits, per_split = inf.attention_splits(1, p.kv_heads, context, inf.sm_count())
+        ms = inf.time_ms(lambda: inf.triton_decode_attention(q, k_cache, v_cache, context, out))
+        graph_ms = inf.graph_time_ms(lambda: inf.triton_decode_attention(q, k_cache, v_cache, context, out))
+        row = inf.attention_row("triton", 1, context, p, gpu.live_target())
+        record("terms", what="split-KV decode, batch 1", context=context, splits=splits, per_split=per_split,
+               measured_ms=ms, graph_ms=graph_ms, predicted_ms=row["predicted_ms"])
+    del k_cache, v_cache
+    # Does the timer's 256 MB L2 flush hide CPU time? (labs/recompute.timer_host_floor_ms now says no.) A call that
+    # spins the CPU for a known time, then adds one number on the GPU: timed by do_bench and by host_ms_per_call.
+    from labs.fusion import host_ms_per_call
+
+    one = torch.zeros(1, device="cuda")
+    for spin_us in (50, 100, 200, 400):
+        def call(spin_s=spin_us * 1e-6):
+            until = time.perf_counter() + spin_s
+            while time.perf_counter() < until:
+                pass
+            one.add_(1.0)
+
+        host_ms = host_ms_per_call(call, 1)
+        timed_ms = bench.time_ms(call)
+        record("terms", what="timer against CPU time", spin_us=spin_us, host_ms=host_ms, timed_ms=timed_ms,
+               timed_over_host=timed_ms / host_ms)
+    target = gpu.live_target()
+    for n_cols in (4096, 12224, 12288, 16384, 32768, 65536):
+        rows, cols = F.softmax_shape(F.Params(softmax_mib=256), n_cols)
+        x = bench.random_tensor((rows, cols), "fp32")
+        bench.check_close(torch.softmax(x[:3], dim=1), F.reference_softmax(x[:3]), "fp32", "torch.softmax")
+        ms = bench.time_ms(lambda: torch.softmax(x, dim=1))
+        moves = F.torch_softmax_moves(cols)
+        predicted = F.model_ms(moves * x.numel() * 4, 1, target)
+        record("terms", what="torch.softmax", n_cols=n_cols, moves=moves, measured_ms=ms, predicted_ms=predicted,
+               error_pct=100 * (ms - predicted) / predicted)
+        del x
+
+
 SECTIONS = {"calibrate": section_calibrate, "matmul": section_matmul, "naive": section_naive,
-            "launch": section_launch, "flash": section_flash}
+            "launch": section_launch, "flash": section_flash, "terms": section_terms}
 
 if __name__ == "__main__":
     wanted = sys.argv[1:] or list(SECTIONS)

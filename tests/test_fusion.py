@@ -164,6 +164,20 @@ def test_softmax_model_by_hand():
     assert _row(rows, variant="triton_online")["predicted_ms"] == pytest.approx(2 * size / 4e12 * 1e3 + 0.003)
 
 
+def test_torch_softmax_charges_three_reads_past_the_shared_memory_limit():
+    # (48 KiB - 32 warps x 4 bytes of reduction scratch) / 4 bytes = 12256 fp32 columns fit on chip
+    assert fusion.torch_softmax_moves(12255) == 2
+    assert fusion.torch_softmax_moves(12256) == 4
+    assert fusion.torch_softmax_moves(16384, element_bytes=2) == 2  # 32 KiB of bf16 still fits
+    rows = fusion.predict(fusion.Params(experiments=("softmax",), softmax_cols=(4096, 65536), softmax_mib=256), ROUND)
+    size = 256 * MiB  # 0.0671 ms per trip at 4 TB/s, + 3 us launch
+    on_chip = [r for r in rows if r["variant"] == "torch_softmax" and r["n_cols"] == 4096][0]
+    streamed = [r for r in rows if r["variant"] == "torch_softmax" and r["n_cols"] == 65536][0]
+    assert on_chip["predicted_ms"] == pytest.approx(2 * size / 4e12 * 1e3 + 0.003)
+    assert streamed["predicted_ms"] == pytest.approx(4 * size / 4e12 * 1e3 + 0.003)
+    assert streamed["bytes_moved"] == 4 * size
+
+
 def test_default_prediction_rows_have_unique_keys():
     rows = fusion.predict(fusion.Params(), ROUND)
     keys = [tuple(r[k] for k in fusion.LAB.key) for r in rows]
