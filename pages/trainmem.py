@@ -12,7 +12,8 @@ from ui import charts
 from ui.lab_page import LabPage, recorded_caption
 
 page = LabPage(LAB)
-calc_tab, lab_tab = st.tabs(["Calculator", "Check on a GPU"])
+# the lab comes first, as on every lab page (lesson, run, recorded runs, table); the calculator beside it
+lab_tab, calc_tab = st.tabs(["Check on a GPU", "Calculator: any model, ZeRO stage and GPU count"])
 
 
 def calculator_inputs():
