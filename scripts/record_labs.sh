@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Re-record single-GPU labs on whatever GPU this runs on, from the CLI defaults, after the last kernel and model
+# change: one device call (any single-GPU kind). Usage: bash scripts/record_labs.sh LAB [LAB ...]
+# Each lab is skipped once BUDGET_S seconds have passed; the GPU's recordings are packed into $OUT after every lab,
+# so what was recorded comes back even if the call runs out of time. The log of each run is packed beside them.
+set -u
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD ROOFLINE_CACHE=${ROOFLINE_CACHE:-/tmp/rc}
+BUDGET_S=${BUDGET_S:-540}
+KEY=$(python3 -c "from labs import gpu; print(gpu.detect().key)")
+mkdir -p /tmp/record
+pack() { tar czf "$OUT/recorded-$KEY.tgz" "content/recorded/$KEY" /tmp/record 2>/dev/null; }
+echo "GPU key $KEY, commit ${ROOFLINE_GIT_COMMIT:-?}"
+for lab in "$@"; do
+  if [ "$SECONDS" -ge "$BUDGET_S" ]; then echo "== $lab: skipped (budget, $SECONDS s)"; continue; fi
+  t=$SECONDS
+  python3 -m labs run "$lab" --record --out "/tmp/record/$lab.json" > "/tmp/record/$lab.log" 2>&1
+  rc=$?
+  echo "== $lab: rc $rc in $((SECONDS - t)) s"; grep -v "^\[" "/tmp/record/$lab.log" | tail -"${TAIL:-4}"
+  pack
+done
+echo "total $SECONDS s"
