@@ -24,6 +24,7 @@ sees key j when j <= i + (Lk - Lq), so the last query sees every key. A query th
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Optional
@@ -183,12 +184,14 @@ def _mma(a, b, acc, PREC: tl.constexpr):
 @triton.jit
 def _fwd_key_tiles(acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, kv_row, offs_m, lo, hi, qk_scale, LK, SHIFT,
                    HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, MASKED: tl.constexpr,
-                   USE_TMA: tl.constexpr, PREC: tl.constexpr, WS: tl.constexpr):
+                   USE_TMA: tl.constexpr, PREC: tl.constexpr, WS: tl.constexpr, LAZY: tl.constexpr):
     """Stream key tiles [lo, hi) past one query tile, updating the online-softmax state (acc, l_i, m_i).
 
     Scores are kept in log2 units (qk_scale = scale * log2 e) so that every exponential is one exp2.
     WS asks Triton to warp-specialize the loop: producer warps issue the tile loads while consumer
-    warps run the matrix multiplies and the softmax.
+    warps run the matrix multiplies and the softmax. LAZY rescales the output only when the running max
+    grows a lot (FlashAttention-4's trick): one multiply per output element less on most tiles, and off
+    the path between the two matrix multiplies.
     """
     offs_n = tl.arange(0, BLOCK_N)
     for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WS):
@@ -206,11 +209,21 @@ def _fwd_key_tiles(acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, kv_row, off
             p = tl.math.exp2(qk - m_use[:, None])
         else:  # every score is valid: one fused multiply-add per score, no mask
             m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+            if LAZY:  # keep the old max (and skip rescaling acc) unless a row's max grew by over 8, i.e. 256x
+                if tl.max(m_new - m_i, 0) > 8.0:
+                    grow = tl.math.exp2(m_i - m_new)
+                    l_i = l_i * grow
+                    acc = acc * grow[:, None]
+                    m_i = m_new
+                m_new = m_i  # p <= 2^8 under a stale max: exact in float32, and the final o / l is unchanged
             m_use = m_new
             p = tl.math.exp2(qk * qk_scale - m_new[:, None])  # one MUFU.EX2 per score: the SFU's work
-        alpha = tl.math.exp2(m_i - m_use)  # how much the old running sum and output shrink under the new max
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None]
+        if LAZY and not MASKED:
+            l_i = l_i + tl.sum(p, 1)
+        else:
+            alpha = tl.math.exp2(m_i - m_use)  # how much the old running sum and output shrink under the new max
+            l_i = l_i * alpha + tl.sum(p, 1)
+            acc = acc * alpha[:, None]
         v = _load_tile(v_base, v_desc, kv_row, start_n, LK - start_n, BLOCK_N, HEAD_DIM, USE_TMA, MASKED)
         acc = _mma(p.to(v.dtype), v, acc, PREC)  # partial output += P_tile @ V_tile
         m_i = m_new
@@ -220,7 +233,8 @@ def _fwd_key_tiles(acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, kv_row, off
 @triton.jit(do_not_specialize=["LQ", "LK"])
 def attention_fwd_kernel(Q, K, V, O, LSE, q_desc, k_desc, v_desc, qk_scale, LQ, LK, LQ_PAD,
                          HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                         CAUSAL: tl.constexpr, USE_TMA: tl.constexpr, PREC: tl.constexpr, WS: tl.constexpr):
+                         CAUSAL: tl.constexpr, USE_TMA: tl.constexpr, PREC: tl.constexpr, WS: tl.constexpr,
+                         LAZY: tl.constexpr):
     # grid = (query tiles, batch * heads); consecutive programs share a head, so its K and V stay in L2
     pid_m = tl.program_id(0)
     if CAUSAL:  # causal tiles near the end see the most keys: launch them first so the last wave is short
@@ -248,9 +262,9 @@ def attention_fwd_kernel(Q, K, V, O, LSE, q_desc, k_desc, v_desc, qk_scale, LQ, 
         full_end = LK
     full_end = (full_end // BLOCK_N) * BLOCK_N
     acc, l_i, m_i = _fwd_key_tiles(acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, kv_row, offs_m, 0, full_end,
-                                   qk_scale, LK, SHIFT, HEAD_DIM, BLOCK_N, CAUSAL, False, USE_TMA, PREC, WS)
+                                   qk_scale, LK, SHIFT, HEAD_DIM, BLOCK_N, CAUSAL, False, USE_TMA, PREC, WS, LAZY)
     acc, l_i, m_i = _fwd_key_tiles(acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, kv_row, offs_m, full_end, hi,
-                                   qk_scale, LK, SHIFT, HEAD_DIM, BLOCK_N, CAUSAL, True, USE_TMA, PREC, False)
+                                   qk_scale, LK, SHIFT, HEAD_DIM, BLOCK_N, CAUSAL, True, USE_TMA, PREC, False, False)
 
     # epilogue: normalise once; the log-sum-exp (natural log) is all the backward pass needs
     empty = l_i == 0.0  # a query that sees no key (causal with Lq > Lk)
@@ -286,10 +300,15 @@ def attention_bwd_prep_kernel(O, DO, LSE, DELTA, LSE2, LQ, LQ_PAD, HEAD_DIM: tl.
 
 @triton.jit
 def _dkdv_query_tiles(dk, dv, k, v, q_base, do_base, q_desc, do_desc, LSE2, DELTA, q_row, lse_row, offs_n, lo, hi,
-                      qk_scale, LQ, SHIFT, dq_base,
+                      qk_scale, LQ, SHIFT, dq_base, dq_desc,
                       HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, MASKED: tl.constexpr, USE_TMA: tl.constexpr,
-                      ATOMIC_DQ: tl.constexpr, PREC: tl.constexpr):
-    """Stream query tiles [lo, hi) past one key tile: dV += P^T dO, dK += dS^T Q (and dQ += dS K atomically)."""
+                      ATOMIC_DQ: tl.constexpr, DQ_TMA: tl.constexpr, PREC: tl.constexpr):
+    """Stream query tiles [lo, hi) past one key tile: dV += P^T dO, dK += dS^T Q (and dQ += dS K atomically).
+
+    With DQ_TMA the dQ share of this key tile is added to the float32 accumulator by the copy engine in one
+    bulk reduction per tile (cp.reduce.async.bulk.tensor, as FlashAttention-3 does); otherwise one atomic add
+    per element.
+    """
     offs_d = tl.arange(0, HEAD_DIM)
     for start_m in range(lo, hi, BLOCK_M):
         start_m = tl.multiple_of(start_m, BLOCK_M)
@@ -308,16 +327,19 @@ def _dkdv_query_tiles(dk, dv, k, v, q_base, do_base, q_desc, do_desc, LSE2, DELT
         dk = _mma(dsT.to(q.dtype), q, dk, PREC)
         if ATOMIC_DQ:  # FlashAttention-2's original: every key tile adds its share of dQ
             dq = _mma(tl.trans(dsT.to(q.dtype)), k, None, PREC)
-            tl.atomic_add(dq_base + offs_m[:, None] * HEAD_DIM + offs_d[None, :], dq, sem="relaxed")
+            if DQ_TMA:
+                dq_desc.atomic_add([lse_row + start_m, 0], dq)  # rows past LQ add zeros: P is 0 there
+            else:
+                tl.atomic_add(dq_base + offs_m[:, None] * HEAD_DIM + offs_d[None, :], dq, sem="relaxed")
     return dk, dv
 
 
 @triton.jit(do_not_specialize=["LQ", "LK"])
-def attention_bwd_dkdv_kernel(Q, K, V, DO, DK, DV, DQ_ACC, LSE2, DELTA, q_desc, k_desc, v_desc, do_desc,
+def attention_bwd_dkdv_kernel(Q, K, V, DO, DK, DV, DQ_ACC, LSE2, DELTA, q_desc, k_desc, v_desc, do_desc, dq_desc,
                               scale, qk_scale, LQ, LK, LQ_PAD,
                               HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                               CAUSAL: tl.constexpr, USE_TMA: tl.constexpr, ATOMIC_DQ: tl.constexpr,
-                              PREC: tl.constexpr):
+                              DQ_TMA: tl.constexpr, PREC: tl.constexpr):
     # grid = (key tiles, batch * heads): one program owns dK and dV of BLOCK_N keys
     pid_n = tl.program_id(0)
     bh = tl.program_id(1)
@@ -345,11 +367,11 @@ def attention_bwd_dkdv_kernel(Q, K, V, DO, DK, DV, DQ_ACC, LSE2, DELTA, q_desc, 
         full = 0
     dq_base = DQ_ACC + bh.to(tl.int64) * LQ_PAD * HEAD_DIM
     dk, dv = _dkdv_query_tiles(dk, dv, k, v, q_base, do_base, q_desc, do_desc, LSE2, DELTA, bh * LQ, bh * LQ_PAD,
-                               offs_n, lo, full, qk_scale, LQ, SHIFT, dq_base, HEAD_DIM, BLOCK_M, True, USE_TMA,
-                               ATOMIC_DQ, PREC)
+                               offs_n, lo, full, qk_scale, LQ, SHIFT, dq_base, dq_desc, HEAD_DIM, BLOCK_M, True,
+                               USE_TMA, ATOMIC_DQ, DQ_TMA, PREC)
     dk, dv = _dkdv_query_tiles(dk, dv, k, v, q_base, do_base, q_desc, do_desc, LSE2, DELTA, bh * LQ, bh * LQ_PAD,
-                               offs_n, full, hi, qk_scale, LQ, SHIFT, dq_base, HEAD_DIM, BLOCK_M, False, USE_TMA,
-                               ATOMIC_DQ, PREC)
+                               offs_n, full, hi, qk_scale, LQ, SHIFT, dq_base, dq_desc, HEAD_DIM, BLOCK_M, False,
+                               USE_TMA, ATOMIC_DQ, DQ_TMA, PREC)
     ptrs = kv_off + offs_n[:, None] * HEAD_DIM + offs_d[None, :]
     tl.store(DV + ptrs, dv.to(DV.dtype.element_ty), mask=(offs_n < LK)[:, None])
     tl.store(DK + ptrs, (dk * scale).to(DK.dtype.element_ty), mask=(offs_n < LK)[:, None])
@@ -380,11 +402,13 @@ def _dq_key_tiles(dq, q, do, lse2, delta, k_base, v_base, k_desc, v_desc, kv_row
 
 
 @triton.jit(do_not_specialize=["LQ", "LK"])
-def attention_bwd_dq_kernel(Q, K, V, DO, DQ, LSE2, DELTA, q_desc, k_desc, v_desc, do_desc, scale, qk_scale,
+def attention_bwd_dq_kernel(Q, K, V, O, DO, DQ, LSE, LSE2, DELTA, q_desc, k_desc, v_desc, do_desc, scale, qk_scale,
                             LQ, LK, LQ_PAD,
                             HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                             CAUSAL: tl.constexpr, USE_TMA: tl.constexpr, PREC: tl.constexpr):
-    # grid = (query tiles, batch * heads): one program owns dQ of BLOCK_M queries (no atomics)
+    # grid = (all LQ_PAD rows in query tiles, batch * heads): one program owns dQ of BLOCK_M queries (no atomics).
+    # It runs before the dK/dV kernel and also writes the rows' delta and log2-unit log-sum-exp that kernel
+    # reads (the prep kernel's work, without its launch); tiles wholly past LQ only write those.
     pid_m = tl.program_id(0)
     if CAUSAL:
         pid_m = tl.num_programs(0) - 1 - pid_m
@@ -395,8 +419,14 @@ def attention_bwd_dq_kernel(Q, K, V, DO, DQ, LSE2, DELTA, q_desc, k_desc, v_desc
     kv_off = bh.to(tl.int64) * LK * HEAD_DIM
     q = _load_tile(Q + q_off, q_desc, bh * LQ, m0, LQ - m0, BLOCK_M, HEAD_DIM, USE_TMA, True)
     do = _load_tile(DO + q_off, do_desc, bh * LQ, m0, LQ - m0, BLOCK_M, HEAD_DIM, USE_TMA, True)
-    lse2 = tl.load(LSE2 + bh * LQ_PAD + offs_m)
-    delta = tl.load(DELTA + bh * LQ_PAD + offs_m)
+    valid = offs_m < LQ
+    o = tl.load(O + q_off + offs_m[:, None] * HEAD_DIM + tl.arange(0, HEAD_DIM)[None, :], mask=valid[:, None],
+                other=0.0)
+    delta = tl.where(valid, tl.sum(o.to(tl.float32) * do.to(tl.float32), 1), 0.0)  # rowsum(dO * O)
+    lse = tl.load(LSE + bh * LQ_PAD + offs_m)
+    lse2 = tl.where(valid & (lse != float("-inf")), lse * 1.4426950408889634, float("inf"))  # +inf: P = 0 there
+    tl.store(DELTA + bh * LQ_PAD + offs_m, delta)
+    tl.store(LSE2 + bh * LQ_PAD + offs_m, lse2)
     dq = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
     SHIFT = LK - LQ
     if CAUSAL:
@@ -405,7 +435,8 @@ def attention_bwd_dq_kernel(Q, K, V, DO, DQ, LSE2, DELTA, q_desc, k_desc, v_desc
     else:
         hi = LK
         full_end = LK
-    full_end = (full_end // BLOCK_N) * BLOCK_N
+    hi = tl.where(m0 < LQ, hi, 0)  # a tile of padding rows visits no key
+    full_end = tl.minimum((full_end // BLOCK_N) * BLOCK_N, hi)
     dq = _dq_key_tiles(dq, q, do, lse2, delta, K + kv_off, V + kv_off, k_desc, v_desc, bh * LK, offs_m, 0, full_end,
                        qk_scale, LK, SHIFT, HEAD_DIM, BLOCK_N, CAUSAL, False, USE_TMA, PREC)
     dq = _dq_key_tiles(dq, q, do, lse2, delta, K + kv_off, V + kv_off, k_desc, v_desc, bh * LK, offs_m, full_end, hi,
@@ -439,6 +470,8 @@ class FlashConfig:
     use_tma: bool = False  # load tiles with the Hopper copy engine (TMA descriptors)
     atomic_dq: bool = False  # dQ by atomic adds inside the dK/dV kernel instead of its own kernel
     warp_specialize: bool = False  # forward: split loads and math between warps (Triton's warp specialization)
+    tma_reduce: bool = True  # with atomic_dq and TMA: add each dQ tile by one bulk reduction of the copy engine
+    lazy_rescale: bool = False  # forward: rescale the running output only when a row's max grows over 256x
 
 
 def _has_tma(device: torch.device) -> bool:
@@ -446,21 +479,92 @@ def _has_tma(device: torch.device) -> bool:
         return False
     if device.type != "cuda":
         return True  # the interpreter implements descriptors: tests exercise both paths
-    return torch.cuda.get_device_capability(device)[0] >= 9
+    return _capability(device.index)[0] >= 9
 
 
-def tiles_for(head_dim: int, dtype: str, cc: tuple) -> FlashConfig:
-    """Tile sizes by GPU generation, head dim and dtype, chosen from sweeps on an H200 (scripts/attention_gpu.py).
+@functools.lru_cache(maxsize=None)
+def _capability(index) -> tuple:
+    return torch.cuda.get_device_capability(index)
+
+
+# Launching: at short sequences the GPU finishes a kernel sooner than Python prepares the next launch, so
+# the launch path is part of the speed. Triton's `kernel[grid](...)` binds and specializes every argument on
+# each call; once it has compiled a kernel for a given kind of arguments, `_launch` calls that compiled
+# kernel directly. The key holds everything Triton specializes on (dtypes, 16-byte alignment of pointers,
+# integers equal to 1 or divisible by 16, descriptor shapes and blocks, the constexprs and launch options),
+# so a cached kernel is only reused where Triton would have chosen the same one.
+FAST_LAUNCH = True
+_COMPILED: dict = {}
+
+
+def _arg_kind(x):
+    if isinstance(x, torch.Tensor):
+        return x.dtype, x.data_ptr() % 16 == 0
+    if x is None or isinstance(x, bool):
+        return x
+    if isinstance(x, int):
+        return x == 1, x % 16 == 0, -2**31 <= x < 2**31
+    if isinstance(x, float):
+        return float
+    if TensorDescriptor is not None and isinstance(x, TensorDescriptor):
+        return (x.base.dtype, x.base.data_ptr() % 16 == 0, tuple(x.shape), tuple(x.strides), tuple(x.block_shape),
+                x.padding, x.round_f32_to_tf32)
+    return type(x), repr(x)
+
+
+def _launch(kernel, grid, *args, **meta):
+    """kernel[grid](*args, **meta), through the compiled kernel directly when this kind of call ran before."""
+    if not (FAST_LAUNCH and args[0].is_cuda):
+        kernel[grid](*args, **meta)
+        return
+    key = (kernel, args[0].device.index, tuple(map(_arg_kind, args)), tuple(meta.items()))
+    hit = _COMPILED.get(key)
+    if hit is not None:
+        compiled, constexprs = hit
+        compiled[grid](*args, *constexprs)  # every parameter in order: the launcher skips the constexprs
+        return
+    compiled = kernel[grid](*args, **meta)
+    rest = kernel.arg_names[len(args):]
+    if hasattr(compiled, "function") and all(name in meta for name in rest):
+        _COMPILED[key] = (compiled, tuple(meta[name] for name in rest))
+
+
+def _has_tma_reduce(device: torch.device) -> bool:
+    """Bulk reductions through a descriptor (tensor_descriptor.atomic_add): compiled on Hopper, not in the
+    interpreter, which takes the per-element atomics instead."""
+    return device.type == "cuda" and _has_tma(device) and hasattr(tl.tensor_descriptor, "atomic_add")
+
+
+# The forward's 128-query tiles of a causal mask carry unequal work (the triangle): with few of them per
+# SM slot (two programs per SM), the last wave leaves SMs idle, and 64-query tiles balance better. Below
+# this many waves of 128-query tiles, causal d = 128 takes 64-query tiles (H100 sweeps, issue 15: 64 rows
+# won at 3.9 waves, 128 rows at 15.5).
+CAUSAL_SPLIT_WAVES = 8
+LAZY_RESCALE = {64: False, 128: False}  # forward: skip rescaling unless the max grows 256x (scripts/attention_gpu.py)
+
+
+def tiles_for(head_dim: int, dtype: str, cc: tuple, *, causal: bool = False, seq_len: Optional[int] = None,
+              batch_heads: Optional[int] = None, sm_count: Optional[int] = None) -> FlashConfig:
+    """Tile sizes by GPU generation, head dim and dtype (and, where it matters, the mask and how many query
+    tiles there are against the SMs), chosen from sweeps on an H200 and an H100 (scripts/attention_gpu.py).
 
     On Hopper two programs of 4 warps share an SM: while one waits on its exponentials, the other's
-    matrix multiplies run, which beat one program of 8 warps in every sweep.
+    matrix multiplies run, which beat one program of 8 warps in every sweep. Without seq_len, batch_heads
+    and sm_count the choice is the one for long sequences.
     """
     if dtype == "fp32":  # exact fp32 products run on the CUDA cores: small tiles fit the shared memory
         return FlashConfig(Tiles(64, 32, 4, 2), Tiles(32, 64, 4, 2), Tiles(64, 32, 4, 2), use_tma=cc[0] >= 9)
     if cc[0] >= 9:
+        lazy = LAZY_RESCALE.get(head_dim, False)
         if head_dim <= 64:
-            return FlashConfig(Tiles(64, 128, 4, 2), Tiles(64, 64, 4, 3), Tiles(64, 64, 4, 3), use_tma=True)
-        return FlashConfig(Tiles(128, 64, 4, 2), Tiles(64, 64, 4, 2), Tiles(64, 64, 4, 2), use_tma=True)
+            return FlashConfig(Tiles(64, 128, 4, 2), Tiles(64, 64, 4, 3), Tiles(64, 64, 4, 3), use_tma=True,
+                               lazy_rescale=lazy)
+        fwd = Tiles(128, 64, 4, 2)
+        if causal and seq_len and batch_heads and sm_count:
+            waves = batch_heads * -(-seq_len // 128) / (2 * sm_count)
+            if waves < CAUSAL_SPLIT_WAVES:
+                fwd = Tiles(64, 64, 4, 3)
+        return FlashConfig(fwd, Tiles(64, 64, 4, 2), Tiles(64, 64, 4, 2), use_tma=True, lazy_rescale=lazy)
     # Ampere and Ada (not measured here): no TMA, smaller shared memory
     if head_dim <= 64:
         return FlashConfig(Tiles(128, 64, 4, 3), Tiles(64, 64, 4, 2), Tiles(64, 64, 4, 2))
@@ -474,10 +578,17 @@ def _dtype_name(dtype: torch.dtype) -> str:
     return {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}[dtype]
 
 
-def default_config(head_dim: int, dtype: torch.dtype, device: torch.device) -> FlashConfig:
+def default_config(head_dim: int, dtype: torch.dtype, device: torch.device, *, causal: bool = False,
+                   seq_len: Optional[int] = None, batch_heads: Optional[int] = None) -> FlashConfig:
     if device.type != "cuda":  # Triton's interpreter: fewer, bigger tiles mean fewer slow Python-level steps
         return INTERPRETER_CONFIG
-    return tiles_for(head_dim, _dtype_name(dtype), torch.cuda.get_device_capability(device))
+    return tiles_for(head_dim, _dtype_name(dtype), _capability(device.index), causal=causal, seq_len=seq_len,
+                     batch_heads=batch_heads, sm_count=_sm_count(device.index))
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(index) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
 
 
 def _as_bhld(x: torch.Tensor, name: str) -> torch.Tensor:
@@ -536,11 +647,12 @@ def _forward(q4, k4, v4, causal: bool, scale: float, cfg: FlashConfig, out=None,
     if lq == 0 or b * h == 0:
         return out, lse
     grid = (triton.cdiv(lq, t.block_m), b * h)
-    attention_fwd_kernel[grid](
-        q4, k4, v4, out, lse, _descriptor(q4, t.block_m, use_tma), _descriptor(k4, t.block_n, use_tma),
-        _descriptor(v4, t.block_n, use_tma), scale * LOG2E, lq, lk, lse.shape[-1],
-        HEAD_DIM=d, BLOCK_M=t.block_m, BLOCK_N=t.block_n, CAUSAL=causal, USE_TMA=use_tma,
-        PREC=_prec(q4), WS=cfg.warp_specialize and q4.is_cuda, num_warps=t.warps, num_stages=t.stages)
+    _launch(attention_fwd_kernel, grid,
+            q4, k4, v4, out, lse, _descriptor(q4, t.block_m, use_tma), _descriptor(k4, t.block_n, use_tma),
+            _descriptor(v4, t.block_n, use_tma), scale * LOG2E, lq, lk, lse.shape[-1],
+            HEAD_DIM=d, BLOCK_M=t.block_m, BLOCK_N=t.block_n, CAUSAL=causal, USE_TMA=use_tma,
+            PREC=_prec(q4), WS=cfg.warp_specialize and q4.is_cuda, LAZY=cfg.lazy_rescale, num_warps=t.warps,
+            num_stages=t.stages)
     return out, lse
 
 
@@ -556,26 +668,30 @@ def _backward(q4, k4, v4, out, lse, do4, causal: bool, scale: float, cfg: FlashC
         return dq.zero_(), dk.zero_(), dv.zero_()
     use_tma = cfg.use_tma and _has_tma(q4.device)
     pad = lse.shape[-1]
-    delta = torch.empty((b, h, pad), device=q4.device, dtype=torch.float32)
-    lse2 = torch.empty_like(delta)
-    attention_bwd_prep_kernel[(pad // 64, b * h)](out, do4, lse, delta, lse2, lq, pad, HEAD_DIM=d, BLOCK=64)
+    delta, lse2 = torch.empty((2, b, h, pad), device=q4.device, dtype=torch.float32)
     prec = _prec(q4)
+    if not cfg.atomic_dq:  # dQ first: its kernel also writes delta and lse2 for the dK/dV kernel
+        t = cfg.dq
+        _launch(attention_bwd_dq_kernel, (pad // t.block_m, b * h),
+                q4, k4, v4, out, do4, dq, lse, lse2, delta, _descriptor(q4, t.block_m, use_tma),
+                _descriptor(k4, t.block_n, use_tma), _descriptor(v4, t.block_n, use_tma),
+                _descriptor(do4, t.block_m, use_tma), scale, scale * LOG2E, lq, lk, pad,
+                HEAD_DIM=d, BLOCK_M=t.block_m, BLOCK_N=t.block_n, CAUSAL=causal, USE_TMA=use_tma, PREC=prec,
+                num_warps=t.warps, num_stages=t.stages)
+    else:
+        _launch(attention_bwd_prep_kernel, (pad // 64, b * h), out, do4, lse, delta, lse2, lq, pad, HEAD_DIM=d,
+                BLOCK=64)
     t = cfg.dkdv
     dq_acc = torch.zeros((b, h, pad, d), device=q4.device, dtype=torch.float32) if cfg.atomic_dq else delta
-    attention_bwd_dkdv_kernel[(triton.cdiv(lk, t.block_n), b * h)](
-        q4, k4, v4, do4, dk, dv, dq_acc, lse2, delta, _descriptor(q4, t.block_m, use_tma),
-        _descriptor(k4, t.block_n, use_tma), _descriptor(v4, t.block_n, use_tma), _descriptor(do4, t.block_m, use_tma),
-        scale, scale * LOG2E, lq, lk, pad, HEAD_DIM=d, BLOCK_M=t.block_m, BLOCK_N=t.block_n, CAUSAL=causal,
-        USE_TMA=use_tma, ATOMIC_DQ=cfg.atomic_dq, PREC=prec, num_warps=t.warps, num_stages=t.stages)
+    dq_tma = cfg.atomic_dq and cfg.tma_reduce and use_tma and _has_tma_reduce(q4.device)
+    _launch(attention_bwd_dkdv_kernel, (triton.cdiv(lk, t.block_n), b * h),
+            q4, k4, v4, do4, dk, dv, dq_acc, lse2, delta, _descriptor(q4, t.block_m, use_tma),
+            _descriptor(k4, t.block_n, use_tma), _descriptor(v4, t.block_n, use_tma),
+            _descriptor(do4, t.block_m, use_tma), _descriptor(dq_acc, t.block_m, dq_tma), scale, scale * LOG2E, lq, lk,
+            pad, HEAD_DIM=d, BLOCK_M=t.block_m, BLOCK_N=t.block_n, CAUSAL=causal, USE_TMA=use_tma,
+            ATOMIC_DQ=cfg.atomic_dq, DQ_TMA=dq_tma, PREC=prec, num_warps=t.warps, num_stages=t.stages)
     if cfg.atomic_dq:
-        dq.copy_(dq_acc[:, :, :lq] * scale)
-        return dq, dk, dv
-    t = cfg.dq
-    attention_bwd_dq_kernel[(triton.cdiv(lq, t.block_m), b * h)](
-        q4, k4, v4, do4, dq, lse2, delta, _descriptor(q4, t.block_m, use_tma), _descriptor(k4, t.block_n, use_tma),
-        _descriptor(v4, t.block_n, use_tma), _descriptor(do4, t.block_m, use_tma), scale, scale * LOG2E, lq, lk, pad,
-        HEAD_DIM=d, BLOCK_M=t.block_m, BLOCK_N=t.block_n, CAUSAL=causal, USE_TMA=use_tma, PREC=prec,
-        num_warps=t.warps, num_stages=t.stages)
+        torch.mul(dq_acc[:, :, :lq], scale, out=dq)  # one pass: scale and round the float32 sums to q's dtype
     return dq, dk, dv
 
 
@@ -583,7 +699,8 @@ class _FlashAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, causal, scale, config):
         q4, k4, v4, scale = _prepare(q, k, v, scale)
-        cfg = config or default_config(q4.shape[-1], q4.dtype, q4.device)
+        cfg = config or default_config(q4.shape[-1], q4.dtype, q4.device, causal=causal, seq_len=q4.shape[2],
+                                       batch_heads=q4.shape[0] * q4.shape[1])
         out, lse = _forward(q4, k4, v4, causal, scale, cfg)
         ctx.save_for_backward(q4, k4, v4, out, lse)  # O(N) memory: the output and one number per query
         ctx.causal, ctx.scale, ctx.cfg, ctx.shapes = causal, scale, cfg, (q.shape, k.shape)
@@ -605,7 +722,8 @@ def flash_attention(q, k, v, causal: bool = False, scale: Optional[float] = None
 def flash_attention_forward(q, k, v, causal: bool = False, scale: Optional[float] = None, *, config=None):
     """(output, lse): lse = natural-log logsumexp of each query's scaled scores, shape q.shape[:-1]."""
     q4, k4, v4, scale = _prepare(q, k, v, scale)
-    cfg = config or default_config(q4.shape[-1], q4.dtype, q4.device)
+    cfg = config or default_config(q4.shape[-1], q4.dtype, q4.device, causal=causal, seq_len=q4.shape[2],
+                                   batch_heads=q4.shape[0] * q4.shape[1])
     out, lse = _forward(q4, k4, v4, causal, scale, cfg)
     return out.view(q.shape), lse[..., : q4.shape[2]].reshape(q.shape[:-1])
 

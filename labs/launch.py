@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -148,8 +149,9 @@ def _repeat(op, times: int):
     return ops
 
 
-def probe_launch_us(name: str, n: int = 4096) -> float:
-    """One of the CPU-side launch figures (eager_add, eager_matmul, eager_triton, round_trip), in us."""
+def probe_callable(name: str, n: int = 4096) -> tuple:
+    """(fn, ops): a call that repeats one CPU-side launch figure `ops` times (eager_add, eager_matmul,
+    eager_triton, graph_replay, round_trip); per_call_us(fn) / ops is the figure, in us."""
     if name == "eager_add":  # the same two in-place ops the eager chain alternates, on a tensor of its size
         chain_like = torch.zeros(n, device="cuda")
 
@@ -157,15 +159,19 @@ def probe_launch_us(name: str, n: int = 4096) -> float:
             chain_like.add_(B)
             chain_like.mul_(A)
 
-        return per_call_us(_repeat(add_then_mul, PROBE_OPS // 2)) / PROBE_OPS
+        return _repeat(add_then_mul, PROBE_OPS // 2), PROBE_OPS
     if name == "eager_matmul":
         dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
         m16 = torch.randn(16, 16, device="cuda", dtype=dtype)
         m_out = torch.empty_like(m16)
-        return per_call_us(_repeat(lambda: torch.matmul(m16, m16, out=m_out), 64)) / 64
+        return _repeat(lambda: torch.matmul(m16, m16, out=m_out), 64), 64
     if name == "eager_triton":
         x, y = grid_input(n), torch.empty(n, device="cuda")
-        return per_call_us(_repeat(lambda: chain_fused(x, y, 1), 64)) / 64
+        return _repeat(lambda: chain_fused(x, y, 1), 64), 64
+    if name == "graph_replay":  # a graph of one tiny kernel: the replay call is the CPU's whole part
+        t = torch.zeros(1, device="cuda")
+        one = capture(lambda: t.add_(1.0))
+        return _repeat(one.replay, 16), 16
     if name == "round_trip":
         y = torch.zeros(n, device="cuda")
         first = y[:1]
@@ -174,8 +180,32 @@ def probe_launch_us(name: str, n: int = 4096) -> float:
             y.add_(B)
             first.item()
 
-        return per_call_us(_repeat(op_and_read, 32), budget_ms=40) / 32
+        return _repeat(op_and_read, 32), 32
     raise ValueError(f"no CPU-side probe named {name!r}")
+
+
+def probe_launch_us(name: str, n: int = 4096) -> float:
+    """One of the CPU-side launch figures, in us, measured now."""
+    fn, ops = probe_callable(name, n)
+    return per_call_us(fn, budget_ms=40 if name == "round_trip" else 20) / ops
+
+
+PAIR_ROUNDS = 3  # point and probe timed alternately this many times each; medians of both
+
+
+def paired_us(point, probe, probe_ops: int, budget_ms: float = 8.0) -> tuple:
+    """(us per call of `point`, us per op of `probe`), timed alternately in PAIR_ROUNDS rounds.
+
+    The CPU-side launch cost drifts on a shared host, by 30 % and more within seconds: a probe timed
+    once before a group of points does not see what the host does while a later point is timed. Timed
+    in turns, a few milliseconds apart, the point and its probe see the same host, and the medians drop
+    a round that a hiccup hit.
+    """
+    points, probes = [], []
+    for _ in range(PAIR_ROUNDS):
+        probes.append(per_call_us(probe, budget_ms=budget_ms, batches=3, warmup_ms=2) / probe_ops)
+        points.append(per_call_us(point, budget_ms=budget_ms, batches=3, warmup_ms=2))
+    return statistics.median(points), statistics.median(probes)
 
 
 def run_probes(step, n: int = 4096) -> dict:
@@ -193,22 +223,22 @@ def run_probes(step, n: int = 4096) -> dict:
     step("probe: Triton launch cost")
     out["eager_triton"] = probe_launch_us("eager_triton", n)
     step("probe: CUDA graph replay and per-kernel cost")
-    one = capture(lambda: t.add_(1.0))
-    out["graph_replay"] = per_call_us(one.replay)
+    out["graph_replay"] = probe_launch_us("graph_replay", n)
     few, many = capture(_repeat(lambda: t.add_(1.0), 16)), capture(_repeat(lambda: t.add_(1.0), PROBE_OPS))
     few_us, many_us = per_call_us(few.replay), per_call_us(many.replay)
     out["graph_kernel"] = (many_us - few_us) / (PROBE_OPS - 16)
     out["graph_fixed"] = max(0.0, few_us - 16 * out["graph_kernel"])
     step("probe: launch + .item() round trip")
     out["round_trip"] = probe_launch_us("round_trip", n)
-    del one, few, many
+    del few, many
     return out
 
 
-# The CPU-side figures drift on a shared host (30-50 % within one run, on an H100 host): each group of
-# points re-measures the figure it depends on just before it runs, and the model uses that one.
-GROUP_PROBES = {"chain-eager": "eager_add", "chain-fused": "eager_triton", "chain-eager+item": "round_trip",
-                "regimes-add": "eager_add", "regimes-matmul": "eager_matmul"}
+# The CPU-side figures drift on a shared host (30-50 % within one run, on an H100 host): every point is
+# timed in turns with the one figure it depends on (paired_us), its row keeps that figure (`probe_us`) and
+# its prediction uses it; the group's median is kept as a probe row marked `@group` (for the slope rows).
+GROUP_PROBES = {"chain-eager": "eager_add", "chain-graph": "graph_replay", "chain-fused": "eager_triton",
+                "chain-eager+item": "round_trip", "regimes-add": "eager_add", "regimes-matmul": "eager_matmul"}
 
 
 def group_costs(costs: dict, group: str) -> dict:
@@ -218,15 +248,22 @@ def group_costs(costs: dict, group: str) -> dict:
     return {**costs, name: own} if own is not None else costs
 
 
-def reprobe(group: str, n: int, target: Target):
-    """Re-measure the figure `group` depends on and remember it; returns its probe row (or None)."""
+def point_costs(costs: dict, group: str, probe_us) -> dict:
+    """The launch figures for one point: the figure timed in turns with it, where the run has one."""
     name = GROUP_PROBES.get(group)
-    if name is None:
+    c = group_costs(costs, group)
+    return {**c, name: probe_us} if name and probe_us is not None else c
+
+
+def group_probe_row(group: str, figures: list, target: Target):
+    """Remember the median of a group's paired figures; returns its probe row (or None)."""
+    name = GROUP_PROBES.get(group)
+    if name is None or not figures:
         return None
-    us = probe_launch_us(name, n)
+    us = statistics.median(figures)
     _PROBED.setdefault(target.key, {})[f"{name}@{group}"] = us
     return {"experiment": "probe", "variant": f"{name}@{group}", "k": None, "size": None, "measured_us": us,
-            "what": f"{PROBES[name]}, re-measured just before the {group.replace('-', ' ')} points"}
+            "what": f"{PROBES[name]}, median of the figures timed in turns with the {group.replace('-', ' ')} points"}
 
 
 def remember_probes(gpu_key: str, figures: dict, gpu_name: str) -> None:
@@ -418,29 +455,41 @@ def _measure_chain(params: Params, target: Target, step):
     x, y = grid_input(n), torch.empty(n, device="cuda")
     measured = {v: {} for v in params.variants}
     for variant in params.variants:
-        probe_row = reprobe(f"chain-{variant}", n, target)
-        if probe_row:
-            yield probe_row
+        group = f"chain-{variant}"
+        name = GROUP_PROBES[group]
+        probe, probe_ops = probe_callable(name, n)
+        budget = 12.0 if variant == "eager+item" else 8.0
+        figures = []
         for k in params.ks:
             step(f"chain, {variant}, K = {k}: checking, then timing")
+            graph = None
             if variant == "graph":
                 graph = capture(lambda: chain_eager(x, y, k))
                 x.copy_(grid_input(n))  # fresh input in the buffer the graph reads
                 y.fill_(float("nan"))
                 graph.replay()
                 err = bench.check_close(y, chain_reference(x, k), "fp32", f"chain (graph, K={k})")
-                us = per_call_us(graph.replay)
-                del graph
+                point = graph.replay
             else:
                 err = _check_chain(variant, k, n)
                 if variant == "fused":
-                    us = per_call_us(lambda: chain_fused(x, y, k))
+                    def point():
+                        chain_fused(x, y, k)
                 else:
-                    sync_each = variant == "eager+item"
-                    us = per_call_us(lambda: chain_eager(x, y, k, sync_each), budget_ms=40 if sync_each else 20)
+                    def point(sync_each=variant == "eager+item"):
+                        chain_eager(x, y, k, sync_each)
+            us, probe_us = paired_us(point, probe, probe_ops, budget)
+            del graph
+            figures.append(probe_us)
             measured[variant][k] = us
+            predicted = chain_us(variant, k, n, point_costs(launch_costs(target), group, probe_us), target)
             yield {"experiment": "chain", "variant": variant, "k": k, "size": n, "measured_us": us,
-                   "measured_per_op_us": us / k, "check_rel_error": err}
+                   "measured_per_op_us": us / k, "check_rel_error": err, "probe": name, "probe_us": probe_us,
+                   "predicted_us": predicted, "predicted_per_op_us": predicted / k}
+        probe_row = group_probe_row(group, figures, target)
+        if probe_row:
+            yield probe_row
+        del probe
     for variant, points in measured.items():  # what one more op costs: least-squares slope over K
         if len(points) >= 2 and variant != "fused":
             ks, ts = list(points), list(points.values())
@@ -479,9 +528,10 @@ def _call(op: str, s: tuple):
 
 def _measure_regimes(params: Params, target: Target, step):
     for op in params.ops:
-        probe_row = reprobe(f"regimes-{op}", params.elements, target)
-        if probe_row:
-            yield probe_row
+        group = f"regimes-{op}"
+        name = GROUP_PROBES[group]
+        probe, probe_ops = probe_callable(name, params.elements)
+        figures = []
         for size in regime_sizes(params, op):
             step(f"regimes, {op}, size {size}: checking, then timing")
             sets = _rotating(op, size, target.l2_bytes)
@@ -503,7 +553,9 @@ def _measure_regimes(params: Params, target: Target, step):
                 for s in calls:
                     _call(op, s)
 
-            eager_us = per_call_us(eager) / len(calls)
+            batch_us, probe_us = paired_us(eager, probe, probe_ops)
+            eager_us = batch_us / len(calls)
+            figures.append(probe_us)
             graph = capture(eager)  # several calls per replay, so the replay's own cost is spread out
             gpu_us = per_call_us(graph.replay) / len(calls)
             del graph
@@ -514,11 +566,19 @@ def _measure_regimes(params: Params, target: Target, step):
                 regime = "overhead"
             else:
                 regime = "memory" if bw_frac >= fl_frac else "compute"
+            c = point_costs(launch_costs(target), group, probe_us)
+            terms = regime_terms(op, size, c, target)
             yield {"experiment": "regimes", "variant": op, "k": None, "size": size, "measured_us": eager_us,
+                   "probe": name, "probe_us": probe_us, "predicted_us": regime_us(terms, c),
+                   "predicted_overhead_us": terms["overhead"],
                    "measured_gpu_us": gpu_us, "measured_tbps": nbytes / (eager_us * 1e-6) / 1e12,
                    "measured_tflops": flops / (eager_us * 1e-6) / 1e12, "measured_regime": regime,
                    "measured_overhead_share": max(0.0, 1 - gpu_us / eager_us), "check_rel_error": err}
             del sets, first
+        probe_row = group_probe_row(group, figures, target)
+        if probe_row:
+            yield probe_row
+        del probe
         torch.cuda.empty_cache()
 
 
@@ -545,6 +605,37 @@ def measure(params: Params, target: Target, progress):
         yield from _measure_regimes(params, target, step)
     remember_probes(target.key, _PROBED[target.key], target.name)  # with the groups' re-measured figures
     progress(1.0, "done")
+
+
+def recorded_costs(recording: dict) -> dict:
+    """The launch figures a recorded run measured (its probe rows, the groups' `@` figures included)."""
+    found = {r["variant"]: float(r["measured_us"]) for r in recording["rows"]
+             if r.get("experiment") == "probe" and isinstance(r.get("measured_us"), (int, float))}
+    return {**ASSUMED, **found}
+
+
+def repredict(recording: dict, target: Target) -> list[dict]:
+    """The model of a recorded run from the figures it measured (scripts/repredict.py): the run's probes, and
+    for every point that was timed in turns with its own figure (`probe_us`), that figure."""
+    from labs.params import from_dict
+
+    known = {f for f in Params.__dataclass_fields__}
+    params = from_dict(Params, {k: v for k, v in recording["params"].items() if k in known})
+    costs = recorded_costs(recording)
+    rows = model_rows(params, target, costs)
+    own = {(r.get("experiment"), r.get("variant"), r.get("k"), r.get("size")): r.get("probe_us")
+           for r in recording["rows"] if r.get("probe_us") is not None}
+    for row in rows:
+        probe_us = own.get((row["experiment"], row["variant"], row["k"], row["size"]))
+        if probe_us is None:
+            continue
+        group = f"{row['experiment']}-{row['variant']}"
+        c = point_costs(costs, group, probe_us)
+        if row["experiment"] == "chain":
+            row["predicted_us"] = chain_us(row["variant"], row["k"], row["size"], c, target)
+        else:
+            row["predicted_us"] = regime_us(regime_terms(row["variant"], row["size"], c, target), c)
+    return rows
 
 
 def lesson_numbers(target: Target) -> dict:

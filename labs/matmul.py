@@ -22,6 +22,7 @@ labs/matmul_ladder.py and reuses the Triton kernel and the model defined here.
 from __future__ import annotations
 
 import math
+import dataclasses
 from dataclasses import dataclass
 from typing import Optional
 
@@ -128,6 +129,84 @@ def matmul_tma_kernel(a_desc, b_desc, c_desc, M, N, K,
 
 
 # ---------------------------------------------------------------------------------------------
+# Stream-K: the same tiles, but the K steps of the awkward tiles shared out evenly among the SMs
+# ---------------------------------------------------------------------------------------------
+@triton.jit
+def _k_steps(a_desc, b_desc, off_m, off_n, k_lo, k_hi, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+             BLOCK_K: tl.constexpr, B_KMAJOR: tl.constexpr, FP32_MODE: tl.constexpr, UPCAST: tl.constexpr):
+    """K steps k_lo .. k_hi - 1 of one tile, through TMA, into a fresh FP32 accumulator."""
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(k_lo, k_hi):
+        a = a_desc.load([off_m, k * BLOCK_K])  # [BLOCK_M, BLOCK_K]
+        if B_KMAJOR:
+            b = b_desc.load([off_n, k * BLOCK_K]).T
+        else:
+            b = b_desc.load([k * BLOCK_K, off_n])  # [BLOCK_K, BLOCK_N]
+        if UPCAST:
+            a, b = a.to(tl.float32), b.to(tl.float32)
+        if FP32_MODE == 1:
+            acc = tl.dot(a, b, acc, input_precision="ieee")
+        elif FP32_MODE == 2:
+            acc = tl.dot(a, b, acc, input_precision="tf32")
+        else:
+            acc = tl.dot(a, b, acc)
+    return acc
+
+
+@triton.jit(do_not_specialize=["M", "N", "K", "SK_TILES"])
+def matmul_streamk_kernel(a_desc, b_desc, c_desc, c_ptr, part_ptr, count_ptr, M, N, K, stride_cm, SK_TILES,
+                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                          GROUP_M: tl.constexpr, B_KMAJOR: tl.constexpr,
+                          FP32_MODE: tl.constexpr, UPCAST: tl.constexpr = False):
+    """Persistent TMA kernel, one program per SM. The first SK_TILES tiles (those that would make a partial
+    last wave) are cut along K: their SK_TILES x K_STEPS steps are dealt out evenly, a contiguous run to each
+    program, so a run may end one tile and start the next. A program that holds only part of a tile adds its
+    FP32 partial sum into the tile's scratch (atomic adds, done by the L2) and counts itself in on the tile's
+    counter; the last one to arrive reads the sum, writes the tile of C, and leaves the scratch and the
+    counter at zero for the next launch. No program ever waits for another.
+    Then every program takes whole tiles, one in each `progs`, as the plain kernel does."""
+    pid = tl.program_id(0)
+    progs = tl.num_programs(0)
+    tiles_m = tl.cdiv(M, BLOCK_M)
+    tiles = tiles_m * tl.cdiv(N, BLOCK_N)
+    k_steps = tl.cdiv(K, BLOCK_K)
+    total = SK_TILES * k_steps  # K steps shared out (the host makes this >= progs: nobody gets none)
+    start = pid * total // progs  # this program's run of steps: [start, end)
+    end = (pid + 1) * total // progs
+    first_tile = start // k_steps
+    for tile in range(first_tile, (end + k_steps - 1) // k_steps):  # empty when SK_TILES = 0
+        t0 = tile * k_steps  # the tile's first step in the shared-out numbering
+        k_lo = tl.maximum(start, t0) - t0
+        k_hi = tl.minimum(end, t0 + k_steps) - t0
+        tile_m, tile_n = _tile_of(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        acc = _k_steps(a_desc, b_desc, tile_m * BLOCK_M, tile_n * BLOCK_N, k_lo, k_hi, BLOCK_M, BLOCK_N, BLOCK_K,
+                       B_KMAJOR, FP32_MODE, UPCAST)
+        if (k_lo == 0) & (k_hi == k_steps):  # the whole tile is ours
+            c_desc.store([tile_m * BLOCK_M, tile_n * BLOCK_N], acc.to(c_desc.dtype))
+        else:
+            r = tl.arange(0, BLOCK_M)
+            part = part_ptr + tile * (BLOCK_M * BLOCK_N) + r[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+            tl.atomic_add(part, acc, sem="relaxed", scope="gpu")  # FP32 sums, done in the L2 (no waiting)
+            tl.debug_barrier()  # every thread's part is added before the count below releases it
+            first_p = ((t0 + 1) * progs - 1) // total  # the programs whose runs cover this tile
+            last_p = ((t0 + k_steps) * progs - 1) // total
+            arrived = tl.atomic_add(count_ptr + tile, 1, sem="acq_rel", scope="gpu")
+            if arrived == last_p - first_p:  # the last part is in: write the tile, leave zeros behind
+                summed = tl.load(part, cache_modifier=".cg")
+                tl.store(part, tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32), cache_modifier=".cg")
+                rows = tile_m * BLOCK_M + r
+                cols = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
+                tl.store(c_ptr + rows[:, None] * stride_cm + cols[None, :], summed.to(c_ptr.dtype.element_ty),
+                         mask=(rows[:, None] < M) & (cols[None, :] < N))
+                tl.atomic_xchg(count_ptr + tile, 0)  # ready for the next launch
+    for tile in range(SK_TILES + pid, tiles, progs):  # the full waves: whole tiles
+        tile_m, tile_n = _tile_of(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        acc = _k_steps(a_desc, b_desc, tile_m * BLOCK_M, tile_n * BLOCK_N, 0, k_steps, BLOCK_M, BLOCK_N, BLOCK_K,
+                       B_KMAJOR, FP32_MODE, UPCAST)
+        c_desc.store([tile_m * BLOCK_M, tile_n * BLOCK_N], acc.to(c_desc.dtype))
+
+
+# ---------------------------------------------------------------------------------------------
 # Launching it: tile shapes, operand layout, and which load path a size takes
 # ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
@@ -138,11 +217,12 @@ class TileConfig:
     group_m: int = 8  # tile rows per band of the launch order (L2 reuse)
     num_warps: int = 8  # warps per program (4 warps = one warpgroup on Hopper)
     num_stages: int = 3  # tiles of A and B in flight in shared memory (software pipelining)
+    streamk: bool = False  # persistent stream-K schedule (TMA path only): the partial wave's K steps shared out
 
     @property
     def label(self) -> str:
         return (f"{self.block_m}x{self.block_n}x{self.block_k} G{self.group_m} "
-                f"w{self.num_warps} s{self.num_stages}")
+                f"w{self.num_warps} s{self.num_stages}" + (" SK" if self.streamk else ""))
 
 
 # Fixed configs per dtype, chosen from measurements on an H200 (scripts/matmul_gpu.py; Triton 3.6):
@@ -224,9 +304,60 @@ def operands(m: int, n: int, k: int, dtype: str, device: Optional[str] = None, k
     return a, b
 
 
+SK_EXTRA_WAVE = True  # share out one full wave more than the partial one (see streamk_plan)
+
+
+def streamk_plan(tiles: int, k_steps: int, slots: int, extra_wave: Optional[bool] = None) -> dict:
+    """How the stream-K kernel shares out the work (the launcher and the model both use this).
+
+    `slots` programs run at once (SMs x programs per SM). Whole waves of tiles stay whole; the tiles of the
+    partial wave, plus one full wave before it where there is one (so that every program gets between one
+    and two tiles' worth of steps rather than a sliver), have their K steps dealt out evenly to all programs.
+    Returns the grid (programs), the tiles shared out and kept whole, the K steps of the busiest program, and
+    the most programs that share one tile."""
+    extra_wave = SK_EXTRA_WAVE if extra_wave is None else extra_wave
+    rest = tiles % slots
+    if rest == 0:  # the waves are full: nothing to share out
+        grid, sk = min(tiles, slots), 0
+    else:
+        sk = rest + slots if tiles > slots and extra_wave else rest
+        grid = min(slots, sk * k_steps)  # every program gets at least one K step
+    total = sk * k_steps
+    share = -(-total // grid) if sk else 0
+    sharers = [((t * k_steps + k_steps) * grid - 1) // total - ((t * k_steps + 1) * grid - 1) // total + 1
+               for t in range(sk)] if sk else [1]
+    return {"grid": grid, "sk_tiles": sk, "dp_tiles": tiles - sk,
+            "steps_busiest": share + (tiles - sk) // grid * k_steps,
+            "max_sharers": max(sharers)}
+
+
+_SCRATCH: dict = {}
+
+
+def _scratch(device, part_elems: int, tiles: int):
+    """FP32 sums for the shared-out tiles and one arrival counter per tile, kept from call to call (the
+    kernel leaves both at zero), so that a CUDA graph can replay the launch."""
+    key = str(device)
+    parts, counts = _SCRATCH.get(key, (None, None))
+    if parts is None or parts.numel() < part_elems:
+        parts = torch.zeros(max(part_elems, 1), device=device, dtype=torch.float32)
+    if counts is None or counts.numel() < tiles:
+        counts = torch.zeros(max(tiles, 1), device=device, dtype=torch.int32)
+    _SCRATCH[key] = (parts, counts)
+    return parts, counts
+
+
+def sm_count_of(device) -> int:
+    if getattr(device, "type", str(device)) != "cuda":
+        return 4  # the CPU interpreter: a few programs, so that tiles are shared out among them
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
 def triton_matmul(a: torch.Tensor, b: torch.Tensor, dtype: str, out: Optional[torch.Tensor] = None,
-                  config: Optional[TileConfig] = None, tma: str = "auto", autotune: bool = False):
-    """C = A @ B with the Triton kernel. Returns (C, path, compiled kernel or None)."""
+                  config: Optional[TileConfig] = None, tma: str = "auto", autotune: bool = False,
+                  programs: Optional[int] = None):
+    """C = A @ B with the Triton kernel. Returns (C, path, compiled kernel or None). With a stream-K
+    config on the TMA path, `programs` programs run at once (default: one per SM)."""
     (m, k), n = a.shape, b.shape[1]
     config = config or DEFAULT_CONFIGS[dtype]
     out = torch.empty((m, n), device=a.device, dtype=out_dtype(dtype)) if out is None else out
@@ -251,6 +382,15 @@ def triton_matmul(a: torch.Tensor, b: torch.Tensor, dtype: str, out: Optional[to
         kernel = _autotuned("tma", e) if autotune else matmul_tma_kernel
         meta = dict(B_KMAJOR=kmajor_b, FP32_MODE=_fp32_mode(dtype), UPCAST=upcast)
         path = "tma"
+        if config.streamk and not autotune:
+            tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
+            slots = programs or sm_count_of(a.device) * max(1, blocks_per_sm(config, dtype, "tma", cc))
+            plan = streamk_plan(tiles, triton.cdiv(k, bk), slots)
+            parts, counts = _scratch(a.device, plan["sk_tiles"] * bm * bn, tiles)
+            compiled = matmul_streamk_kernel[(plan["grid"],)](
+                a_desc, b_desc, c_desc, out, parts, counts, m, n, k, out.stride(0), plan["sk_tiles"],
+                BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=config.group_m, num_warps=config.num_warps, num_stages=config.num_stages, **meta)
+            return out, path, compiled
     else:
         args = (a, b, out, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1))
         kernel = _autotuned("ptr", e) if autotune else matmul_kernel
@@ -726,6 +866,58 @@ def config_for(params: Params, dtype: str, n: Optional[int] = None, sm_count: Op
                       params.group_m, params.num_warps or d.num_warps, params.num_stages or d.num_stages)
 
 
+def parse_label(label: str) -> Optional[TileConfig]:
+    """TileConfig.label read back ("128x256x64 G8 w8 s3", " SK" for stream-K); None if it is not one."""
+    try:
+        parts = label.split()
+        bm, bn, bk = (int(x) for x in parts[0].split("x"))
+        return TileConfig(bm, bn, bk, int(parts[1][1:]), int(parts[2][1:]), int(parts[3][1:]), "SK" in parts[4:])
+    except (AttributeError, IndexError, ValueError):
+        return None
+
+
+FLOOR_NOTE = "A tiny kernel, timed like the products, took {:.1f} us: the model's floor."
+
+
+def recorded_floor_us(recording: dict) -> Optional[float]:
+    """The floor a recorded run probed: its rows' `floor_us`, or (older runs) the number in its note."""
+    import re
+
+    for row in recording.get("rows", []):
+        if row.get("floor_us"):
+            return float(row["floor_us"])
+    for note in recording.get("messages", []):
+        hit = re.match(r"A tiny kernel, timed like the products, took ([0-9.]+) us", str(note))
+        if hit:
+            return float(hit.group(1))
+    return None
+
+
+def repredict(recording: dict, target: Target) -> list[dict]:
+    """The model of a recorded run (scripts/repredict.py): with the floor that run probed, and for each
+    point the tile config the kernel actually ran (its `config` column), as the live run predicts it."""
+    from labs.params import from_dict
+
+    params = from_dict(Params, {k: v for k, v in recording["params"].items()
+                                if k in {f.name for f in dataclasses.fields(Params)}})
+    ran = {(r.get("dtype"), r.get("n")): parse_label(r.get("config")) for r in recording["rows"]
+           if r.get("kernel") == "triton"}
+    floor = recorded_floor_us(recording)
+    before = _FLOOR_PROBED.get(target.key)
+    if floor is not None:
+        _FLOOR_PROBED[target.key] = floor
+    try:
+        cc = target.compute_capability
+        return [predict_point(n, dtype, ran.get((dtype, n)) or config_for(params, dtype, n, target.sm_count, cc),
+                              target, params.tma)
+                for dtype in params.dtypes for n in params.sizes if "triton" in params.kernels]
+    finally:
+        if before is None:
+            _FLOOR_PROBED.pop(target.key, None)
+        else:
+            _FLOOR_PROBED[target.key] = before
+
+
 def predict(params: Params, target: Target) -> list[dict]:
     return [predict_point(n, dtype, config_for(params, dtype, n, target.sm_count, target.compute_capability), target,
                           params.tma)
@@ -794,7 +986,7 @@ def measure(params: Params, target: Target, progress):
     cc = target.compute_capability
     if "triton" in params.kernels and target.key not in _FLOOR_PROBED:
         progress(0.0, "probe: the time of a tiny kernel (the floor under every point)")
-        yield f"A tiny kernel, timed like the products, took {probe_floor_us(target):.1f} us: the model's floor."
+        yield FLOOR_NOTE.format(probe_floor_us(target))
     for dtype in params.dtypes:
         if "triton" in params.kernels:
             # every (load path, tile config) the sweep uses, checked on small odd shapes first
@@ -831,6 +1023,7 @@ def measure(params: Params, target: Target, progress):
                                                                                   a.element_size()))
                                                          if params.autotune else config.label)})
                     row.update(_compiled_resources(compiled))
+                    row["floor_us"] = fixed_us(target)  # the probed floor the model used (for re-predicting)
                 row.update({"measured_ms": ms, "measured_tflops": bench.tflops(2.0 * n**3, ms),
                             "check_rel_error": err})
                 yield row

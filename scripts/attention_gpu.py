@@ -80,16 +80,19 @@ FWD_DUMMY = (128, 64, 4, 2)
 def make_cfg(v: dict):
     from labs.attention import FlashConfig
     return FlashConfig(T(*v["fwd"]), T(*v["dkdv"]), T(*v["dq"]), use_tma=v.get("tma", True),
-                       atomic_dq=v.get("atomic", False))
+                       atomic_dq=v.get("atomic", False), warp_specialize=v.get("ws", False),
+                       tma_reduce=v.get("reduce", True))
 
 
 def variant_name(v: dict) -> str:
     parts = [f"{v['kind']} d={v['d']} {'causal' if v['causal'] else 'full'}"]
     t = v["fwd"] if v["kind"] == "fwd" else v["dkdv"] if v["kind"] == "dkdv" else v["dq"]
     parts.append("x".join(map(str, t)))
-    for flag in ("atomic",):
+    for flag in ("atomic", "ws"):
         if v.get(flag):
             parts.append(flag)
+    if v.get("atomic") and not v.get("reduce", True):
+        parts.append("elem")
     if not v.get("tma", True):
         parts.append("ptr")
     return " ".join(parts)
@@ -524,6 +527,148 @@ def phase_summary(path):
               f"{(r.get('note') or '')[:70]}")
 
 
+# ------------------------------------------------------------------------------------------------
+# Issue 15: our kernels against cuDNN and SDPA flash, one run, B = 4, H = 16, bf16
+# ------------------------------------------------------------------------------------------------
+I15_FWD = {  # (block_m, block_n, warps, stages, warp-specialized)
+    64: [(64, 128, 4, 2, False), (64, 128, 4, 2, True), (128, 128, 8, 2, True), (128, 128, 4, 2, True),
+         (128, 64, 4, 2, False), (128, 128, 8, 3, False), (64, 64, 4, 3, False)],
+    128: [(128, 64, 4, 2, False), (128, 64, 4, 2, True), (128, 128, 8, 2, False), (128, 128, 8, 2, True),
+          (128, 64, 8, 2, True), (64, 64, 4, 3, False), (64, 128, 4, 2, False)],
+}
+I15_BWD = {  # (dkdv tiles, dq tiles or None for dQ by atomic adds, bulk TMA reduction)
+    64: [((64, 64, 4, 3), (64, 64, 4, 3), False), ((64, 128, 8, 2), None, True), ((64, 128, 8, 3), None, True),
+         ((128, 128, 8, 2), None, True), ((64, 64, 4, 3), None, True), ((32, 128, 4, 3), None, True),
+         ((64, 128, 4, 2), None, True), ((64, 128, 8, 2), None, False)],
+    128: [((64, 64, 4, 2), (64, 64, 4, 2), False), ((64, 128, 8, 2), None, True), ((64, 128, 8, 3), None, True),
+          ((128, 128, 8, 2), None, True), ((64, 64, 4, 2), None, True), ((32, 128, 4, 2), None, True),
+          ((64, 128, 4, 2), None, True), ((64, 128, 8, 2), None, False)],
+}
+
+
+def i15_variants() -> list[dict]:
+    out = []
+    for d in (64, 128):
+        for causal in (False, True):
+            base = {"d": d, "causal": causal, "dtype": "bf16"}
+            for bm, bn, w, st, ws in I15_FWD[d]:
+                out.append(base | {"kind": "fwd", "fwd": (bm, bn, w, st), "ws": ws, "dkdv": REF_DKDV[d],
+                                   "dq": REF_DQ[d]})
+            out.append(base | {"kind": "fwd", "fwd": I15_FWD[d][0][:4], "tma": False, "dkdv": REF_DKDV[d],
+                               "dq": REF_DQ[d]})
+            for dkdv, dq, red in I15_BWD[d]:
+                out.append(base | {"kind": "bwd", "fwd": I15_FWD[d][0][:4], "dkdv": dkdv, "dq": dq or REF_DQ[d],
+                                   "atomic": dq is None, "reduce": red})
+    return out
+
+
+def i15_name(v: dict) -> str:
+    if v["kind"] == "fwd":
+        return "x".join(map(str, v["fwd"])) + (" ws" if v.get("ws") else "") + ("" if v.get("tma", True) else " ptr")
+    if v.get("atomic"):
+        return "x".join(map(str, v["dkdv"])) + (" +dQ-tma" if v.get("reduce", True) else " +dQ-elem")
+    return "x".join(map(str, v["dkdv"])) + " dq " + "x".join(map(str, v["dq"]))
+
+
+def host_us(fn, calls=200) -> float:
+    """Host (CPU) time per call in microseconds with the GPU idle: the floor for launch-bound sizes."""
+    for _ in range(5):
+        fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()
+    return (t1 - t0) / calls * 1e6
+
+
+def phase_host():
+    from labs import attention as A
+    q, k, v, do = inputs(1, 1, 128, 64, grad=True)
+    base = A.tiles_for(64, "bf16", torch.cuda.get_device_capability())
+    cfgs = {"tma": base, "ptr": A.FlashConfig(base.fwd, base.dkdv, base.dq, use_tma=False),
+            "tma+atomic": A.FlashConfig(base.fwd, T(64, 128, 8, 2), base.dq, use_tma=True, atomic_dq=True)}
+    line = []
+    for name, cfg in cfgs.items():
+        fn = lambda q, k, v, cfg=cfg: A.flash_attention(q, k, v, False, config=cfg)
+        for mode in ("fwd", "fwd+bwd"):
+            line.append(f"ours[{name}] {mode} {host_us(A._runner(fn, mode, q, k, v, do)):.0f}")
+    for impl in ("sdpa-flash", "sdpa-cudnn"):
+        fn = A._impl_fn(impl, False)
+        for mode in ("fwd", "fwd+bwd"):
+            line.append(f"{impl} {mode} {host_us(A._runner(fn, mode, q, k, v, do)):.0f}")
+    log("host us/call: " + ", ".join(line))
+    RESULTS["host"] = line
+
+
+def phase_i15(B=4, H=16, Ns=(1024, 2048, 8192)):
+    """Check every new variant against float64 (odd lengths), then time each beside cuDNN and SDPA flash."""
+    from labs import attention as A
+    vs = i15_variants()
+    for v in vs:
+        v["name"] = i15_name(v)
+    odd = ((1000, 1000), (1000, 777), (777, 1000))
+    lengths_of = (lambda v: ((200, 200),)) if DRY else (lambda v: odd if v.get("atomic") or v.get("ws") else odd[:1])
+    if DRY:
+        vs = [v for v in vs if v["d"] == 64 and not v["causal"]]
+        vs = [vs[0], vs[1]] + [v for v in vs if v["kind"] == "bwd"][:2] + [v for v in vs if v["kind"] == "bwd"][-1:]
+    log(f"compiling + checking {len(vs)} variants in parallel")
+    checks = check_all(vs, lengths_of, 2 if DRY else 15)
+    ok = set()
+    for v, c in zip(vs, checks):
+        worst = max((e for errs in c["errors"].values() for e in errs.values()), default=float("nan"))
+        if c["ok"]:
+            ok.add(id(v))
+        else:
+            print(f"  FAIL d={v['d']} {'causal' if v['causal'] else 'full'} {v['kind']} {v['name']}: "
+                  f"{c.get('exception', '')[:200]} worst {worst:.2e}")
+        v["worst"] = worst
+    log(f"checked: {len(ok)} ok of {len(vs)}; slowest {max(c['seconds'] for c in checks):.1f}s")
+    rows = []
+    for d in ((64,) if DRY else (64, 128)):
+        for n in ((256,) if DRY else Ns):
+            q, k, v_, do = inputs(1 if DRY else B, 2 if DRY else H, n, d, grad=True)
+            qd, kd, vd = (x.detach() for x in (q, k, v_))
+            scale = 1 / math.sqrt(d)
+            for causal in (False, True):
+                ref = {}
+                for impl in ("sdpa-cudnn", "sdpa-flash"):
+                    fn = A._impl_fn("naive" if DRY else impl, causal)  # the CPU has no SDPA backends
+                    ref[impl] = [tms(A._runner(fn, m, q, k, v_, do)) for m in ("fwd", "fwd+bwd")]
+                out, lse = A._forward(qd, kd, vd, causal, scale, make_cfg(vs[0]))
+                for var in vs:
+                    if var["d"] != d or var["causal"] != causal or id(var) not in ok:
+                        continue
+                    cfg = make_cfg(var)
+                    if var["kind"] == "fwd":
+                        ms = tms(lambda: A._forward(qd, kd, vd, causal, scale, cfg))
+                        lib = ref["sdpa-cudnn"][0], ref["sdpa-flash"][0]
+                    else:
+                        ms = tms(lambda: A._backward(qd, kd, vd, out, lse, do, causal, scale, cfg))
+                        lib = ref["sdpa-cudnn"][1], ref["sdpa-flash"][1]
+                    rows.append({"d": d, "causal": causal, "N": n, "kind": var["kind"], "name": var["name"],
+                                 "ms": ms, "cudnn_ms": lib[0], "flash_ms": lib[1], "worst": var["worst"]})
+                rows.append({"d": d, "causal": causal, "N": n, "kind": "lib", "name": "cudnn/flash fwd, fwd+bwd",
+                             "ms": 0, "cudnn_ms": ref["sdpa-cudnn"], "flash_ms": ref["sdpa-flash"]})
+                del out, lse
+            del q, k, v_, do, qd, kd, vd
+    RESULTS["i15"] = rows
+    print("d    mask   N      kind name                      ms       TF/s   (fwd: x cuDNN fwd, x flash fwd; "
+          "bwd: bwd-only ms, libs fwd+bwd)")
+    for r in rows:
+        if r["kind"] == "lib":
+            print(f"{r['d']:<4d} {'causal' if r['causal'] else 'full':6s} {r['N']:<6d} libs cuDNN fwd {r['cudnn_ms'][0]:.3f} "
+                  f"fb {r['cudnn_ms'][1]:.3f} | flash fwd {r['flash_ms'][0]:.3f} fb {r['flash_ms'][1]:.3f} ms")
+            continue
+        mode = "fwd" if r["kind"] == "fwd" else "bwd"
+        flops = A.attention_flops("fwd", 1 if DRY else B, 2 if DRY else H, r["N"], r["N"], r["d"], r["causal"])
+        flops *= 1.0 if mode == "fwd" else 2.5
+        ratio = f"{r['cudnn_ms'] / r['ms']:.2f}x {r['flash_ms'] / r['ms']:.2f}x" if mode == "fwd" else ""
+        print(f"{r['d']:<4d} {'causal' if r['causal'] else 'full':6s} {r['N']:<6d} {mode:4s} {r['name']:25s} "
+              f"{r['ms']:8.3f} {flops / r['ms'] / 1e9:6.0f}  {ratio}  err {r['worst']:.1e}")
+
+
 def main():
     sys.path.insert(0, os.getcwd())
     phases = sys.argv[1:] or ["sweep", "refs", "memory"]
@@ -535,6 +680,10 @@ def main():
     if DRY:
         phases = [p for p in phases if p != "memory"]
     try:
+        if "host" in phases and not DRY:
+            phase_host()
+        if "i15" in phases:
+            phase_i15()
         if "lab" in phases:
             phase_lab()
         if "labcli" in phases:

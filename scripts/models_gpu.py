@@ -1,7 +1,10 @@
 """Device-side checks for issue 15 (models on every GPU and size; kernels against the libraries), one call.
 
-Run on a GPU:  python scripts/models_gpu.py [calibrate] [matmul] [naive] [launch] [flash] [terms]   (default: all)
+Run on a GPU:  python scripts/models_gpu.py [launchlab] [sass] [calibrate] [matmul] [naive] [launch] [flash] [terms]
+(default: all)
 Sections:
+- launchlab: the launch lab's default run, points timed in turns with their own launch figure; share within 15 %;
+- sass: the matmul ladder's CUDA kernels disassembled (ladder.sass under $OUT), for the instruction counts;
 - calibrate: this GPU's ceilings (copy, FMA, matmul), so the models can be checked against measured terms;
 - matmul: bf16 tile configs of the Triton kernel against cuBLAS at every aligned size of the default sweep
   (the per-size choice in labs/matmul.py comes from here);
@@ -218,11 +221,96 @@ def section_terms():
         del x
 
 
-SECTIONS = {"calibrate": section_calibrate, "matmul": section_matmul, "naive": section_naive,
+def section_launchlab():
+    """The launch lab's default run with each point timed in turns with its own launch figure: the share of
+    points within 15 % of the model (the issue's target is 85 %), and the points still off by > 15 %."""
+    from labs import launch as L, runner
+
+    started = time.monotonic()
+    result = runner.run(L.LAB, L.Params(), use_cache=False)
+    rows = [r for r in result.rows if r.get("error_pct") is not None]
+    within = sum(abs(r["error_pct"]) <= 15 for r in rows)
+    record("launchlab", seconds=time.monotonic() - started, points=len(rows), within15=within,
+           share=within / max(1, len(rows)), over50=sum(abs(r["error_pct"]) > 50 for r in rows))
+    for r in rows:
+        if abs(r["error_pct"]) > 15:
+            record("launchlab-miss", variant=f"{r['experiment']}/{r['variant']}", k=r.get("k"), size=r.get("size"),
+                   measured_us=r["measured_us"], predicted_us=r["predicted_us"], probe_us=r.get("probe_us"),
+                   error_pct=r["error_pct"])
+    if OUT:
+        with open(os.path.join(OUT, "launch.json"), "w") as fh:
+            fh.write(result.to_json())
+
+
+def section_sass():
+    """The matmul ladder's CUDA kernels: build, disassemble, count each kernel's instructions by class (the
+    issue-slot and load models count them). Writes ladder.sass under $OUT."""
+    import glob
+    import subprocess
+
+    from labs import matmul_ladder as ML
+
+    ML.extension()
+    libs = [p for p in glob.glob(os.path.expanduser("~/.cache/torch_extensions/**/roofline_matmul_ladder*.so"),
+                                 recursive=True)]
+    if not libs:
+        print("no built .so found")
+        return
+    sass = subprocess.run(["cuobjdump", "-sass", libs[0]], capture_output=True, text=True).stdout
+    if OUT:
+        with open(os.path.join(OUT, "ladder.sass"), "w") as fh:
+            fh.write(sass)
+    record("sass", lib=libs[0], chars=len(sass))
+
+
+def section_ncuchild():
+    """Run once (under ncu, from section_ncu): the transpose rungs and eager softmax's broadcast subtract."""
+    from labs import coalescing as C
+
+    n = 8192
+    x = bench.random_tensor((n, n), "fp32")
+    y = torch.empty_like(x)
+    for variant in ("naive", "tiled+padded", "torch"):
+        C.transpose(x, variant, y)
+    m = x.amax(dim=1, keepdim=True)
+    torch.sub(x, m)
+    torch.cuda.synchronize()
+
+
+NCU_METRICS = ("dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sectors_srcunit_tex_op_read.sum,"
+               "lts__t_sectors_srcunit_tex_op_write.sum,lts__t_requests_srcunit_tex_op_write.sum,"
+               "l1tex__t_requests_pipe_lsu_mem_global_op_st.sum,gpu__time_duration.sum")
+
+
+def section_ncu():
+    """DRAM and L2 traffic of the naive transpose (partial-sector writes), the padded one, torch's and eager
+    softmax's broadcast subtract, at n = 8192 fp32 (n^2 x 4 bytes = 268 MB each way)."""
+    import subprocess
+
+    cmd = ["ncu", "--metrics", NCU_METRICS, "--csv", "--clock-control", "none", "-k",
+           "regex:transpose|elementwise|copy", sys.executable, os.path.abspath(__file__), "ncuchild"]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=100)
+    except subprocess.TimeoutExpired:
+        print("ncu: timed out")
+        return
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith('"')]
+    if OUT:
+        with open(os.path.join(OUT, "ncu.csv"), "w") as fh:
+            fh.write(out.stdout + "\n" + out.stderr[-3000:])
+    for ln in lines:
+        cells = [c.strip('"') for c in ln.split('","')]
+        if len(cells) > 14 and cells[0] != "ID":
+            record("ncu", kernel=cells[4][:40], metric=cells[-3], unit=cells[-2], value=cells[-1])
+    if not lines:
+        print(out.stdout[-2000:], out.stderr[-2000:])
+
+
+SECTIONS = {"launchlab": section_launchlab, "ncu": section_ncu, "ncuchild": section_ncuchild, "sass": section_sass, "calibrate": section_calibrate, "matmul": section_matmul, "naive": section_naive,
             "launch": section_launch, "flash": section_flash, "terms": section_terms}
 
 if __name__ == "__main__":
-    wanted = sys.argv[1:] or list(SECTIONS)
+    wanted = sys.argv[1:] or [name for name in SECTIONS if name != "ncuchild"]
     print(torch.cuda.get_device_name(), torch.__version__, flush=True)
     for name in wanted:
         if time.monotonic() - T0 > DEADLINE:

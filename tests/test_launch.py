@@ -146,10 +146,35 @@ def test_each_group_uses_its_own_re_measured_launch_figure():
     costs = dict(COSTS) | {"eager_add@regimes-add": 9.0}
     assert ln.group_costs(costs, "regimes-add")["eager_add"] == 9.0
     assert ln.group_costs(costs, "chain-eager")["eager_add"] == COSTS["eager_add"]  # not re-measured there
-    assert ln.group_costs(costs, "chain-graph") is costs  # the GPU-side figures are not re-measured
+    assert ln.group_costs(costs, "chain-graph") is costs  # no re-measured replay figure in these costs
     rows = ln.model_rows(ln.Params(), H200, costs)
     add1 = next(r for r in rows if r["experiment"] == "regimes" and r["variant"] == "add" and r["size"] == 1)
     eager1 = next(r for r in rows if r["experiment"] == "chain" and r["variant"] == "eager" and r["k"] == 1)
     assert add1["predicted_us"] == pytest.approx(9.0)
     assert eager1["predicted_us"] == pytest.approx(max(COSTS["eager_add"], COSTS["graph_kernel"] + 8 * 4096 / (
         H200.ceilings.copy_tbps * 1e12) * 1e6))
+
+
+def test_a_point_timed_with_its_own_figure_is_predicted_from_it():
+    """Each point is timed in turns with the CPU figure it depends on; its prediction uses that figure."""
+    t = toy_target(copy_tbps=1.0)
+    c = ln.point_costs(COSTS, "chain-eager", 6.0)
+    assert c["eager_add"] == 6.0 and c["round_trip"] == COSTS["round_trip"]
+    assert ln.chain_us("eager", 10, 1000, c, t) == pytest.approx(60.0)
+    assert ln.point_costs(COSTS, "chain-graph", 5.0)["graph_replay"] == 5.0
+    assert ln.chain_us("graph", 1, 1000, ln.point_costs(COSTS, "chain-graph", 5.0), t) == pytest.approx(5.0)
+    assert ln.point_costs(COSTS, "chain-eager", None) is COSTS
+
+
+def test_repredict_uses_the_recorded_probes_and_each_points_own_figure():
+    t = toy_target(copy_tbps=1.0)
+    params = ln.Params(experiments=("chain",), ks=(4,), variants=("eager", "graph"))
+    probes = [{"experiment": "probe", "variant": k, "measured_us": v} for k, v in COSTS.items()]
+    recording = {"params": {"experiments": ["chain"], "ks": [4], "variants": ["eager", "graph"]}, "rows": probes + [
+        {"experiment": "chain", "variant": "eager", "k": 4, "size": params.elements, "measured_us": 30.0,
+         "probe_us": 7.5},
+        {"experiment": "chain", "variant": "graph", "k": 4, "size": params.elements, "measured_us": 5.0}]}
+    rows = {(r["experiment"], r["variant"], r["k"]): r for r in ln.repredict(recording, t)}
+    assert rows[("chain", "eager", 4)]["predicted_us"] == pytest.approx(4 * 7.5)  # its own figure, not 4.0
+    assert rows[("chain", "graph", 4)]["predicted_us"] == pytest.approx(ln.chain_us("graph", 4, params.elements,
+                                                                                    COSTS, t))
