@@ -7,8 +7,14 @@ line per event: `ROW {json}` for a measured row, `PROGRESS <fraction> <message>`
 
 The timer is not bench.time_ms: do_bench picks its repetition count from each process's own estimate,
 and ranks that disagree on the count would wait forever in a collective the others never call. Here the
-count follows from the message size alone, so every rank makes the same calls; the time reported is the
+count follows from the message size alone, so every rank makes the same calls; each rank takes the median
+of a few batches of back-to-back calls (one stalled batch does not move it), and the time reported is the
 slowest rank's (a collective is done when its last rank is).
+
+Besides the collectives, three probes measure the model's ceilings in the same run: the copy engines
+between GPUs (the link alone), NCCL's own point-to-point exchange (the link driven by NCCL's kernels, as a
+collective drives it), and each collective's smallest message replayed from a CUDA graph (the GPUs' own
+latency, without the host's cost of issuing the call).
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ warnings.filterwarnings("ignore", category=FutureWarning)  # torch renames the *
 
 WARMUP_CALLS = 3
 TIMED_BYTES = 4 * 2**30  # a size's repetition count: about this many bytes in all, 5 to 100 calls
+BATCHES = 5  # the time of a call is the median over this many batches of back-to-back calls
+GRAPH_CALLS = 20  # calls captured in one CUDA graph for the GPU-side latency
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 TOL = {"bf16": 2e-2, "fp32": 1e-5}
 COLLECTIVE_TIMEOUT = datetime.timedelta(minutes=3)  # a rank stuck in a collective ends the run, with an error
@@ -67,12 +75,8 @@ def calls_for(nbytes: int) -> int:
     return max(5, min(100, TIMED_BYTES // max(nbytes, 1)))
 
 
-def timed_ms(fn, calls: int, device) -> float:
-    """Mean time of one call over `calls` back-to-back calls after a warm-up; the slowest rank's, in ms."""
-    for _ in range(WARMUP_CALLS):
-        fn()
-    sync(device)
-    dist.barrier()
+def batch_ms(fn, calls: int, device) -> float:
+    """Mean time of one call over `calls` back-to-back calls, in ms (CUDA events on a GPU)."""
     if device.type == "cuda":
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
@@ -80,13 +84,22 @@ def timed_ms(fn, calls: int, device) -> float:
             fn()
         end.record()
         end.synchronize()
-        ms = start.elapsed_time(end) / calls
-    else:
-        started = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        ms = (time.perf_counter() - started) * 1e3 / calls
-    slowest = torch.tensor([ms], dtype=torch.float64, device=device)
+        return start.elapsed_time(end) / calls
+    started = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    return (time.perf_counter() - started) * 1e3 / calls
+
+
+def timed_ms(fn, calls: int, device, batches: int = BATCHES) -> float:
+    """Time of one call: the median over `batches` batches of `calls` back-to-back calls after a warm-up;
+    the slowest rank's, in ms. Every rank makes the same number of calls."""
+    for _ in range(WARMUP_CALLS):
+        fn()
+    sync(device)
+    dist.barrier()
+    times = sorted(batch_ms(fn, calls, device) for _ in range(batches))
+    slowest = torch.tensor([times[len(times) // 2]], dtype=torch.float64, device=device)
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
     return float(slowest.item())
 
@@ -152,6 +165,25 @@ def check_collective(op: str, dtype: str, rank: int, n: int, device) -> float:
     return require(rel_error(out, ref), TOL[dtype], f"{op} ({dtype}, {n} ranks)")
 
 
+def graph_ms(fn, device) -> float:
+    """Time of one call replayed from a CUDA graph of GRAPH_CALLS calls: the GPUs' own time, with no host
+    cost per call (NCCL's kernels can be captured like any other). The slowest rank's, in ms."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up outside the capture, on a side stream as capture requires
+        for _ in range(WARMUP_CALLS):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    sync(device)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(GRAPH_CALLS):
+            fn()
+    ms = timed_ms(graph.replay, 5, device) / GRAPH_CALLS
+    del graph
+    return ms
+
+
 def measure_collectives(ops, sizes, dtype: str, rank: int, n: int, device, done: int, total: int) -> int:
     elem = DTYPES[dtype].itemsize
     for op in ops:
@@ -161,11 +193,16 @@ def measure_collectives(ops, sizes, dtype: str, rank: int, n: int, device, done:
             full = torch.randn(numel, device=device).to(DTYPES[dtype])
             part = full[rank * (numel // n):(rank + 1) * (numel // n)].clone()
             progress(done / total, f"{op}, {numel * elem:,} bytes: timing")
-            ms = timed_ms(collective(op, full, part), calls_for(numel * elem), device)
+            fn = collective(op, full, part)
+            ms = timed_ms(fn, calls_for(numel * elem), device)
             report("ROW", {"experiment": "collective", "op": op, "size_bytes": numel * elem, "gpus": n,
                            "step": "-", "tokens": 0, "measured_ms": ms, "check_rel_error": err})
+            if size == min(sizes) and device.type == "cuda":  # the smallest message, replayed from a graph
+                report("ROW", {"experiment": "collective_gpu", "op": op, "size_bytes": numel * elem, "gpus": n,
+                               "step": "-", "tokens": 0, "measured_ms": graph_ms(fn, device),
+                               "check_rel_error": err})
             done += 1
-            del full, part
+            del full, part, fn
     return done
 
 
@@ -192,10 +229,38 @@ def measure_peer_copy(nbytes: int, rank: int, n: int, device) -> None:
             copy()
             torch.cuda.synchronize(peer)  # the copy runs on the peer's stream: wait for it too
 
-        ms = timed_ms(copy_and_wait, 10, device)
+        ms = timed_ms(copy_and_wait, 4, device)
         report("ROW", {"experiment": "peer_copy", "op": pattern, "size_bytes": nbytes, "gpus": n, "step": "-",
                        "tokens": 0, "measured_ms": ms, "measured_gbps": nbytes / (ms * 1e-3) / 1e9,
                        "check_rel_error": err})
+
+
+def measure_exchange(nbytes: int, rank: int, n: int, device) -> None:
+    """NCCL's own point-to-point path: every rank sends `nbytes` to the next rank and receives as much from the
+    previous one, at once (with two GPUs, both directions of the link). NCCL's kernels move these bytes with
+    the SMs, through the same buffers as a collective: each rank reads and writes every byte it sends, and
+    again every byte it receives."""
+    if device.type != "cuda" or n < 2:
+        return
+    numel = nbytes // 4
+    nxt, prev = (rank + 1) % n, (rank - 1) % n
+    pattern = (torch.arange(numel, device=device) % 1021).float()  # exact in fp32, distinct per rank below
+    send = pattern + 4096.0 * (rank + 1)
+    recv = torch.full_like(send, float("nan"))
+
+    def exchange():
+        works = dist.batch_isend_irecv([dist.P2POp(dist.isend, send, nxt), dist.P2POp(dist.irecv, recv, prev)])
+        for work in works:
+            work.wait()
+
+    exchange()
+    sync(device)
+    err = require(float((recv - (pattern + 4096.0 * (prev + 1))).abs().max()), 0.0, "NCCL send/recv exchange")
+    ms = timed_ms(exchange, 4, device)
+    report("ROW", {"experiment": "nccl_p2p", "op": "exchange", "size_bytes": nbytes, "gpus": n, "step": "-",
+                   "tokens": 0, "measured_ms": ms, "measured_gbps": nbytes / (ms * 1e-3) / 1e9,
+                   "check_rel_error": err})
+    del send, recv, pattern
 
 
 # ---------------------------------------------------------------------------------------------
@@ -375,7 +440,7 @@ def measure_layers(spec: dict, rank: int, n: int, device, done: int, total: int)
             steps = dp_steps(x, dy, weights, device) if kind == "dp" else tp_steps(x, dy, weights)
             for step, fn in steps.items():
                 progress(done / total, f"{kind} layer step, {tokens} tokens per GPU: {step}")
-                ms = timed_ms(fn, 10, device)
+                ms = timed_ms(fn, 4, device)
                 report("ROW", {"experiment": kind, "op": "-", "size_bytes": 0, "gpus": n, "step": step,
                                "tokens": tokens, "measured_ms": ms, "check_rel_error": err})
                 done += 1
@@ -390,7 +455,9 @@ def main() -> int:
         total = len(spec["ops"]) * len(spec["sizes_bytes"]) + len(spec["layer_steps"]) * len(spec["layer_tokens"]) * 4
         done = measure_collectives(spec["ops"], spec["sizes_bytes"], spec["dtype"], rank, n, device, 0, max(total, 1))
         if spec.get("peer_copy_bytes"):
+            progress(done / max(total, 1), "the link alone: copy engines, then NCCL's send/recv exchange")
             measure_peer_copy(spec["peer_copy_bytes"], rank, n, device)
+            measure_exchange(spec["peer_copy_bytes"], rank, n, device)
         measure_layers(spec, rank, n, device, done, max(total, 1))
         progress(1.0, "done")
     finally:

@@ -508,12 +508,13 @@ def _arg_kind(x):
         return float
     if TensorDescriptor is not None and isinstance(x, TensorDescriptor):
         return (x.base.dtype, x.base.data_ptr() % 16 == 0, tuple(x.shape), tuple(x.strides), tuple(x.block_shape),
-                x.padding, x.round_f32_to_tf32)
+                getattr(x, "padding", None), getattr(x, "round_f32_to_tf32", None))  # fields differ by version
     return type(x), repr(x)
 
 
-def _launch(kernel, grid, *args, **meta):
+def _launch(kernel, grid: tuple, *args, **meta):
     """kernel[grid](*args, **meta), through the compiled kernel directly when this kind of call ran before."""
+    global FAST_LAUNCH
     if not (FAST_LAUNCH and args[0].is_cuda):
         kernel[grid](*args, **meta)
         return
@@ -521,8 +522,14 @@ def _launch(kernel, grid, *args, **meta):
     hit = _COMPILED.get(key)
     if hit is not None:
         compiled, constexprs = hit
-        compiled[grid](*args, *constexprs)  # every parameter in order: the launcher skips the constexprs
-        return
+        grid3 = (grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1)
+        try:  # every parameter in order, as Triton's own launch passes them (the launcher skips the constexprs)
+            compiled[grid3](*args, *constexprs)
+            return
+        except (TypeError, IndexError, AttributeError) as exc:  # another Triton's interface: the slow path from now on
+            import warnings
+            warnings.warn(f"direct launch of a compiled Triton kernel failed ({exc!r}); using kernel[grid] instead")
+            FAST_LAUNCH = False
     compiled = kernel[grid](*args, **meta)
     rest = kernel.arg_names[len(args):]
     if hasattr(compiled, "function") and all(name in meta for name in rest):
@@ -537,16 +544,25 @@ def _has_tma_reduce(device: torch.device) -> bool:
 
 # The forward's 128-query tiles of a causal mask carry unequal work (the triangle): with few of them per
 # SM slot (two programs per SM), the last wave leaves SMs idle, and 64-query tiles balance better. Below
-# this many waves of 128-query tiles, causal d = 128 takes 64-query tiles (H100 sweeps, issue 15: 64 rows
-# won at 3.9 waves, 128 rows at 15.5).
+# this many waves of 128-query tiles, causal d = 128 takes 64-query tiles (H100, issue 15: 64 rows won at
+# 3.9 and 7.8 waves, by 5-10 %; 128 rows at 15.5 and 31, by 5-7 %).
 CAUSAL_SPLIT_WAVES = 8
-LAZY_RESCALE = {64: False, 128: False}  # forward: skip rescaling unless the max grows 256x (scripts/attention_gpu.py)
+# A forward and backward through autograd launches three kernels and builds eleven TMA descriptors, which
+# the launcher encodes on the CPU at every call. Where the GPU work is short, that host time is the call's
+# time, and pointer loads (no descriptors) are faster: on the H100 at N = 1024 and 2048, forward+backward
+# took 0.41-0.69 ms with pointer loads against 0.62-0.90 ms with TMA, while at d = 128, N = 2048 (1e9 forward
+# FLOPs per SM) TMA won. Below this much forward work per SM, forward+backward uses pointer loads.
+HOST_BOUND_FLOPS_PER_SM = 1e9
+# Lazy rescaling (FlashAttention-4) lost on the H100 at every size but one (0.57-0.95x cuDNN against
+# 0.79-1.08x without it): the block-wide max it needs costs more than the multiplies it saves.
+LAZY_RESCALE = {64: False, 128: False}
 
 
 def tiles_for(head_dim: int, dtype: str, cc: tuple, *, causal: bool = False, seq_len: Optional[int] = None,
-              batch_heads: Optional[int] = None, sm_count: Optional[int] = None) -> FlashConfig:
-    """Tile sizes by GPU generation, head dim and dtype (and, where it matters, the mask and how many query
-    tiles there are against the SMs), chosen from sweeps on an H200 and an H100 (scripts/attention_gpu.py).
+              batch_heads: Optional[int] = None, sm_count: Optional[int] = None, mode: str = "fwd") -> FlashConfig:
+    """Tile sizes by GPU generation, head dim and dtype and, where it matters, the mask, the mode ("fwd" or
+    "fwd+bwd") and how much work there is against the SMs; chosen from sweeps on an H200 and an H100
+    (scripts/attention_gpu.py).
 
     On Hopper two programs of 4 warps share an SM: while one waits on its exponentials, the other's
     matrix multiplies run, which beat one program of 8 warps in every sweep. Without seq_len, batch_heads
@@ -556,15 +572,20 @@ def tiles_for(head_dim: int, dtype: str, cc: tuple, *, causal: bool = False, seq
         return FlashConfig(Tiles(64, 32, 4, 2), Tiles(32, 64, 4, 2), Tiles(64, 32, 4, 2), use_tma=cc[0] >= 9)
     if cc[0] >= 9:
         lazy = LAZY_RESCALE.get(head_dim, False)
+        sized = bool(seq_len and batch_heads and sm_count)
+        tma = True
+        if sized and mode == "fwd+bwd":
+            flops_per_sm = 4.0 * batch_heads * seq_len * seq_len * head_dim * (0.5 if causal else 1.0) / sm_count
+            tma = flops_per_sm >= HOST_BOUND_FLOPS_PER_SM
         if head_dim <= 64:
-            return FlashConfig(Tiles(64, 128, 4, 2), Tiles(64, 64, 4, 3), Tiles(64, 64, 4, 3), use_tma=True,
+            return FlashConfig(Tiles(64, 128, 4, 2), Tiles(64, 64, 4, 3), Tiles(64, 64, 4, 3), use_tma=tma,
                                lazy_rescale=lazy)
         fwd = Tiles(128, 64, 4, 2)
-        if causal and seq_len and batch_heads and sm_count:
+        if causal and sized and tma:  # (the pointer-load runs were measured with the long-sequence tiles)
             waves = batch_heads * -(-seq_len // 128) / (2 * sm_count)
             if waves < CAUSAL_SPLIT_WAVES:
                 fwd = Tiles(64, 64, 4, 3)
-        return FlashConfig(fwd, Tiles(64, 64, 4, 2), Tiles(64, 64, 4, 2), use_tma=True, lazy_rescale=lazy)
+        return FlashConfig(fwd, Tiles(64, 64, 4, 2), Tiles(64, 64, 4, 2), use_tma=tma, lazy_rescale=lazy)
     # Ampere and Ada (not measured here): no TMA, smaller shared memory
     if head_dim <= 64:
         return FlashConfig(Tiles(128, 64, 4, 3), Tiles(64, 64, 4, 2), Tiles(64, 64, 4, 2))
@@ -579,11 +600,11 @@ def _dtype_name(dtype: torch.dtype) -> str:
 
 
 def default_config(head_dim: int, dtype: torch.dtype, device: torch.device, *, causal: bool = False,
-                   seq_len: Optional[int] = None, batch_heads: Optional[int] = None) -> FlashConfig:
+                   seq_len: Optional[int] = None, batch_heads: Optional[int] = None, mode: str = "fwd") -> FlashConfig:
     if device.type != "cuda":  # Triton's interpreter: fewer, bigger tiles mean fewer slow Python-level steps
         return INTERPRETER_CONFIG
     return tiles_for(head_dim, _dtype_name(dtype), _capability(device.index), causal=causal, seq_len=seq_len,
-                     batch_heads=batch_heads, sm_count=_sm_count(device.index))
+                     batch_heads=batch_heads, sm_count=_sm_count(device.index), mode=mode)
 
 
 @functools.lru_cache(maxsize=None)
@@ -697,10 +718,10 @@ def _backward(q4, k4, v4, out, lse, do4, causal: bool, scale: float, cfg: FlashC
 
 class _FlashAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, causal, scale, config):
+    def forward(ctx, q, k, v, causal, scale, config, mode):
         q4, k4, v4, scale = _prepare(q, k, v, scale)
         cfg = config or default_config(q4.shape[-1], q4.dtype, q4.device, causal=causal, seq_len=q4.shape[2],
-                                       batch_heads=q4.shape[0] * q4.shape[1])
+                                       batch_heads=q4.shape[0] * q4.shape[1], mode=mode)
         out, lse = _forward(q4, k4, v4, causal, scale, cfg)
         ctx.save_for_backward(q4, k4, v4, out, lse)  # O(N) memory: the output and one number per query
         ctx.causal, ctx.scale, ctx.cfg, ctx.shapes = causal, scale, cfg, (q.shape, k.shape)
@@ -711,12 +732,13 @@ class _FlashAttention(torch.autograd.Function):
         q4, k4, v4, out, lse = ctx.saved_tensors
         dq, dk, dv = _backward(q4, k4, v4, out, lse, grad_out.reshape(out.shape), ctx.causal, ctx.scale, ctx.cfg)
         q_shape, k_shape = ctx.shapes
-        return dq.view(q_shape), dk.view(k_shape), dv.view(k_shape), None, None, None
+        return dq.view(q_shape), dk.view(k_shape), dv.view(k_shape), None, None, None, None
 
 
 def flash_attention(q, k, v, causal: bool = False, scale: Optional[float] = None, *, config=None) -> torch.Tensor:
     """softmax(q k^T * scale [+ causal mask]) v, differentiable; scale defaults to 1/sqrt(d)."""
-    return _FlashAttention.apply(q, k, v, causal, scale, config)
+    backward_follows = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+    return _FlashAttention.apply(q, k, v, causal, scale, config, "fwd+bwd" if backward_follows else "fwd")
 
 
 def flash_attention_forward(q, k, v, causal: bool = False, scale: Optional[float] = None, *, config=None):
@@ -945,27 +967,41 @@ def flash_peak_bytes(shape: Shape, mode: str, cfg: Optional[FlashConfig] = None)
     return fwd + 2 * shape.lse_bytes + shape.q_bytes + 2 * shape.kv_bytes + extra  # delta, lse2, dQ, dK, dV
 
 
+# PyTorch's own kernels that naive attention runs over the N x N matrices, and the rate each streams them at.
+# Read from torch's kernels (torch.profiler on an H100, scripts/naive_models_gpu.py): the matrix multiplies, the
+# softmax backward, the product dP * P before it and the copies run near the copy rate; the softmax forward (one
+# thread block or one warp per row, several passes over the row) and masked_fill with the (N, N) mask broadcast
+# over batch and heads (a generic strided kernel: one 2-byte element per access, index arithmetic for each) do
+# not. Their rates are probed in every run (NAIVE_PROBES, on a slice of rows) and fall back to the copy rate.
+NAIVE_PROBES = ("softmax", "softmax-causal", "masked-fill")
+NAIVE_PROBE_BYTES = 512 * 2**20  # each probe streams a (heads', N, N) slice of about this many bytes
+
+
 def naive_ops(shape: Shape, mode: str) -> list[dict]:
-    """The PyTorch ops of naive attention with their FLOPs and bytes (each is one kernel, or two)."""
+    """The kernels of naive attention with their FLOPs, bytes (read + written) and the kernel class whose rate
+    they run at: "matmul" (the roofline), "copy", or one of NAIVE_PROBES."""
     q, kv, s, mm = shape.q_bytes, shape.kv_bytes, shape.s_bytes, 2.0 * shape.b * shape.h * shape.lq * shape.lk * shape.d
     mask = shape.lq * shape.lk  # one bool per (query, key)
-    ops = [{"op": "q * scale", "flops": 0, "bytes": 2 * q},
-           {"op": "S = Q K^T", "flops": mm, "bytes": q + kv + s}]
+    softmax = "softmax-causal" if shape.causal else "softmax"  # rows that end in -inf run slower (measured)
+    ops = [{"op": "q * scale", "flops": 0, "bytes": 2 * q, "kernel": "copy"},
+           {"op": "S = Q K^T", "flops": mm, "bytes": q + kv + s, "kernel": "matmul"}]
     if shape.causal:
-        ops.append({"op": "mask S", "flops": 0, "bytes": 2 * s + 3 * mask})
-    ops += [{"op": "P = softmax(S)", "flops": 0, "bytes": 2 * s},
-            {"op": "O = P V", "flops": mm, "bytes": s + kv + q}]
+        ops += [{"op": "mask = ~(j <= i)", "flops": 0, "bytes": 3 * mask, "kernel": "copy"},
+                {"op": "S.masked_fill_(mask, -inf)", "flops": 0, "bytes": 2 * s, "kernel": "masked-fill"}]
+    ops += [{"op": "P = softmax(S)", "flops": 0, "bytes": 2 * s, "kernel": softmax},
+            {"op": "O = P V", "flops": mm, "bytes": s + kv + q, "kernel": "matmul"}]
     if mode == "fwd":
         return ops
-    ops += [{"op": "dP = dO V^T", "flops": mm, "bytes": q + kv + s},
-            {"op": "dV = P^T dO", "flops": mm, "bytes": s + q + kv},
-            {"op": "dP * P", "flops": 0, "bytes": 3 * s},  # PyTorch's CUDA softmax backward: a temporary first
-            {"op": "dS = dP * P - P * rowsum(dP * P)", "flops": 0, "bytes": 3 * s}]
-    if shape.causal:
-        ops.append({"op": "mask dS", "flops": 0, "bytes": 2 * s + mask})
-    ops += [{"op": "dQ = dS K", "flops": mm, "bytes": s + kv + q},
-            {"op": "dK = dS^T Q", "flops": mm, "bytes": s + q + kv},
-            {"op": "dq * scale", "flops": 0, "bytes": 2 * q}]
+    ops += [{"op": "dP = dO V^T", "flops": mm, "bytes": q + kv + s, "kernel": "matmul"},
+            {"op": "dV = P^T dO", "flops": mm, "bytes": s + q + kv, "kernel": "matmul"},
+            {"op": "dP * P", "flops": 0, "bytes": 3 * s, "kernel": "copy"},  # torch's softmax backward forms it first
+            {"op": "dS = dP * P - P * rowsum(dP * P)", "flops": 0, "bytes": 3 * s, "kernel": "copy"}]
+    if shape.causal:  # masked_fill's backward is out of place: a copy of dS, then masked_fill_ on the copy
+        ops += [{"op": "dS.clone()", "flops": 0, "bytes": 2 * s, "kernel": "copy"},
+                {"op": "dS.masked_fill_(mask, 0)", "flops": 0, "bytes": 2 * s, "kernel": "masked-fill"}]
+    ops += [{"op": "dQ = dS K", "flops": mm, "bytes": s + kv + q, "kernel": "matmul"},
+            {"op": "dK = dS^T Q", "flops": mm, "bytes": s + q + kv, "kernel": "matmul"},
+            {"op": "dq * scale", "flops": 0, "bytes": 2 * q, "kernel": "copy"}]
     return ops
 
 
@@ -983,13 +1019,32 @@ def naive_peak_bytes(shape: Shape, mode: str) -> int:
     return 4 * shape.s_bytes + 2 * shape.q_bytes + shape.kv_bytes + mask
 
 
-def naive_model(shape: Shape, mode: str, target: Target) -> dict:
+def naive_rates_for(rates: Optional[dict], n: int, dtype: str) -> dict:
+    """{probe kernel: TB/s} for row length n from probed rates keyed (kernel, n, dtype); a row length the run did
+    not probe takes the nearest one probed (the kernel torch picks changes with the row length)."""
+    out = {}
+    for kernel in NAIVE_PROBES:
+        known = [(abs(math.log(m / n)), tbps) for (k, m, t), tbps in (rates or {}).items()
+                 if k == kernel and t == dtype and tbps]
+        if known:
+            out[kernel] = min(known)[1]
+    return out
+
+
+def naive_model(shape: Shape, mode: str, target: Target, rates: Optional[dict] = None) -> dict:
+    """Each kernel on its own roofline; the kernels in `rates` ({probe kernel: TB/s}) at their probed rate."""
     ops = naive_ops(shape, mode)
     peak, bw = matmul_rate(target, shape.dtype), target.ceilings.copy_tbps * 1e12
-    seconds = sum(max(o["flops"] / peak, o["bytes"] / bw) for o in ops)  # each op on its own roofline
-    return {"predicted_ms": seconds * 1e3, "predicted_hbm_bytes": sum(o["bytes"] for o in ops),
+    rates = rates or {}
+
+    def seconds(o):
+        rate = rates.get(o["kernel"], 0) * 1e12 or bw
+        return max(o["flops"] / peak, o["bytes"] / rate)
+
+    return {"predicted_ms": sum(seconds(o) for o in ops) * 1e3, "predicted_hbm_bytes": sum(o["bytes"] for o in ops),
             "predicted_mma_ms": sum(o["flops"] for o in ops) / peak * 1e3,
             "predicted_mem_ms": sum(o["bytes"] for o in ops) / bw * 1e3,
+            "predicted_probed_ms": sum(seconds(o) for o in ops if o["kernel"] in rates) * 1e3,
             "predicted_peak_bytes": naive_peak_bytes(shape, mode)}
 
 
@@ -1017,7 +1072,11 @@ def _row_key(impl, mode, mask, dtype, d, n) -> dict:
     return {"impl": impl, "mode": mode, "causal": mask == "causal", "dtype": dtype, "head_dim": d, "seq_len": n}
 
 
-def predict(params: Params, target: Target) -> list[dict]:
+def predict(params: Params, target: Target, naive_rates: Optional[dict] = None) -> list[dict]:
+    """The model of every point. naive_rates: probed rates of torch's kernels keyed (kernel, N, dtype) in TB/s;
+    by default those of the newest recording of this GPU kind (the copy rate where there is none)."""
+    if naive_rates is None and "naive" in params.impls:
+        naive_rates = recorded_naive_rates(target.key)
     rows = []
     for dtype in params.dtypes:
         for d in params.head_dims:
@@ -1029,11 +1088,34 @@ def predict(params: Params, target: Target) -> list[dict]:
                         for impl in ("naive", "ours"):
                             if impl not in params.impls:
                                 continue
-                            model = naive_model if impl == "naive" else flash_model
-                            m = model(shape, mode, target)
+                            if impl == "naive":
+                                m = naive_model(shape, mode, target, naive_rates_for(naive_rates, n, dtype))
+                            else:
+                                m = flash_model(shape, mode, target)
                             rows.append(_row_key(impl, mode, mask, dtype, d, n) | {"flops": flops} | m |
                                         {"predicted_tflops": flops / (m["predicted_ms"] * 1e-3) / 1e12})
     return rows
+
+
+PROBE_IMPL = "naive-probe"  # the `impl` of the rows that carry a probed rate (mode = the probed kernel)
+
+
+def probed_naive_rates(rows: list) -> dict:
+    """{(kernel, N, dtype): TB/s} from the probe rows of a run."""
+    return {(r["mode"], r["seq_len"], r["dtype"]): r["measured_tbps"] for r in rows
+            if isinstance(r, dict) and r.get("impl") == PROBE_IMPL and r.get("measured_tbps")}
+
+
+@functools.lru_cache(maxsize=16)
+def _recorded_naive_rates(gpu_key: str) -> tuple:
+    from labs.collectives import recorded_rows
+
+    return tuple(probed_naive_rates(recorded_rows("attention", gpu_key)).items())
+
+
+def recorded_naive_rates(gpu_key: str) -> dict:
+    """The probed rates of the newest committed recording of this GPU kind (read once a process)."""
+    return dict(_recorded_naive_rates(gpu_key))
 
 
 CHECK_LQ, CHECK_LK = 1000, 1000  # odd sizes: the last tiles are ragged
@@ -1114,15 +1196,9 @@ OUR_KERNELS = {"fwd": 1, "fwd+bwd": 4}  # launches per call: forward; forward, p
 HOST_FLOOR_BELOW_MS = 2.0  # the CPU's time per call is measured only where the GPU model is shorter than this
 
 
-def _with_host_floor(row: dict, shape: Shape, mode: str, run, target: Target) -> dict:
-    """The model for our kernels once the CPU's time per call is measured: the larger of the GPU model and
-    the part of the CPU's time the timer sees (recompute.timer_host_floor_ms)."""
-    from labs.fusion import host_ms_per_call
-
-    gpu_ms = flash_model(shape, mode, target)["predicted_ms"]
-    if gpu_ms > HOST_FLOOR_BELOW_MS:
-        return row  # a launch costs tens of microseconds: it cannot be what limits a call this long
-    return host_floor_row(row, shape, mode, host_ms_per_call(run, OUR_KERNELS[mode]), target)
+def _needs_host_floor(shape: Shape, mode: str, target: Target) -> bool:
+    """Short calls only: a launch costs tens of microseconds, it cannot be what limits a call of milliseconds."""
+    return flash_model(shape, mode, target)["predicted_ms"] <= HOST_FLOOR_BELOW_MS
 
 
 def host_floor_row(row: dict, shape: Shape, mode: str, host_ms: float, target: Target) -> dict:
@@ -1138,19 +1214,49 @@ def host_floor_row(row: dict, shape: Shape, mode: str, host_ms: float, target: T
 
 
 def repredict(recording: dict, target: Target) -> list[dict]:
-    """The model of a recorded run, our kernels' short points with the CPU times that run measured."""
+    """The model of a recorded run: naive attention with the rates that run probed, our kernels' short points with
+    the CPU times it measured."""
     from labs.params import from_dict
 
     params = from_dict(Params, recording["params"])
     host = {tuple(r.get(k) for k in LAB.key): r["host_ms"] for r in recording["rows"] if r.get("host_ms") is not None}
     rows = []
-    for row in predict(params, target):
+    for row in predict(params, target, probed_naive_rates(recording["rows"]) or None):
         key = tuple(row.get(k) for k in LAB.key)
         if key in host:
             shape = _shape(params, row["seq_len"], row["head_dim"], "causal" if row["causal"] else "full", row["dtype"])
             row = host_floor_row(row, shape, row["mode"], host[key], target)
         rows.append(row)
     return rows
+
+
+def probe_naive_kernels(n: int, dtype: str, heads: int, causal: bool) -> list[dict]:
+    """Rows with the rate (TB/s, bytes read + written) at which torch's softmax and masked_fill stream an N x N
+    matrix of row length n, timed on a slice of `heads` rows-of-matrices of about NAIVE_PROBE_BYTES (the kernel
+    torch picks depends on the row length, not on how many rows there are). The L2 is emptied by a read before
+    each call, so no dirty lines of the flush are written back during the probe."""
+    e = _nbytes(dtype)
+    h = max(1, min(heads, NAIVE_PROBE_BYTES // (n * n * e)))
+    s = bench.random_tensor((h, n, n), dtype)  # scores: what the softmax reads in naive attention
+    fns = {"softmax": lambda: torch.softmax(s, dim=-1)}
+    if causal:
+        hidden = ~causal_visible(n, n, s.device)
+        s_causal = s.masked_fill(hidden, float("-inf"))
+        fns["softmax-causal"] = lambda: torch.softmax(s_causal, dim=-1)
+        fns["masked-fill"] = lambda: s.masked_fill_(hidden, float("-inf"))  # last: it overwrites s
+    rows = []
+    for kernel, fn in fns.items():
+        ms = bench.time_ms_clean_l2(fn, warmup_ms=5, rep_ms=25)
+        moved = 2 * h * n * n * e
+        rows.append({"impl": PROBE_IMPL, "mode": kernel, "causal": None, "dtype": dtype, "head_dim": None,
+                     "seq_len": n, "probe_bytes": moved, "measured_ms": ms, "measured_tbps": bench.tbps(moved, ms)})
+    return rows
+
+
+def _naive_prediction(shape: Shape, mode: str, target: Target, rates: dict) -> dict:
+    m = naive_model(shape, mode, target, naive_rates_for(rates, shape.lq, shape.dtype))
+    flops = attention_flops(mode, shape.b, shape.h, shape.lq, shape.lk, shape.d, shape.causal)
+    return m | {"predicted_tflops": flops / (m["predicted_ms"] * 1e-3) / 1e12}
 
 
 def _poisoned(like: torch.Tensor) -> torch.Tensor:
@@ -1218,14 +1324,19 @@ def _runner(fn, mode: str, q, k, v, do):
     return forward if mode == "fwd" else forward_backward
 
 
-def _time_point(run):
-    """(peak bytes, median ms) of one point, or None if it ran out of memory: a point the prediction let
-    through must not end the sweep (the allocator's fragmentation and the libraries' workspaces are not in
-    the model), so its tensors are released and the next point runs."""
+def _time_point(run, with_host: bool = False):
+    """(peak bytes, median ms, CPU ms per call or None) of one point, or None if it ran out of memory: a point
+    the prediction let through must not end the sweep (the allocator's fragmentation and the libraries'
+    workspaces are not in the model), so its tensors are released and the next point runs. with_host: the
+    CPU's time is measured inside the timed calls themselves (recompute.time_with_host_ms)."""
+    from labs.recompute import time_with_host_ms
+
     try:
         run()  # compile, cuDNN plans, cuBLAS workspace: before the memory baseline
         peak = _peak_bytes(run)
-        return peak, bench.time_ms(run, warmup_ms=10, rep_ms=50)
+        if with_host:
+            return (peak, *time_with_host_ms(run, warmup_ms=10, rep_ms=50))
+        return peak, bench.time_ms(run, warmup_ms=10, rep_ms=50), None
     except torch.cuda.OutOfMemoryError:
         pass  # leaving the handler drops the traceback, and with it the frames holding the N x N matrices
     torch.cuda.synchronize()
@@ -1259,11 +1370,18 @@ def _unavailable_reason(impl: str, dtype: str, d: int, causal: bool) -> Optional
 def measure(params: Params, target: Target, progress):
     cases = [(dtype, d, mask) for dtype in params.dtypes for d in params.head_dims for mask in params.masks]
     total = len(cases) * len(params.seq_lens) * len(params.impls) * len(params.modes)
-    done, checked, unavailable, skipped = 0, {}, {}, []
+    done, checked, unavailable, skipped, rates = 0, {}, {}, [], {}
     for dtype in params.dtypes:
         for d in params.head_dims:
             for n in params.seq_lens:
                 torch.cuda.empty_cache()  # the inputs must not pin the large blocks an earlier N left cached
+                if "naive" in params.impls and (n, dtype) not in {(m, t) for _, m, t in rates} \
+                        and _available_bytes() > 5 * NAIVE_PROBE_BYTES + TIMER_BYTES:
+                    progress(done / total, f"N={n}, {dtype}: probing the rates of torch's softmax and masked_fill")
+                    for probe_row in probe_naive_kernels(n, dtype, params.batch * params.heads, "causal" in params.masks):
+                        rates[(probe_row["mode"], n, dtype)] = probe_row["measured_tbps"]
+                        yield probe_row
+                    torch.cuda.empty_cache()
                 q, k, v, do = (bench.random_tensor((params.batch, params.heads, n, d), dtype) for _ in range(4))
                 q.requires_grad_(), k.requires_grad_(), v.requires_grad_()
                 for mask in params.masks:
@@ -1299,14 +1417,15 @@ def measure(params: Params, target: Target, progress):
                                 checked[(impl, dtype, d, causal, mode)] = check_fn(dtype, d, causal, mode)
                             run = _runner(_impl_fn(impl, causal), mode, q, k, v, do)
                             progress(frac, f"{label}: timing")
-                            timed = _time_point(run)
+                            host_floor = impl == "ours" and _needs_host_floor(shape, mode, target)
+                            timed = _time_point(run, with_host=host_floor)
                             if timed is None:  # predicted to fit, yet out of memory: keep going without it
                                 skipped.append(f"{impl} {mode} N={n} d={d} {mask}")
                                 yield key | {"predicted_peak_bytes": need,
                                              "note": f"skipped: predicted to need {need / 1e9:.1f} GB of the "
                                                      f"{free / 1e9:.1f} GB free, but ran out of memory"}
                                 continue
-                            peak, ms = timed
+                            peak, ms, host_ms = timed
                             flops = attention_flops(mode, shape.b, shape.h, n, n, d, causal)
                             row |= {"measured_ms": ms, "measured_tflops": bench.tflops(flops, ms),
                                     "measured_peak_bytes": peak,
@@ -1315,8 +1434,10 @@ def measure(params: Params, target: Target, progress):
                                 predicted = naive_peak_bytes(shape, mode) if impl == "naive" else \
                                     flash_peak_bytes(shape, mode)
                                 row["memory_error_pct"] = 100.0 * (peak - predicted) / predicted
-                            if impl == "ours":  # short sequences: the GPU can wait for our Python launches
-                                row = _with_host_floor(row, shape, mode, run, target)
+                            if host_floor:  # short sequences: the GPU can wait for our Python launches
+                                row = host_floor_row(row, shape, mode, host_ms, target)
+                            if impl == "naive":  # with the rates this run probed
+                                row = _naive_prediction(shape, mode, target, rates) | row
                             yield row
                 del q, k, v, do
     if skipped:

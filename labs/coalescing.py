@@ -277,6 +277,28 @@ WALK_WAVEFRONTS = {"column walk": (128, 1), "row walk": (128, WARP)}  # 32 rows 
 TRANSPOSE_WAVEFRONTS = {"naive": (256, 1 + WARP), "tiled": (256, 1 + 1 + WARP + 1), "tiled+padded": (256, 4),
                         "torch": None}
 
+# The third limit, in the L2: each L2 slice handles one request per clock and moves at most 64 bytes with it
+# (NVIDIA's A100 whitepaper: 5120 bytes per clock from 80 slices); the bandwidth the memory-hierarchy lab
+# measures is reached with requests that carry those 64 bytes. A request for a single scattered sector costs
+# the slot all the same, and a write of part of a sector costs two (the slice reads the sector to merge the
+# new bytes into it, then writes it). Per element of a transpose, in 64-byte slots: the coalesced side moves
+# 4 bytes of a full line (4 / 64); naive writes each element alone into a sector (2); torch's strided copy
+# reads each element from its own sector (1). The tiled rungs move whole lines both ways.
+L2_SLOT_BYTES = 64
+TRANSPOSE_L2_SLOTS = {"naive": 2 + 4 / L2_SLOT_BYTES, "tiled": 8 / L2_SLOT_BYTES, "tiled+padded": 8 / L2_SLOT_BYTES,
+                      "torch": 1 + 4 / L2_SLOT_BYTES}
+
+
+def l2_request_bound_tbps(useful_bytes: float, slots: float, target: Target, l2_tbps=None) -> tuple:
+    """(useful TB/s the L2's request slots allow, where the L2 bandwidth comes from); l2_tbps: a figure
+    to use instead of this GPU's (a recording's own)."""
+    from labs import hopper  # the memory-hierarchy lab's measured L2 bandwidth, where there is one
+
+    l2, source = (l2_tbps, "as recorded with the run") if l2_tbps else hopper.l2_tbps(target)
+    seconds = slots * L2_SLOT_BYTES / (l2 * 1e12)
+    return useful_bytes / seconds / 1e12, source
+
+
 # Boost SM clocks from the vendors' datasheets, for GPUs that are not attached (MHz).
 BOOST_CLOCK_MHZ = {"H100 SXM": 1980, "H100 PCIe": 1755, "H200": 1980, "A100 40GB": 1410, "A100 80GB": 1410,
                    "L4": 2040, "L40S": 2520, "T4": 1590, "A10G": 1710, "RTX 4090": 2520}
@@ -302,13 +324,14 @@ def l1_bound_tbps(cost, target: Target):
     return target.sm_count * clock * 1e6 * useful / wavefronts / 1e12
 
 
-def _bounded(row: dict, dram_tbps: float, l1_tbps, useful_bytes: float, request_tbps=None) -> dict:
+def _bounded(row: dict, dram_tbps: float, l1_tbps, useful_bytes: float, request_tbps=None, l2_tbps=None) -> dict:
     """The model: the lowest of the limits that apply (None: no such limit)."""
-    limits = {"DRAM": dram_tbps, "DRAM requests": request_tbps, "L1": l1_tbps}
+    limits = {"DRAM": dram_tbps, "DRAM requests": request_tbps, "L1": l1_tbps, "L2 requests": l2_tbps}
     bound = min((name for name, rate in limits.items() if rate is not None), key=lambda name: limits[name])
     rate = limits[bound]
     row.update({"dram_bound_tbps": dram_tbps, "l1_bound_tbps": l1_tbps, "request_bound_tbps": request_tbps,
-                "bound": bound, "predicted_tbps": rate, "predicted_ms": useful_bytes / (rate * 1e12) * 1e3})
+                "l2_request_bound_tbps": l2_tbps, "bound": bound, "predicted_tbps": rate,
+                "predicted_ms": useful_bytes / (rate * 1e12) * 1e3})
     return row
 
 
@@ -333,7 +356,7 @@ def stride_elements(params: Params, stride: int) -> int:
     return -(-params.size_mib * MiB // 4 // stride)
 
 
-def predict(params: Params, target: Target) -> list[dict]:
+def predict(params: Params, target: Target, l2_tbps=None) -> list[dict]:
     bw = target.ceilings.copy_tbps
     rows = []
     if "stride" in params.experiments:
@@ -349,8 +372,13 @@ def predict(params: Params, target: Target) -> list[dict]:
     if "transpose" in params.experiments:
         n = params.matrix_n
         for variant in TRANSPOSES:  # every rung moves exactly what a copy moves through DRAM
-            row = {"experiment": "transpose", "variant": variant, "useful_bytes": 8 * n * n, "sector_efficiency": 1.0}
-            rows.append(_bounded(row, bw, l1_bound_tbps(TRANSPOSE_WAVEFRONTS[variant], target), 8 * n * n))
+            row = {"experiment": "transpose", "variant": variant, "useful_bytes": 8 * n * n, "sector_efficiency": 1.0,
+                   "l2_slots_per_element": TRANSPOSE_L2_SLOTS[variant]}
+            l2, row["l2_source"] = l2_request_bound_tbps(8 * n * n, TRANSPOSE_L2_SLOTS[variant] * n * n, target,
+                                                         l2_tbps)
+            row["l2_tbps"] = l2_tbps or _l2(target)  # the L2 bandwidth used (kept, so a re-prediction uses it too)
+            rows.append(_bounded(row, bw, l1_bound_tbps(TRANSPOSE_WAVEFRONTS[variant], target), 8 * n * n,
+                                 l2_tbps=l2))
     return rows
 
 
@@ -470,8 +498,9 @@ def repredict(recording: dict, target: Target) -> list[dict]:
 
     params = from_dict(Params, recording["params"])
     rate = next((r.get("requests_per_s") for r in recording["rows"] if r.get("experiment") == "probe"), None)
+    l2 = next((r.get("l2_tbps") for r in recording["rows"] if r.get("l2_tbps")), None)  # the run's L2 figure
     return [stride_row(params, r["stride"], target, rate) if r["experiment"] == "stride" else r
-            for r in predict(params, target)]
+            for r in predict(params, target, l2)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -507,9 +536,18 @@ def lesson_numbers(target: Target) -> dict:
         "row_walk_l1_tbps": _fmt(l1_bound_tbps(WALK_WAVEFRONTS["row walk"], target)),
         "tiled_l1_tbps": _fmt(l1_bound_tbps(TRANSPOSE_WAVEFRONTS["tiled"], target)),
         "naive_l1_tbps": _fmt(l1_bound_tbps(TRANSPOSE_WAVEFRONTS["naive"], target)),
+        "l2_tbps": f"{_l2(target):.1f}",
+        "naive_l2_tbps": f"{l2_request_bound_tbps(8, TRANSPOSE_L2_SLOTS['naive'], target)[0]:.2f}",
+        "torch_l2_tbps": f"{l2_request_bound_tbps(8, TRANSPOSE_L2_SLOTS['torch'], target)[0]:.2f}",
         "sm_count": str(target.sm_count),
         "clock_mhz": str(sm_clock_mhz(target) or "?"),
     }
+
+
+def _l2(target: Target) -> float:
+    from labs import hopper
+
+    return hopper.l2_tbps(target)[0]
 
 
 def _fmt(x) -> str:

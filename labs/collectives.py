@@ -40,10 +40,12 @@ from labs.params import ParamError, param
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
 LAYER_STEPS = ("dp", "tp")
 KIB = 1024
-# The fixed cost of one collective call before a run has measured it: an order of magnitude (a kernel launch
-# and a handshake between GPUs). Every live run replaces it with its own smallest message's time.
-ASSUMED_LATENCY_US = 20.0
-SMALL_MESSAGE_BYTES = 64 * KIB  # a size at or below this measures the latency term
+# The host's cost of issuing one collective from Python before a run has measured it: an order of magnitude
+# (torch's bookkeeping and a kernel launch). Every live run replaces it with its own smallest message's time.
+ASSUMED_HOST_US = 20.0
+# The GPUs' own time for a small collective before a run has measured it (a kernel and one handshake).
+ASSUMED_GPU_US = 10.0
+SMALL_MESSAGE_BYTES = 64 * KIB  # a size at or below this measures the latency terms
 PEER_COPY_BYTES = 256 * MiB
 # NVLink multicast is never used: it can take a shared host's GPUs out of service (the device notes).
 SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
@@ -79,13 +81,65 @@ def ring_factor(op: str, n: int) -> float:
 
 
 def collective_ms(op: str, nbytes: float, n: int, link_gbps: float, latency_us: float) -> float:
-    """Alpha-beta: t = alpha + factor(op, n) x S / B."""
+    """The textbook alpha-beta model: t = alpha + factor(op, n) x S / B."""
     return latency_us * 1e-3 + ring_factor(op, n) * nbytes / (link_gbps * 1e9) * 1e3
 
 
 def bus_gbps(op: str, nbytes: float, n: int, ms: float) -> float:
     """Bus bandwidth: the rate on the busiest link that this time implies (factor x S / t)."""
     return ring_factor(op, n) * nbytes / (ms * 1e-3) / 1e9 if ms > 0 else 0.0
+
+
+# NCCL moves data with its own kernels: one thread block per channel reads each chunk from memory and writes it
+# into the next GPU's staging buffer (a send), or reads it from its own staging buffer and writes it to the
+# output (a receive); reductions read two inputs. Bytes read plus written on one GPU, per primitive and per
+# byte of the chunk (ring algorithm, Simple protocol, buffers not registered with NCCL):
+PRIMITIVE_SM_BYTES = {"send": 2, "recv": 2, "copy_send": 3, "recv_copy_send": 3, "recv_reduce_send": 3,
+                      "recv_reduce_copy": 3, "recv_reduce_copy_send": 4}
+EXCHANGE_SM_BYTES = 4  # a send/recv exchange: each GPU sends (2) and receives (2) every byte
+
+
+def ring_primitives(op: str, n: int) -> list:
+    """The primitives one GPU runs per chunk of a ring collective over n GPUs (NCCL's ring kernels)."""
+    middle = max(n - 2, 0)
+    if op == "all_reduce":
+        return ["send"] + ["recv_reduce_send"] * middle + ["recv_reduce_copy_send"] + \
+            ["recv_copy_send"] * middle + ["recv"]
+    if op == "all_gather":  # out of place: the GPU's own part is copied to the output as it is sent
+        return ["copy_send"] + ["recv_copy_send"] * middle + ["recv"]
+    if op == "reduce_scatter":
+        return ["send"] + ["recv_reduce_send"] * middle + ["recv_reduce_copy"]
+    if op == "broadcast":  # in place; the busiest GPU: the root sends, a middle GPU receives and forwards
+        return ["recv_copy_send"] if n > 2 else ["send"]
+    raise ValueError(f"unknown collective {op!r}")
+
+
+def sm_bytes_per_link_byte(op: str, n: int) -> float:
+    """Bytes one GPU's NCCL kernel reads and writes for every byte it sends over the link."""
+    if n < 2:
+        return 0.0
+    steps = ring_primitives(op, n)
+    sends = sum(1 for s in steps if s.endswith("send"))
+    return sum(PRIMITIVE_SM_BYTES[s] for s in steps) / sends
+
+
+def nccl_bus_gbps(op: str, n: int, link_gbps: float, exchange_gbps=None) -> float:
+    """The bus bandwidth a collective can reach: the link, or NCCL's kernels, whichever is slower.
+
+    NCCL's kernels move bytes through memory at the rate its send/recv exchange shows (EXCHANGE_SM_BYTES per
+    byte sent); a collective whose kernel reads and writes k bytes per byte sent reaches that rate x 4 / k.
+    Without a measured exchange, the link alone.
+    """
+    if not exchange_gbps or n < 2:
+        return link_gbps
+    return min(link_gbps, EXCHANGE_SM_BYTES * exchange_gbps / sm_bytes_per_link_byte(op, n))
+
+
+def loop_ms(op: str, nbytes: float, n: int, bus: float, host_us: float, gpu_us: float) -> float:
+    """One call in a loop of back-to-back calls: the slower of the host issuing it (host_us) and the GPUs
+    running it (their own latency gpu_us plus the busiest link's bytes at the bus bandwidth)."""
+    gpu_ms = gpu_us * 1e-3 + ring_factor(op, n) * nbytes / (bus * 1e9) * 1e3
+    return max(host_us * 1e-3, gpu_ms)
 
 
 def link_for(target: Target) -> dict:
@@ -112,18 +166,69 @@ def world_size(p: Params, target: Target) -> int:
     return 2
 
 
-def collective_row(op: str, nbytes: int, n: int, link: dict, latency_us: float) -> dict:
-    ms = collective_ms(op, nbytes, n, link["link_gbps"], latency_us)
-    return {"experiment": "collective", "op": op, "size_bytes": nbytes, "gpus": n, "step": "-", "tokens": 0,
-            "predicted_ms": ms, "predicted_busbw_gbps": bus_gbps(op, nbytes, n, ms),
-            "predicted_algbw_gbps": nbytes / (ms * 1e-3) / 1e9, "model_latency_us": latency_us,
-            "link_gbps": link["link_gbps"]}
-
-
 def message_bytes(size_kib: int, n: int, dtype: str) -> int:
     """The buffer the workers really use: a whole number of elements per GPU (as the worker rounds it)."""
     elem = 2 if dtype == "bf16" else 4
     return max(n, size_kib * KIB // elem // n * n) * elem
+
+
+# ---------------------------------------------------------------------------------------------
+# The model's terms: measured in the run (or read from a recorded run of this GPU kind), else datasheet
+# ---------------------------------------------------------------------------------------------
+def latencies_us(rows: list, experiment: str = "collective") -> dict:
+    """Each collective's smallest message time, if small enough to be all latency, in microseconds."""
+    out = {}
+    for r in sorted((r for r in rows if r["experiment"] == experiment), key=lambda r: r["size_bytes"]):
+        if r["op"] not in out and r["size_bytes"] <= SMALL_MESSAGE_BYTES:
+            out[r["op"]] = 1e3 * r["measured_ms"]
+    return out
+
+
+def model_terms(rows: list, target: Target) -> dict:
+    """Everything the model needs, from measured rows where they exist:
+
+    - host_us[op]: the smallest message's time in a loop of calls (the host issues each call);
+    - gpu_us[op]: the same message replayed from a CUDA graph (the GPUs' own latency);
+    - link_gbps[pattern]: what the copy engines moved to the next GPU, one GPU alone ("one direction") and
+      all GPUs at once ("all at once"); the datasheet's figure per direction where not measured;
+    - exchange_gbps: NCCL's send/recv exchange per direction (None if not measured).
+    """
+    sheet = link_for(target)
+    peer = {r["op"]: r["measured_gbps"] for r in rows if r["experiment"] == "peer_copy" and r.get("measured_gbps")}
+    exchange = [r["measured_gbps"] for r in rows if r["experiment"] == "nccl_p2p" and r.get("measured_gbps")]
+    measured = bool(peer or exchange)
+    return {
+        "host_us": latencies_us(rows), "gpu_us": latencies_us(rows, "collective_gpu"),
+        "link_gbps": {pattern: peer.get(pattern, sheet["link_gbps"]) for pattern in ("one direction", "all at once")},
+        "exchange_gbps": max(exchange) if exchange else None,
+        "datasheet_gbps": sheet["link_gbps"],
+        "source": "measured" if measured else "the datasheet (no measured run of this GPU kind yet)",
+    }
+
+
+def op_bus_gbps(op: str, n: int, terms: dict) -> float:
+    """The bus bandwidth the model uses for `op`: a broadcast uses one direction of each link, the others
+    both directions at once."""
+    link = terms["link_gbps"]["one direction" if op == "broadcast" else "all at once"]
+    return nccl_bus_gbps(op, n, link, terms["exchange_gbps"])
+
+
+def op_ms(op: str, nbytes: float, n: int, terms: dict) -> float:
+    host = terms["host_us"].get(op, ASSUMED_HOST_US)
+    gpu = terms["gpu_us"].get(op, min(host, ASSUMED_GPU_US))
+    return loop_ms(op, nbytes, n, op_bus_gbps(op, n, terms), host, gpu)
+
+
+def collective_row(op: str, nbytes: int, n: int, terms: dict) -> dict:
+    ms = op_ms(op, nbytes, n, terms)
+    host = terms["host_us"].get(op, ASSUMED_HOST_US)
+    textbook = collective_ms(op, nbytes, n, terms["datasheet_gbps"], host)
+    return {"experiment": "collective", "op": op, "size_bytes": nbytes, "gpus": n, "step": "-", "tokens": 0,
+            "predicted_ms": ms, "predicted_busbw_gbps": bus_gbps(op, nbytes, n, ms),
+            "predicted_algbw_gbps": nbytes / (ms * 1e-3) / 1e9, "model_bus_gbps": op_bus_gbps(op, n, terms),
+            "model_host_us": host, "model_gpu_us": terms["gpu_us"].get(op, min(host, ASSUMED_GPU_US)),
+            "sm_bytes_per_link_byte": sm_bytes_per_link_byte(op, n),
+            "textbook_ms": textbook, "textbook_busbw_gbps": bus_gbps(op, nbytes, n, textbook)}
 
 
 def layer_flops(tokens: int, d: int, ff: int) -> dict:
@@ -151,12 +256,12 @@ def overlap_ms(ready_ms: list, comm_ms: list) -> float:
     return end
 
 
-def dp_rows(p: Params, tokens: int, n: int, target: Target, link: dict, latency_us: float) -> list:
+def dp_rows(p: Params, tokens: int, n: int, target: Target, terms: dict) -> list:
     d, ff = p.d_model, p.d_ff
     elem = 2 if p.dtype == "bf16" else 4
     t = compute_ms(tokens, d, ff, 1, target, p.dtype)
     grads = [ff * d * elem, 2 * d * ff * elem]  # produced in this order by backward: Wdown, then [Wg | Wu]
-    comm = [collective_ms("all_reduce", g, n, link["link_gbps"], latency_us) for g in grads]
+    comm = [op_ms("all_reduce", g, n, terms) for g in grads]
     compute = t["forward"] + t["backward"]
     ready = [t["forward"] + t["backward"] / 3, compute]  # Wdown's gradient comes after its own matmuls
     times = {"compute": compute, "communication": sum(comm), "serial": compute + sum(comm),
@@ -164,10 +269,10 @@ def dp_rows(p: Params, tokens: int, n: int, target: Target, link: dict, latency_
     return [layer_row("dp", step, ms, tokens, n) for step, ms in times.items()]
 
 
-def tp_rows(p: Params, tokens: int, n: int, target: Target, link: dict, latency_us: float) -> list:
+def tp_rows(p: Params, tokens: int, n: int, target: Target, terms: dict) -> list:
     elem = 2 if p.dtype == "bf16" else 4
     t = compute_ms(tokens, p.d_model, p.d_ff, n, target, p.dtype)
-    comm = 2 * collective_ms("all_reduce", tokens * p.d_model * elem, n, link["link_gbps"], latency_us)
+    comm = 2 * op_ms("all_reduce", tokens * p.d_model * elem, n, terms)
     compute = t["forward"] + t["backward"]
     times = {"compute": compute, "communication": comm, "serial": compute + comm}
     return [layer_row("tp", step, ms, tokens, n) for step, ms in times.items()]
@@ -178,28 +283,31 @@ def layer_row(kind: str, step: str, ms: float, tokens: int, n: int) -> dict:
             "predicted_ms": ms}
 
 
-def predict_with(p: Params, target: Target, n: int, latency_us: dict) -> list:
-    link = link_for(target)
-    rows = [collective_row(op, message_bytes(s, n, p.dtype), n, link, latency_us.get(op, ASSUMED_LATENCY_US))
-            for op in p.ops for s in sorted(p.sizes_kib)]
-    if n > 1:  # the copy engines alone: the link with no collective library, no latency term (large copy)
-        ms = PEER_COPY_BYTES / (link["link_gbps"] * 1e9) * 1e3
-        rows += [{"experiment": "peer_copy", "op": pattern, "size_bytes": PEER_COPY_BYTES, "gpus": n, "step": "-",
-                  "tokens": 0, "predicted_ms": ms, "predicted_gbps": link["link_gbps"]}
-                 for pattern in ("one direction", "all at once")]
-    ar_latency = latency_us.get("all_reduce", ASSUMED_LATENCY_US)
+def predict_with(p: Params, target: Target, n: int, terms: dict) -> list:
+    rows = [collective_row(op, message_bytes(s, n, p.dtype), n, terms) for op in p.ops for s in sorted(p.sizes_kib)]
     for tokens in p.layer_tokens:
         if "dp" in p.layer_steps:
-            rows += dp_rows(p, tokens, n, target, link, ar_latency)
+            rows += dp_rows(p, tokens, n, target, terms)
         if "tp" in p.layer_steps:
-            rows += tp_rows(p, tokens, n, target, link, ar_latency)
+            rows += tp_rows(p, tokens, n, target, terms)
     return rows
 
 
 def predict(p: Params, target: Target) -> list:
-    """Before a run: alpha from a recorded run of this GPU kind if there is one, else the assumed figure."""
+    """Before a run: the terms from a recorded run of this GPU kind and GPU count if there is one, else the
+    datasheet's link and assumed latencies."""
     n = world_size(p, target)
-    return predict_with(p, target, n, latencies_us(recorded_rows(LAB.name, target.key, n)))
+    return predict_with(p, target, n, model_terms(recorded_rows(LAB.name, target.key, n), target))
+
+
+def repredict(recording: dict, target: Target) -> list:
+    """The model of a recorded run with the terms that run measured (scripts/repredict.py)."""
+    from labs.params import from_dict
+
+    p = from_dict(Params, recording["params"])
+    rows = [r for r in recording["rows"] if r.get("measured_ms") is not None]
+    n = rows[0]["gpus"] if rows else 2
+    return predict_with(p, target, n, model_terms(rows, target))
 
 
 def recorded_rows(lab: str, gpu_key: str, gpus: int = 0) -> list:
@@ -287,52 +395,38 @@ def check(p: Params, target: Target) -> None:
                          f"GPU; {free / GB:.1f} GB are free. Choose smaller sizes.")
 
 
-def latencies_us(rows: list) -> dict:
-    """Each collective's smallest message time, if small enough to be all latency (the model's alpha)."""
-    out = {}
-    for r in sorted((r for r in rows if r["experiment"] == "collective"), key=lambda r: r["size_bytes"]):
-        if r["op"] not in out and r["size_bytes"] <= SMALL_MESSAGE_BYTES:
-            out[r["op"]] = 1e3 * r["measured_ms"]
-    return out
-
-
-def with_rates(row: dict) -> dict:
-    if row["experiment"] == "collective":
+def with_rates(row: dict, datasheet_gbps: float) -> dict:
+    if row["experiment"] in ("collective", "collective_gpu"):
         ms, n = row["measured_ms"], row["gpus"]
         row["measured_busbw_gbps"] = bus_gbps(row["op"], row["size_bytes"], n, ms)
         row["measured_algbw_gbps"] = row["size_bytes"] / (ms * 1e-3) / 1e9
+    elif row.get("measured_gbps"):  # the probes: how much of the datasheet's link they reached
+        row["datasheet_link_gbps"] = datasheet_gbps
+        row["of_datasheet_pct"] = 100 * row["measured_gbps"] / datasheet_gbps
     return row
 
 
 def run_rows(p: Params, target: Target, n: int, progress):
-    """Launch the workers; yield every measured row with the model made from this run's own latency."""
-    measured = [with_rates(r) for r in launch(worker_spec(p, n), n, progress)]
-    latency = latencies_us(measured)
-    model = {key_of(r): r for r in predict_with(p, target, n, latency)}
-    copy_gbps = peer_link_gbps(measured)
+    """Launch the workers; yield every measured row with the model made from this run's own probes."""
+    datasheet = link_for(target)["link_gbps"]
+    measured = [with_rates(r, datasheet) for r in launch(worker_spec(p, n), n, progress)]
+    terms = model_terms(measured, target)
+    model = {key_of(r): r for r in predict_with(p, target, n, terms)}
     for r in measured:
-        row = model.get(key_of(r), {}) | r
-        if copy_gbps and row["experiment"] == "collective":
-            row |= copy_link_columns(row, copy_gbps, latency.get(row["op"], ASSUMED_LATENCY_US))
-        yield row
-    if copy_gbps:
-        yield (f"The copy engines moved {copy_gbps:.0f} GB/s to the next GPU with every GPU copying at once, "
-               f"against the datasheet's {link_for(target)['link_gbps']:.0f} GB/s per direction. The dashed "
-               "model line uses that measured rate as B.")
+        yield model.get(key_of(r), {}) | r
+    yield terms_message(terms, n)
 
 
-def peer_link_gbps(rows: list):
-    """The link rate the copy engines reached with every GPU copying at once (a measured ceiling), or None."""
-    rates = [r["measured_gbps"] for r in rows if r["experiment"] == "peer_copy" and r["op"] == "all at once"]
-    return max(rates) if rates else None
-
-
-def copy_link_columns(row: dict, copy_gbps: float, latency_us: float) -> dict:
-    """The same alpha-beta model with B = the measured peer-copy rate instead of the datasheet's."""
-    ms = collective_ms(row["op"], row["size_bytes"], row["gpus"], copy_gbps, latency_us)
-    return {"copy_link_gbps": copy_gbps, "predicted_copy_link_ms": ms,
-            "predicted_copy_link_busbw_gbps": bus_gbps(row["op"], row["size_bytes"], row["gpus"], ms),
-            "copy_link_error_pct": 100 * (row["measured_ms"] - ms) / ms}
+def terms_message(terms: dict, n: int) -> str:
+    link = terms["link_gbps"]
+    text = (f"Measured in this run: the copy engines moved {link['one direction']:.0f} GB/s to the next GPU alone "
+            f"and {link['all at once']:.0f} GB/s with every GPU copying at once (datasheet: "
+            f"{terms['datasheet_gbps']:.0f} GB/s per direction).")
+    if terms["exchange_gbps"]:
+        buses = ", ".join(f"{op.replace('_', '-')} {op_bus_gbps(op, n, terms):.0f}" for op in OPS)
+        text += (f" NCCL's send/recv exchange moved {terms['exchange_gbps']:.0f} GB/s each way, so the model's "
+                 f"bus bandwidths are {buses} GB/s.")
+    return text
 
 
 def key_of(row: dict) -> tuple:
@@ -350,19 +444,31 @@ def measure(p: Params, target: Target, progress):
 def lesson_numbers(target: Target) -> dict:
     link = link_for(target)
     n = 2
-    big = collective_ms("all_reduce", GB, n, link["link_gbps"], ASSUMED_LATENCY_US)
-    half = ASSUMED_LATENCY_US * 1e-6 * link["link_gbps"] * 1e9 / ring_factor("all_reduce", n)
+    terms = model_terms(recorded_rows(LAB.name, target.key, n), target)
+    host = terms["host_us"].get("all_reduce", ASSUMED_HOST_US)
+    big = collective_ms("all_reduce", GB, n, link["link_gbps"], host)
+    half = host * 1e-6 * link["link_gbps"] * 1e9 / ring_factor("all_reduce", n)
     grads_7b = 7e9 * 2
+    k = {op: sm_bytes_per_link_byte(op, n) for op in OPS}
+    exchange = terms["exchange_gbps"]
     return {
         "gpu": target.name,
         "link": link["link"],
         "link_gbps": f"{link['link_gbps']:.0f}",
         "link_source": link["link_source"],
-        "latency_us": f"{ASSUMED_LATENCY_US:.0f}",
+        "latency_us": f"{host:.0f}",
+        "gpu_latency_us": f"{terms['gpu_us'].get('all_reduce', ASSUMED_GPU_US):.0f}",
+        "terms_source": terms["source"],
         "gb_allreduce_ms": f"{big:.2f}",
         "half_bw_mb": f"{half / 1e6:.1f}",
         "grads_7b_ms_2": f"{collective_ms('all_reduce', grads_7b, 2, link['link_gbps'], 0):.0f}",
         "grads_7b_ms_8": f"{collective_ms('all_reduce', grads_7b, 8, link['link_gbps'], 0):.0f}",
+        "k_ar": f"{k['all_reduce']:.0f}", "k_ag": f"{k['all_gather']:.0f}", "k_rs": f"{k['reduce_scatter']:.0f}",
+        "k_bc": f"{k['broadcast']:.0f}", "k_ar_8": f"{sm_bytes_per_link_byte('all_reduce', 8):.2f}",
+        "copy_gbps": f"{terms['link_gbps']['all at once']:.0f}",
+        "exchange_gbps": f"{exchange:.0f}" if exchange else "(not measured yet)",
+        "bus_ar": f"{op_bus_gbps('all_reduce', n, terms):.0f}", "bus_ag": f"{op_bus_gbps('all_gather', n, terms):.0f}",
+        "bus_bc": f"{op_bus_gbps('broadcast', n, terms):.0f}",
     }
 
 

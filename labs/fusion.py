@@ -597,6 +597,28 @@ def _measure_softmax(params: Params, target: Target, step, done):
         del x
 
 
+def repredict(recording: dict, target: Target) -> list[dict]:
+    """The model of a recorded run (scripts/repredict.py): predict()'s rows, and for every point whose live
+    prediction took the CPU's time per call into account (sin^2 + cos^2), the larger of this model's GPU
+    time and the host time the run measured for it (its `host_ms`)."""
+    from labs.params import from_dict
+
+    known = set(Params.__dataclass_fields__)
+    params = from_dict(Params, {k: v for k, v in recording["params"].items() if k in known})
+    rows = predict(params, target)
+    host = {(r.get("experiment"), r.get("variant"), r.get("size_mib")): r["host_ms"] for r in recording["rows"]
+            if r.get("experiment") == "sincos" and isinstance(r.get("host_ms"), (int, float))}
+    out = []
+    for row in rows:
+        host_ms = host.get((row["experiment"], row["variant"], row["size_mib"]))
+        if host_ms is not None:
+            kernels, moves = SINCOS[row["variant"]]
+            n = row["size_mib"] * MiB // F32
+            row = with_host_floor(row, 2 * n * F32, moves * n * F32, kernels, row["predicted_ms"], host_ms, target)
+        out.append(row)
+    return out
+
+
 def lesson_numbers(target: Target) -> dict:
     c = target.ceilings
     n = 1024 * MiB // F32

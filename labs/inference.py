@@ -604,13 +604,31 @@ def attention_launches(kernel: str) -> int:
     return 2  # triton: attention + merge; SDPA: attention + the copy that reshapes its output
 
 
+def skinny_mma_ms(m: int, k: int, n: int, target: Target, dtype: str) -> float:
+    """Tensor-core time of the weight-streaming kernel: its tile has max(16, next power of two >= M) rows, so
+    M = 1 multiplies as many rows as M = 16. The kernel multiplies a tile once it has arrived rather than while
+    the next one streams in, so this time adds to the bytes' time instead of hiding under it (on the H100 and the
+    H200 the Triton kernel's time grows with M from 16 rows up by this much, cuBLAS's does not)."""
+    rows = max(16, next_pow2(m))
+    return gemm_flops(rows, k, n) / (matmul_tflops(target, dtype) * 1e12) * 1e3
+
+
+def gemm_ms(kernel: str, m: int, k: int, n: int, target: Target, dtype: str) -> float:
+    """One linear layer: the roofline, the fixed cost of its launches, and for the skinny kernel its tile's
+    tensor-core time."""
+    ms = roofline_ms(gemm_flops(m, k, n), gemm_bytes(m, k, n, dtype), target, dtype) \
+        + fixed_ms(gemm_kernel_launches(kernel, m, k, n, target))
+    if kernel == "triton" or (kernel == "auto" and m <= SKINNY_MAX_M):
+        ms += skinny_mma_ms(m, k, n, target, dtype)
+    return ms
+
+
 def predict_gemm(p: Params, target: Target) -> list[dict]:
     rows = []
     k, n = p.gemm_k, p.gemm_n
     for kernel, m in gemm_points(p):
         flops, nbytes = gemm_flops(m, k, n), gemm_bytes(m, k, n, p.dtype)
-        launches = gemm_kernel_launches(kernel, m, k, n, target)
-        ms = roofline_ms(flops, nbytes, target, p.dtype) + fixed_ms(launches)
+        ms = gemm_ms(kernel, m, k, n, target, p.dtype)
         i = flops / nbytes
         rows.append({"experiment": "gemm", "kernel": kernel, "m": m, "k": k, "n": n,
                      "intensity_flop_per_byte": i,
@@ -638,19 +656,34 @@ def sdpa_block_ms(context: int, p: Params, block_gbps: float | None) -> float:
     return sdpa_block_bytes(context, p) / (block_gbps * 1e9) * 1e3 if block_gbps else 0.0
 
 
+# A decode-attention call costs more than two launches even when it reads almost nothing: each of its kernels
+# waits for its first loads from memory (the timer has just emptied the L2), the second starts only when the first
+# has finished, and the split-KV kernel's partial results make one more round trip. No datasheet gives that, so
+# every run measures it per kernel (the `<kernel>-fixed` probe rows: one sequence, one tile of FIXED_PROBE_CONTEXT
+# tokens, checked) and the model adds it to the time of the bytes; without a probe it is two launches.
+FIXED_PROBE_CONTEXT = ATTN["BLOCK_T"]
+
+
+def attention_fixed_ms(kernel: str, fixed: dict | None = None) -> float:
+    """The fixed cost of one decode-attention call of `kernel`: probed ({kernel: ms}) or two launches."""
+    return (fixed or {}).get(kernel) or fixed_ms(attention_launches(kernel))
+
+
 def attention_row(kernel: str, batch: int, context: int, p: Params, target: Target,
-                  block_gbps: float | None = None) -> dict:
+                  block_gbps: float | None = None, fixed: dict | None = None) -> dict:
     """One attention point: the roofline (bytes at the copy rate) and, for SDPA, the one-block floor when the
-    block rate is known; plus the fixed cost of its two kernels."""
+    block rate is known; plus the fixed cost of a call (probed in the run, or two launches)."""
     hd = p.d_model // p.heads
     flops, nbytes = attention_cost(batch, context, p)
     roof_ms = roofline_ms(flops, nbytes, target, p.dtype)
     block_ms = sdpa_block_ms(context, p, block_gbps) if kernel == "sdpa" else 0.0
-    ms = max(roof_ms, block_ms) + fixed_ms(attention_launches(kernel))
+    fixed_call_ms = attention_fixed_ms(kernel, fixed)
+    ms = max(roof_ms, block_ms) + fixed_call_ms
     row = {"experiment": "attention", "kernel": kernel, "batch": batch, "context": context,
            "kv_bytes": kv_bytes(batch, context, p.kv_heads, hd, p.dtype),
            "kv_bytes_per_token": kv_bytes(1, 1, p.kv_heads, hd, p.dtype),
-           "bytes": nbytes, "predicted_ms": ms, "predicted_tbps": bench.tbps(nbytes, ms)}
+           "bytes": nbytes, "predicted_ms": ms, "predicted_tbps": bench.tbps(nbytes, ms),
+           "predicted_fixed_ms": fixed_call_ms}
     if kernel == "sdpa" and block_gbps:
         row |= {"sdpa_block_gbps": block_gbps, "predicted_limit": "one block" if block_ms > roof_ms else "bandwidth"}
     return row
@@ -668,9 +701,24 @@ def recorded_block_gbps(gpu_key: str) -> float | None:
     return None
 
 
-def predict_attention(p: Params, target: Target, block_gbps: float | None = None) -> list[dict]:
+@functools.lru_cache(maxsize=16)
+def _recorded_fixed(gpu_key: str) -> tuple:
+    from labs.collectives import recorded_rows
+
+    return tuple(probed_fixed_ms(recorded_rows("inference", gpu_key)).items())
+
+
+def probed_fixed_ms(rows: list) -> dict:
+    """{kernel: ms} from the `<kernel>-fixed` probe rows of a run."""
+    return {r["kernel"][:-len("-fixed")]: r["measured_ms"] for r in rows if isinstance(r, dict)
+            and r.get("experiment") == "probe" and str(r.get("kernel", "")).endswith("-fixed") and r.get("measured_ms")}
+
+
+def predict_attention(p: Params, target: Target, block_gbps: float | None = None,
+                      fixed: dict | None = None) -> list[dict]:
     block_gbps = block_gbps or ("sdpa" in p.attn_kernels and recorded_block_gbps(target.key)) or None
-    return [attention_row(kernel, batch, context, p, target, block_gbps)
+    fixed = fixed if fixed is not None else dict(_recorded_fixed(target.key))
+    return [attention_row(kernel, batch, context, p, target, block_gbps, fixed)
             for kernel in p.attn_kernels for batch in p.attn_batch for context in p.attn_context]
 
 
@@ -683,10 +731,10 @@ def block_parts(p: Params, batch: int, target: Target) -> dict:
     Returns ms per part (gemm, attention, small layers, fixed costs) and the number of kernels.
     """
     s, e, t = p.block_shape, bench.element_bytes(p.dtype), p.block_context
-    gemm_ms, fixed, kernels = 0.0, 0.0, 0
+    gemm_time, fixed, kernels = 0.0, 0.0, 0
     for (n, k) in s.weight_shapes.values():
-        gemm_ms += roofline_ms(gemm_flops(batch, k, n), gemm_bytes(batch, k, n, p.dtype), target, p.dtype)
         launches = gemm_kernel_launches(p.block_gemm, batch, k, n, target)
+        gemm_time += gemm_ms(p.block_gemm, batch, k, n, target, p.dtype) - fixed_ms(launches)
         fixed += fixed_ms(launches)
         kernels += launches
     flops, nbytes = attention_cost(batch, t + 1, p)
@@ -702,7 +750,7 @@ def block_parts(p: Params, batch: int, target: Target) -> dict:
     small_ms = small_bytes / (target.ceilings.copy_tbps * 1e12) * 1e3
     kernels += 6  # two norms, two cache copies, SiLU * up, the final add
     fixed += 6 * GRAPH_NODE_MS
-    return {"gemm_ms": gemm_ms, "attention_ms": attention_ms, "small_ms": small_ms, "fixed_ms": fixed,
+    return {"gemm_ms": gemm_time, "attention_ms": attention_ms, "small_ms": small_ms, "fixed_ms": fixed,
             "kernels": kernels, "weight_bytes": e * s.params, "kv_bytes": kv_bytes(batch, t + 1, s.kv_heads, s.head_dim, p.dtype)}
 
 
@@ -841,7 +889,28 @@ def measure_gemm(p: Params, target: Target, progress, done, total):
                "check_rel_error": err}
 
 
-def measure_sdpa_block(p: Params, progress, fraction: float = 0.0) -> dict:
+def measure_fixed(p: Params, kernel: str, progress, fraction: float = 0.0) -> dict:
+    """The probe row of a decode-attention call's fixed cost: one sequence, FIXED_PROBE_CONTEXT tokens, checked."""
+    hd = p.d_model // p.heads
+    progress(fraction, f"attention probe: the fixed cost of a {kernel} call ({FIXED_PROBE_CONTEXT} tokens)")
+    k_cache = bench.random_tensor((1, p.kv_heads, FIXED_PROBE_CONTEXT, hd), p.dtype)
+    v_cache = bench.random_tensor((1, p.kv_heads, FIXED_PROBE_CONTEXT, hd), p.dtype)
+    q = bench.random_tensor((1, p.heads * hd), p.dtype)
+    out = torch.full_like(q, float("nan"))
+    attention(q, k_cache, v_cache, FIXED_PROBE_CONTEXT, kernel, out)
+    err = bench.check_close(out, attention_reference(q, k_cache, v_cache, FIXED_PROBE_CONTEXT), p.dtype,
+                            f"{kernel} fixed-cost probe")
+    ms = time_ms(lambda: attention(q, k_cache, v_cache, FIXED_PROBE_CONTEXT, kernel, out))
+    return {"experiment": "probe", "kernel": f"{kernel}-fixed", "batch": 1, "context": FIXED_PROBE_CONTEXT,
+            "measured_ms": ms, "check_rel_error": err}
+
+
+def block_gbps_from(probe_ms: float, p: Params, fixed_call_ms: float) -> float:
+    """The rate one SDPA block streams at, from the probe's time less the fixed cost of a call."""
+    return sdpa_block_bytes(SDPA_PROBE_CONTEXT, p) / (max(probe_ms - fixed_call_ms, 1e-6) * 1e-3) / 1e9
+
+
+def measure_sdpa_block(p: Params, progress, fraction: float = 0.0, fixed: dict | None = None) -> dict:
     """The probe row: the rate one SDPA thread block streams K and V at (one sequence, one K/V head, checked)."""
     hd, group = p.d_model // p.heads, p.heads // p.kv_heads
     progress(fraction, f"attention probe: one SDPA thread block over {SDPA_PROBE_CONTEXT} tokens")
@@ -853,17 +922,20 @@ def measure_sdpa_block(p: Params, progress, fraction: float = 0.0) -> dict:
     err = bench.check_close(out, attention_reference(q, k_cache, v_cache, SDPA_PROBE_CONTEXT), p.dtype,
                             "SDPA one-block probe")
     ms = time_ms(lambda: sdpa_decode_attention(q, k_cache, v_cache, SDPA_PROBE_CONTEXT, out))
-    stream_ms = max(ms - fixed_ms(attention_launches("sdpa")), 1e-6)  # the streaming part alone
     return {"experiment": "probe", "kernel": "sdpa-block", "context": SDPA_PROBE_CONTEXT, "measured_ms": ms,
-            "measured_gbps": sdpa_block_bytes(SDPA_PROBE_CONTEXT, p) / (stream_ms * 1e-3) / 1e9,
+            "measured_gbps": block_gbps_from(ms, p, attention_fixed_ms("sdpa", fixed)),  # the streaming part alone
             "check_rel_error": err}
 
 
 def measure_attention(p: Params, target: Target, progress, done, total):
     hd = p.d_model // p.heads
-    block_gbps = None
+    block_gbps, fixed = None, {}
+    for kernel in p.attn_kernels:
+        probe = measure_fixed(p, kernel, progress, done / total)
+        fixed[kernel] = probe["measured_ms"]
+        yield probe
     if "sdpa" in p.attn_kernels:
-        probe = measure_sdpa_block(p, progress, done / total)
+        probe = measure_sdpa_block(p, progress, done / total, fixed)
         block_gbps = probe["measured_gbps"]
         yield probe
     for batch in p.attn_batch:
@@ -883,7 +955,7 @@ def measure_attention(p: Params, target: Target, progress, done, total):
                 ms = time_ms(lambda: attention(q, k_cache, v_cache, context, kernel, out))
                 _, nbytes = attention_cost(batch, context, p)
                 done += 1
-                model = attention_row(kernel, batch, context, p, target, block_gbps)  # with this run's probe
+                model = attention_row(kernel, batch, context, p, target, block_gbps, fixed)  # this run's probes
                 yield model | {"measured_ms": ms, "measured_tbps": bench.tbps(nbytes, ms), "check_rel_error": err}
         del k_cache, v_cache
 
@@ -926,7 +998,7 @@ def measure_block(p: Params, target: Target, progress, done, total):
 def measure(p: Params, target: Target, progress):
     check_shapes(p)
     total = 2 + ("gemm" in p.experiments) * len(gemm_points(p)) \
-        + ("attention" in p.experiments) * (len(p.attn_kernels) * len(p.attn_batch) * len(p.attn_context)
+        + ("attention" in p.experiments) * (len(p.attn_kernels) * (len(p.attn_batch) * len(p.attn_context) + 1)
                                             + ("sdpa" in p.attn_kernels)) \
         + ("block" in p.experiments) * len(p.block_batch)
     done = 0
@@ -949,9 +1021,12 @@ def repredict(recording: dict, target: Target) -> list[dict]:
     from labs.params import from_dict
 
     p = from_dict(Params, recording["params"])
-    gbps = next((r.get("measured_gbps") for r in recording["rows"] if r.get("kernel") == "sdpa-block"), None)
+    fixed = probed_fixed_ms(recording["rows"])
+    block = next((r for r in recording["rows"] if r.get("kernel") == "sdpa-block"), {})
+    gbps = block_gbps_from(block["measured_ms"], p, fixed["sdpa"]) if block and "sdpa" in fixed \
+        else block.get("measured_gbps")
     rows = [r for r in predict(p, target) if r["experiment"] != "attention"]
-    return rows + (predict_attention(p, target, gbps) if "attention" in p.experiments else [])
+    return rows + (predict_attention(p, target, gbps, fixed) if "attention" in p.experiments else [])
 
 
 def lesson_numbers(target: Target) -> dict:

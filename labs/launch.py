@@ -15,7 +15,9 @@ What you will learn:
 
 The model's launch figures are measured on this machine by probes at the start of every run (and
 kept with the recording), never assumed: per-launch cost of a PyTorch op and of a Triton kernel,
-graph replay, the GPU's per-kernel cost inside a graph, and a launch + `.item()` round trip.
+graph replay, the GPU's per-kernel cost inside a graph, and a launch + `.item()` round trip. The CPU-side
+figures drift on a shared host, so every point is also timed in turns with the one figure it depends on,
+and its prediction uses that figure (kept in the row as `probe_us`; `repredict` re-predicts offline).
 """
 
 from __future__ import annotations
@@ -190,7 +192,7 @@ def probe_launch_us(name: str, n: int = 4096) -> float:
     return per_call_us(fn, budget_ms=40 if name == "round_trip" else 20) / ops
 
 
-PAIR_ROUNDS = 3  # point and probe timed alternately this many times each; medians of both
+PAIR_ROUNDS = 3  # point and probe timed alternately this many times each; the fastest round of each
 
 
 def paired_us(point, probe, probe_ops: int, budget_ms: float = 8.0) -> tuple:
@@ -198,14 +200,15 @@ def paired_us(point, probe, probe_ops: int, budget_ms: float = 8.0) -> tuple:
 
     The CPU-side launch cost drifts on a shared host, by 30 % and more within seconds: a probe timed
     once before a group of points does not see what the host does while a later point is timed. Timed
-    in turns, a few milliseconds apart, the point and its probe see the same host, and the medians drop
-    a round that a hiccup hit.
+    in turns, a few milliseconds apart, the point and its probe see the same host. A hiccup of the host
+    (another process, an interrupt) only ever adds time, and it can hit two rounds of three: each side
+    keeps its fastest round, the cost with the least disturbance.
     """
     points, probes = [], []
     for _ in range(PAIR_ROUNDS):
         probes.append(per_call_us(probe, budget_ms=budget_ms, batches=3, warmup_ms=2) / probe_ops)
         points.append(per_call_us(point, budget_ms=budget_ms, batches=3, warmup_ms=2))
-    return statistics.median(points), statistics.median(probes)
+    return min(points), min(probes)
 
 
 def run_probes(step, n: int = 4096) -> dict:

@@ -153,17 +153,34 @@ def _k_steps(a_desc, b_desc, off_m, off_n, k_lo, k_hi, BLOCK_M: tl.constexpr, BL
     return acc
 
 
-@triton.jit(do_not_specialize=["M", "N", "K", "SK_TILES"])
-def matmul_streamk_kernel(a_desc, b_desc, c_desc, c_ptr, part_ptr, count_ptr, M, N, K, stride_cm, SK_TILES,
+@triton.jit
+def _parts_sum(part_ptr, tile, first_p, last_p, total, progs, k_steps, MAX_SEG, strip, BLOCK_M: tl.constexpr,
+               BLOCK_N: tl.constexpr, SHARERS: tl.constexpr, RED_N: tl.constexpr):
+    """Columns strip * RED_N ... of the FP32 parts of one tile, added up. The loop is unrolled, so the loads
+    of every part (at most SHARERS, from programs first_p .. last_p) are in flight together."""
+    r = tl.arange(0, BLOCK_M)
+    cs = strip * RED_N + tl.arange(0, RED_N)
+    summed = tl.zeros((BLOCK_M, RED_N), dtype=tl.float32)
+    for j in tl.static_range(SHARERS):
+        q = first_p + j
+        q_slot = q * MAX_SEG + tile - (q * total // progs) // k_steps  # program q's slot for this tile
+        summed += tl.load(part_ptr + q_slot * (BLOCK_M * BLOCK_N) + r[:, None] * BLOCK_N + cs[None, :],
+                          mask=(r[:, None] * 0 + q) <= last_p, other=0.0, cache_modifier=".cg")
+    return summed
+
+
+@triton.jit(do_not_specialize=["M", "N", "K", "SK_TILES", "MAX_SEG"])
+def matmul_streamk_kernel(a_desc, b_desc, c_desc, c_ptr, part_ptr, count_ptr, M, N, K, stride_cm, SK_TILES, MAX_SEG,
                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                          GROUP_M: tl.constexpr, B_KMAJOR: tl.constexpr,
+                          GROUP_M: tl.constexpr, SHARERS: tl.constexpr, RED_N: tl.constexpr, B_KMAJOR: tl.constexpr,
                           FP32_MODE: tl.constexpr, UPCAST: tl.constexpr = False):
-    """Persistent TMA kernel, one program per SM. The first SK_TILES tiles (those that would make a partial
-    last wave) are cut along K: their SK_TILES x K_STEPS steps are dealt out evenly, a contiguous run to each
-    program, so a run may end one tile and start the next. A program that holds only part of a tile adds its
-    FP32 partial sum into the tile's scratch (atomic adds, done by the L2) and counts itself in on the tile's
-    counter; the last one to arrive reads the sum, writes the tile of C, and leaves the scratch and the
-    counter at zero for the next launch. No program ever waits for another.
+    """Persistent TMA kernel, one program per slot (SM x programs per SM). The first SK_TILES tiles (the
+    partial wave, and one full wave before it) are cut along K: their SK_TILES x K_STEPS steps are dealt out
+    evenly, a contiguous run to each program, so a run may end one tile and start the next. A program that
+    holds only part of a tile writes its FP32 partial sum to its own scratch slot (MAX_SEG slots a program)
+    and counts itself in on the tile's counter; the last one to arrive adds up the parts (at most SHARERS,
+    all loads issued at once, RED_N columns at a time to bound the registers), writes the tile of C and
+    resets the counter. No program ever waits for another.
     Then every program takes whole tiles, one in each `progs`, as the plain kernel does."""
     pid = tl.program_id(0)
     progs = tl.num_programs(0)
@@ -174,6 +191,7 @@ def matmul_streamk_kernel(a_desc, b_desc, c_desc, c_ptr, part_ptr, count_ptr, M,
     start = pid * total // progs  # this program's run of steps: [start, end)
     end = (pid + 1) * total // progs
     first_tile = start // k_steps
+    r = tl.arange(0, BLOCK_M)
     for tile in range(first_tile, (end + k_steps - 1) // k_steps):  # empty when SK_TILES = 0
         t0 = tile * k_steps  # the tile's first step in the shared-out numbering
         k_lo = tl.maximum(start, t0) - t0
@@ -184,20 +202,24 @@ def matmul_streamk_kernel(a_desc, b_desc, c_desc, c_ptr, part_ptr, count_ptr, M,
         if (k_lo == 0) & (k_hi == k_steps):  # the whole tile is ours
             c_desc.store([tile_m * BLOCK_M, tile_n * BLOCK_N], acc.to(c_desc.dtype))
         else:
-            r = tl.arange(0, BLOCK_M)
-            part = part_ptr + tile * (BLOCK_M * BLOCK_N) + r[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
-            tl.atomic_add(part, acc, sem="relaxed", scope="gpu")  # FP32 sums, done in the L2 (no waiting)
-            tl.debug_barrier()  # every thread's part is added before the count below releases it
+            slot = part_ptr + (pid * MAX_SEG + tile - first_tile) * (BLOCK_M * BLOCK_N)
+            tl.store(slot + r[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :], acc)
+            tl.debug_barrier()  # every thread's part is written before the count below releases it
             first_p = ((t0 + 1) * progs - 1) // total  # the programs whose runs cover this tile
             last_p = ((t0 + k_steps) * progs - 1) // total
             arrived = tl.atomic_add(count_ptr + tile, 1, sem="acq_rel", scope="gpu")
-            if arrived == last_p - first_p:  # the last part is in: write the tile, leave zeros behind
-                summed = tl.load(part, cache_modifier=".cg")
-                tl.store(part, tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32), cache_modifier=".cg")
+            if arrived == last_p - first_p:  # the last part is in: add them up, RED_N columns at a time
                 rows = tile_m * BLOCK_M + r
-                cols = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
-                tl.store(c_ptr + rows[:, None] * stride_cm + cols[None, :], summed.to(c_ptr.dtype.element_ty),
-                         mask=(rows[:, None] < M) & (cols[None, :] < N))
+                ahead = _parts_sum(part_ptr, tile, first_p, last_p, total, progs, k_steps, MAX_SEG, 0,
+                                   BLOCK_M, BLOCK_N, SHARERS, RED_N)
+                for strip in tl.static_range(BLOCK_N // RED_N):
+                    summed = ahead
+                    if strip + 1 < BLOCK_N // RED_N:  # the next strip's loads go out before this strip's store
+                        ahead = _parts_sum(part_ptr, tile, first_p, last_p, total, progs, k_steps, MAX_SEG, strip + 1,
+                                           BLOCK_M, BLOCK_N, SHARERS, RED_N)
+                    cols = tile_n * BLOCK_N + strip * RED_N + tl.arange(0, RED_N)
+                    tl.store(c_ptr + rows[:, None] * stride_cm + cols[None, :], summed.to(c_ptr.dtype.element_ty),
+                             mask=(rows[:, None] < M) & (cols[None, :] < N))
                 tl.atomic_xchg(count_ptr + tile, 0)  # ready for the next launch
     for tile in range(SK_TILES + pid, tiles, progs):  # the full waves: whole tiles
         tile_m, tile_n = _tile_of(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
@@ -305,6 +327,7 @@ def operands(m: int, n: int, k: int, dtype: str, device: Optional[str] = None, k
 
 
 SK_EXTRA_WAVE = True  # share out one full wave more than the partial one (see streamk_plan)
+SK_MAX_SHARERS = 8  # at most this many programs share one tile (fewer programs for very few, very deep tiles)
 
 
 def streamk_plan(tiles: int, k_steps: int, slots: int, extra_wave: Optional[bool] = None) -> dict:
@@ -313,30 +336,30 @@ def streamk_plan(tiles: int, k_steps: int, slots: int, extra_wave: Optional[bool
     `slots` programs run at once (SMs x programs per SM). Whole waves of tiles stay whole; the tiles of the
     partial wave, plus one full wave before it where there is one (so that every program gets between one
     and two tiles' worth of steps rather than a sliver), have their K steps dealt out evenly to all programs.
-    Returns the grid (programs), the tiles shared out and kept whole, the K steps of the busiest program, and
-    the most programs that share one tile."""
+    Returns the grid (programs), the tiles shared out and kept whole, the K steps of the busiest program, the
+    scratch slots one program may need, and the most programs that share one tile."""
     extra_wave = SK_EXTRA_WAVE if extra_wave is None else extra_wave
     rest = tiles % slots
     if rest == 0:  # the waves are full: nothing to share out
         grid, sk = min(tiles, slots), 0
     else:
         sk = rest + slots if tiles > slots and extra_wave else rest
-        grid = min(slots, sk * k_steps)  # every program gets at least one K step
+        grid = min(slots, sk * k_steps, sk * SK_MAX_SHARERS)  # every program gets at least one K step
     total = sk * k_steps
     share = -(-total // grid) if sk else 0
     sharers = [((t * k_steps + k_steps) * grid - 1) // total - ((t * k_steps + 1) * grid - 1) // total + 1
                for t in range(sk)] if sk else [1]
     return {"grid": grid, "sk_tiles": sk, "dp_tiles": tiles - sk,
             "steps_busiest": share + (tiles - sk) // grid * k_steps,
-            "max_sharers": max(sharers)}
+            "max_seg": (share + k_steps - 1) // k_steps + 1 if sk else 1, "max_sharers": max(sharers)}
 
 
 _SCRATCH: dict = {}
 
 
 def _scratch(device, part_elems: int, tiles: int):
-    """FP32 sums for the shared-out tiles and one arrival counter per tile, kept from call to call (the
-    kernel leaves both at zero), so that a CUDA graph can replay the launch."""
+    """FP32 slots for the partial tiles and one arrival counter per tile, kept from call to call (the kernel
+    leaves the counters at zero), so that a CUDA graph can replay the launch."""
     key = str(device)
     parts, counts = _SCRATCH.get(key, (None, None))
     if parts is None or parts.numel() < part_elems:
@@ -386,10 +409,14 @@ def triton_matmul(a: torch.Tensor, b: torch.Tensor, dtype: str, out: Optional[to
             tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
             slots = programs or sm_count_of(a.device) * max(1, blocks_per_sm(config, dtype, "tma", cc))
             plan = streamk_plan(tiles, triton.cdiv(k, bk), slots)
-            parts, counts = _scratch(a.device, plan["sk_tiles"] * bm * bn, tiles)
+            parts, counts = _scratch(a.device, plan["grid"] * plan["max_seg"] * bm * bn, tiles)
+            sharers = 1 << max(0, plan["max_sharers"] - 1).bit_length()  # rounded up to a power of two
+            # registers for the parts in flight: about 48 a thread (SHARERS x BLOCK_M x RED_N FP32 values)
+            red_n = max(16, min(bn, 1 << ((48 * 32 * config.num_warps) // (sharers * bm)).bit_length() - 1))
             compiled = matmul_streamk_kernel[(plan["grid"],)](
                 a_desc, b_desc, c_desc, out, parts, counts, m, n, k, out.stride(0), plan["sk_tiles"],
-                BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=config.group_m, num_warps=config.num_warps, num_stages=config.num_stages, **meta)
+                plan["max_seg"], BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=config.group_m, SHARERS=sharers,
+                RED_N=red_n, num_warps=config.num_warps, num_stages=config.num_stages, **meta)
             return out, path, compiled
     else:
         args = (a, b, out, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1))
@@ -650,20 +677,23 @@ def step_cycles(config: TileConfig, dtype: str, path: str, flop_per_clock: float
             "overlapped": overlapped}
 
 
-_FLOOR_PROBED: dict = {}  # gpu key -> time of a tiny kernel through the same timer (us), measured likewise
+_FLOOR_PROBED: dict = {}  # gpu key -> time of the smallest product through the same timer (us)
+FLOOR_TILE = TileConfig(64, 64, 64, 8, 4, 4)  # the probe: one program, one tile, one K step
 
 
 def fixed_us(target: Target) -> float:
-    """The per-kernel floor: a tiny kernel timed exactly as the products are (graph replay, L2 flushed
+    """The per-kernel floor: the smallest product timed exactly as the others are (graph replay, L2 flushed
     before each), measured by this lab's probe; FIXED_US until this GPU has been probed in this process."""
     return _FLOOR_PROBED.get(target.key, FIXED_US)
 
 
 def probe_floor_us(target: Target) -> float:
-    """Time one tiny kernel (an element-wise op on 256 values) the way kernel_ms times the products."""
-    x = bench.random_tensor((256,), "fp32")
-    y = torch.empty_like(x)
-    _FLOOR_PROBED[target.key] = kernel_ms(lambda: torch.mul(x, 2.0, out=y)) * 1e3
+    """Time our kernel on one 64 x 64 x 64 fp16 product, the way kernel_ms times the sweep: the launch, the
+    first tiles' trip from memory (the L2 was just flushed), one step on the tensor cores and the store of
+    C, which every product pays once whatever its size."""
+    a, b = operands(64, 64, 64, "fp16")
+    out = torch.empty((64, 64), device=a.device, dtype=torch.float16)
+    _FLOOR_PROBED[target.key] = kernel_ms(lambda: triton_matmul(a, b, "fp16", out, FLOOR_TILE)) * 1e3
     return _FLOOR_PROBED[target.key]
 
 
@@ -685,7 +715,13 @@ def predict_point(n: int, dtype: str, config: TileConfig, target: Target, tma: s
     cyc = step_cycles(config, dtype, path, flop_per_clock)
     # an SM shares its tensor cores among its r programs: the busiest SM runs ceil(tiles / SMs) tiles
     rounds = math.ceil(tiles / target.sm_count)
-    compute_s = rounds * k_steps * cyc["step"] / clock_hz(target)
+    busy_cycles, fixup_cycles, sk_tiles = rounds * k_steps * cyc["step"], 0.0, 0
+    if config.streamk and path == "tma":  # the busiest program's share of steps, plus its fix-up traffic
+        plan = streamk_plan(tiles, k_steps, slots)
+        sk_tiles = plan["sk_tiles"]
+        busy_cycles = r * plan["steps_busiest"] * cyc["step"]
+        fixup_cycles = r * streamk_fixup_cycles(config, dtype, plan)
+    compute_s = (busy_cycles + fixup_cycles) / clock_hz(target)
     dram = _wave_dram_bytes(n, config, dtype, slots, tiles_m, tiles_n, target.l2_bytes)
     memory_s = dram / (target.ceilings.copy_tbps * 1e12)
     floor_s = fixed_us(target) * 1e-6
@@ -699,8 +735,21 @@ def predict_point(n: int, dtype: str, config: TileConfig, target: Target, tma: s
         "tile_util": n * n / (tiles_m * config.block_m * tiles_n * config.block_n),
         "k_util": n / (k_steps * config.block_k), "dram_bytes": dram, "bound": bound,
         "predicted_ms": total_s * 1e3, "predicted_tflops": 2.0 * n**3 / total_s / 1e12,
+        "schedule": "stream-K" if sk_tiles else "tiles", "sk_tiles": sk_tiles,
+        "fixup_us": fixup_cycles / clock_hz(target) * 1e6,
     })
     return row
+
+
+def streamk_fixup_cycles(config: TileConfig, dtype: str, plan: dict) -> float:
+    """Clocks the busiest stream-K program spends on partial sums: it writes its FP32 part of up to two shared
+    tiles, and, as the last to arrive at one, reads every part of it and writes the tile of C, all through
+    its SM's L1 at L1_BYTES_PER_CLOCK."""
+    if not plan["sk_tiles"]:
+        return 0.0
+    part = config.block_m * config.block_n * 4
+    moved = 2 * part + plan["max_sharers"] * part + config.block_m * config.block_n * out_bytes(dtype)
+    return moved / L1_BYTES_PER_CLOCK
 
 
 def roofline_tflops(n: int, dtype: str, target: Target) -> Optional[float]:
@@ -822,6 +871,8 @@ class Params:
     num_stages: int = param(0, "tiles in flight in shared memory (0 = default)", choices=(0, 1, 2, 3, 4, 5, 6))
     tma: str = param("auto", "use the TMA copy engine where the GPU (Hopper+) and the strides allow it",
                      choices=("auto", "off"))
+    streamk: str = param("auto", "stream-K: share out the K steps of a partial last wave among all SMs (TMA path; "
+                                 "auto = where the model expects it to pay)", choices=("auto", "on", "off"))
     autotune: bool = param(False, "let Triton time a handful of configs at each size and keep the best (slower)")
 
 
@@ -836,34 +887,47 @@ def wave_fill(n: int, config: TileConfig, dtype: str, sm_count: int, compute_cap
     return tiles / (math.ceil(tiles / slots) * slots)
 
 
-def tuned_config(n: int, dtype: str, sm_count: int, compute_capability: str = "9.0") -> TileConfig:
-    """The tile shape for an N x N x N product in fp16/bf16 (see SMALL_TILES); other dtypes keep their default."""
+def tuned_config(n: int, dtype: str, sm_count: int, compute_capability: str = "9.0",
+                 target: Optional[Target] = None) -> TileConfig:
+    """The tile shape for an N x N x N product in fp16/bf16 (see SMALL_TILES); other dtypes keep their default.
+    Given the target, the big tile on the stream-K schedule replaces that choice where the model expects it
+    to be faster by WAVE_GAIN or more (a partial last wave that stream-K fills)."""
     big = DEFAULT_CONFIGS[dtype]
     if dtype not in ("fp16", "bf16"):
         return big
     for config in (big,) + SMALL_TILES:
         if tiles_of(n, config) >= MIN_SM_SHARE * sm_count:
             break
-    if config is not big:
-        return config
-    narrow_gain = wave_fill(n, NARROW_TILE, dtype, sm_count, compute_capability) - \
-        wave_fill(n, big, dtype, sm_count, compute_capability)
-    return NARROW_TILE if narrow_gain >= WAVE_GAIN else big
+    if config is big:
+        narrow_gain = wave_fill(n, NARROW_TILE, dtype, sm_count, compute_capability) - \
+            wave_fill(n, big, dtype, sm_count, compute_capability)
+        config = NARROW_TILE if narrow_gain >= WAVE_GAIN else big
+    if target is not None:
+        streamk = dataclasses.replace(big, streamk=True)
+        tiles_ms = predict_point(n, dtype, config, target).get("predicted_ms")
+        streamk_ms = predict_point(n, dtype, streamk, target).get("predicted_ms")
+        if tiles_ms and streamk_ms and streamk_ms * (1 + WAVE_GAIN) <= tiles_ms:
+            return streamk
+    return config
 
 
 def config_for(params: Params, dtype: str, n: Optional[int] = None, sm_count: Optional[int] = None,
-               compute_capability: str = "9.0") -> TileConfig:
+               compute_capability: str = "9.0", target: Optional[Target] = None) -> TileConfig:
     """The tile config for this run: the knobs the learner set, else the per-size choice (given n and the
-    SM count), else the dtype's default."""
+    SM count; stream-K or not by the model, given the target), else the dtype's default. The `streamk`
+    knob forces the schedule either way (it applies on the TMA path only)."""
     chosen = (params.block_m, params.block_n, params.block_k, params.num_warps, params.num_stages)
     # the per-size choice was measured on the TMA path; unaligned sizes keep the default tile
     tma_path = n is not None and load_path(n, dtype, compute_capability, params.tma) == "tma"
     if tma_path and sm_count and not any(chosen):
-        d = tuned_config(n, dtype, sm_count, compute_capability)
-        return TileConfig(d.block_m, d.block_n, d.block_k, params.group_m, d.num_warps, d.num_stages)
+        d = tuned_config(n, dtype, sm_count, compute_capability, target if params.streamk == "auto" else None)
+        if params.streamk == "on":
+            d = dataclasses.replace(DEFAULT_CONFIGS[dtype], streamk=True)
+        return dataclasses.replace(d, group_m=params.group_m)
     d = DEFAULT_CONFIGS[dtype]
     return TileConfig(params.block_m or d.block_m, params.block_n or d.block_n, params.block_k or d.block_k,
-                      params.group_m, params.num_warps or d.num_warps, params.num_stages or d.num_stages)
+                      params.group_m, params.num_warps or d.num_warps, params.num_stages or d.num_stages,
+                      params.streamk == "on" and tma_path)
 
 
 def parse_label(label: str) -> Optional[TileConfig]:
@@ -876,7 +940,7 @@ def parse_label(label: str) -> Optional[TileConfig]:
         return None
 
 
-FLOOR_NOTE = "A tiny kernel, timed like the products, took {:.1f} us: the model's floor."
+FLOOR_NOTE = "The smallest product (one 64 x 64 tile, one K step), timed like the others, took {:.1f} us: the model's floor."
 
 
 def recorded_floor_us(recording: dict) -> Optional[float]:
@@ -887,7 +951,7 @@ def recorded_floor_us(recording: dict) -> Optional[float]:
         if row.get("floor_us"):
             return float(row["floor_us"])
     for note in recording.get("messages", []):
-        hit = re.match(r"A tiny kernel, timed like the products, took ([0-9.]+) us", str(note))
+        hit = re.search(r"timed like the (?:products|others), took ([0-9.]+) us", str(note))
         if hit:
             return float(hit.group(1))
     return None
@@ -908,7 +972,7 @@ def repredict(recording: dict, target: Target) -> list[dict]:
         _FLOOR_PROBED[target.key] = floor
     try:
         cc = target.compute_capability
-        return [predict_point(n, dtype, ran.get((dtype, n)) or config_for(params, dtype, n, target.sm_count, cc),
+        return [predict_point(n, dtype, ran.get((dtype, n)) or config_for(params, dtype, n, target.sm_count, cc, target),
                               target, params.tma)
                 for dtype in params.dtypes for n in params.sizes if "triton" in params.kernels]
     finally:
@@ -919,8 +983,8 @@ def repredict(recording: dict, target: Target) -> list[dict]:
 
 
 def predict(params: Params, target: Target) -> list[dict]:
-    return [predict_point(n, dtype, config_for(params, dtype, n, target.sm_count, target.compute_capability), target,
-                          params.tma)
+    return [predict_point(n, dtype, config_for(params, dtype, n, target.sm_count, target.compute_capability, target),
+                          target, params.tma)
             for dtype in params.dtypes for n in params.sizes if "triton" in params.kernels]
 
 
@@ -985,13 +1049,13 @@ def measure(params: Params, target: Target, progress):
     done = 0
     cc = target.compute_capability
     if "triton" in params.kernels and target.key not in _FLOOR_PROBED:
-        progress(0.0, "probe: the time of a tiny kernel (the floor under every point)")
+        progress(0.0, "probe: the time of the smallest product (the floor under every point)")
         yield FLOOR_NOTE.format(probe_floor_us(target))
     for dtype in params.dtypes:
         if "triton" in params.kernels:
             # every (load path, tile config) the sweep uses, checked on small odd shapes first
             kinds = {("tma" if load_path(n, dtype, cc, params.tma) == "tma" else "ptr",
-                      config_for(params, dtype, n, target.sm_count, cc)) for n in params.sizes}
+                      config_for(params, dtype, n, target.sm_count, cc, target)) for n in params.sizes}
             for kind, config in sorted(kinds, key=lambda kc: (kc[0], kc[1].label)):
                 progress(done / total, f"{dtype}: compiling and checking the Triton kernel ({kind} path, "
                                        f"{config.label}) against float64")
@@ -1014,7 +1078,7 @@ def measure(params: Params, target: Target, progress):
                         ms = kernel_ms(lambda: cublas_matmul(a, b, dtype, None if dtype == "fp8" else out))
                     del c
                 else:
-                    config = config_for(params, dtype, n, target.sm_count, cc)
+                    config = config_for(params, dtype, n, target.sm_count, cc, target)
                     out.fill_(float("nan"))
                     _, path, compiled = triton_matmul(a, b, dtype, out, config, params.tma, params.autotune)
                     err = check_sampled(out, a, b, dtype, f"Triton ({dtype}, N={n}, {path})")

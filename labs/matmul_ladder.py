@@ -5,8 +5,9 @@ The matmul ladder: from one thread per output to cuBLAS
 What you will learn:
 - the naive kernel (one thread per element of C) asks global memory for every input element N times;
 - shared-memory tiling (TILE x TILE tiles copied once per step) cuts those requests to N / TILE, yet
-  barely changes the time: the re-reads of the naive kernel already hit in the L1/L2 caches, and both
-  kernels issue two load instructions (global or shared) for every multiply-add;
+  changes the time far less: the re-reads of the naive kernel already hit in the L1/L2 caches, and both
+  kernels need two operand loads per multiply-add, each at least one pass (wavefront) of the SM's
+  L1/shared-memory pipeline, which makes one pass per clock;
 - warp tiling with register blocking: each thread keeps an 8 x 8 block of C in registers, so every
   value it reads from shared memory (16 bytes at a time) feeds 8 multiply-adds, and each block reads
   128-bit vectors from global memory: the arithmetic intensity of every level (global, shared,
@@ -113,10 +114,10 @@ def sustained_fp32_tflops(target: Target) -> tuple:
     """(TFLOP/s, where it comes from): the rate FP32 multiply-adds keep up inside a long matrix product.
 
     The FMA ceiling is measured by a short kernel of nothing but FMAs. A matrix product on the CUDA cores
-    runs for milliseconds with every FP32 lane, the register file and shared memory busy, and the SMs'
-    clock settles lower under that load (cuBLAS's own FP32 matmul stops near four fifths of the FMA
-    ceiling). Where this GPU's FP32 cuBLAS rate has been measured (calibration), it is the better ceiling
-    for a CUDA-core matmul; else the FMA ceiling."""
+    runs for milliseconds with every FP32 lane, the register file and shared memory busy, and stops well
+    short of that (cuBLAS's own FP32 matmul near four fifths of the FMA ceiling on an H100 and an H200).
+    Where this GPU's FP32 cuBLAS rate has been measured (calibration), it is the better ceiling for a
+    CUDA-core matmul; else the FMA ceiling."""
     fma = target.ceilings.fma_tflops
     sgemm = target.ceilings.matmul_tflops.get("fp32")
     if sgemm and sgemm < fma:
@@ -193,28 +194,40 @@ def requested_bytes(kernel: str, n: int, dtype: str) -> float:
     return float("nan")
 
 
-def load_instructions_per_fma(kernel: str) -> float:
-    """Warp-wide load instructions per warp-wide FMA. Naive: one load of A (the same address for a
-    whole row of threads: a broadcast) and one of B (consecutive addresses) per multiply-add.
-    Tiled: the same two loads, now from shared memory, plus, once per TILE steps, one global load and
-    one shared store of each input."""
+def wavefronts_per_fma(kernel: str, dtype: str = "fp32") -> float:
+    """L1 wavefronts (128-byte passes of the SM's L1/shared-memory pipeline) per warp-wide FMA.
+
+    A warp instruction costs one wavefront for every 128-byte line its 32 addresses touch (lanes that ask
+    for the same address are served together), and the pipeline handles one wavefront per clock.
+    Naive (16 x 16 blocks, so a warp covers 2 rows of C and 16 columns): per multiply-add, a load of A
+    touches 2 lines (one per row, each a single element) and a load of B one (16 neighbouring elements).
+    Tiled (TILE x TILE blocks; a warp covers max(1, 32 / TILE) rows): per k, one shared load of Bs (a row
+    segment, 1 wavefront) and a quarter of a 16-byte shared load of As (the compiler reads 4 consecutive k
+    of a row at once; such a load costs 2 wavefronts); once per TILE steps, a global load of A and one of
+    B (one line per row the warp covers) and two shared stores (1 each). Hardware counters on an H100
+    (scripts/models_gpu.py ladderncu) saw 3.00, 3.01, 1.92 and 1.64 wavefronts per warp-wide FMA for
+    naive and TILE = 8, 16, 32, against 3, 2.75, 1.875 and 1.625 counted here (the global loads of the
+    small tiles cost a little more than one wavefront per line)."""
+    e = bench.element_bytes(dtype)
     if kernel == "naive":
-        return 2.0
+        rows = 32 // NAIVE_BLOCK
+        return rows + math.ceil(NAIVE_BLOCK * e / 128)
     tile = int(kernel[len("tiled"):])
-    return 2.0 + 4.0 / tile
+    rows = max(1, 32 // tile)
+    return 1.0 + 2 / 4 + (2 * rows + 2) / tile
 
 
 def predict_cuda(kernel: str, n: int, dtype: str, target: Target) -> dict:
-    """Time = the larger of the FMA work on the CUDA cores and the load instructions an SM can issue
-    (one warp-wide load per clock), plus the fixed cost of a launch."""
+    """Time = the larger of the FMA work on the CUDA cores and the L1 wavefronts of the loads and stores
+    (one per clock per SM), plus the fixed cost of a launch."""
     shape = matmul.sm_shape(target.compute_capability)
     clock = matmul.clock_hz(target)
     warp_fmas = n**3 / 32  # warp-wide multiply-adds in all
     fma_s = n**3 / (target.sm_count * shape.fp32_lanes * clock)
-    load_s = warp_fmas * load_instructions_per_fma(kernel) / (target.sm_count * matmul.LSU_INSTR_PER_CLOCK * clock)
+    load_s = warp_fmas * wavefronts_per_fma(kernel, dtype) / (target.sm_count * clock)
     total = max(fma_s, load_s) + matmul.FIXED_US * 1e-6
     return {"predicted_ms": total * 1e3, "predicted_tflops": 2.0 * n**3 / total / 1e12,
-            "bound": "load instructions" if load_s > fma_s else "FMA"}
+            "bound": "L1 wavefronts" if load_s > fma_s else "FMA"}
 
 
 def predict(params: Params, target: Target) -> list[dict]:

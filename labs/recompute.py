@@ -22,6 +22,8 @@ recomputing should be 8/5 = 1.6x faster than storing.
 
 from __future__ import annotations
 
+import statistics
+import time
 from dataclasses import dataclass
 from typing import Optional
 
@@ -30,7 +32,7 @@ import triton
 import triton.language as tl
 
 from labs import bench
-from labs.fusion import LAUNCH_US, host_ms_per_call
+from labs.fusion import LAUNCH_US
 from labs.gpu import MiB, Target, free_memory_bytes
 from labs.lab import Headline, Lab
 from labs.params import ParamError, param
@@ -214,6 +216,48 @@ def timer_host_floor_ms(host_ms: float, target: Target) -> float:
     return host_ms
 
 
+FLUSH_BYTES = 256 * 2**20  # what triton's do_bench (bench.time_ms) writes to empty the L2 before each call
+
+
+def time_with_host_ms(fn, warmup_ms: float = 25, rep_ms: float = 100, max_reps: int = 2000) -> tuple[float, float]:
+    """(GPU ms, CPU ms) of one call of `fn`: the medians, over the same calls, of the time between CUDA events
+    around each call and of the CPU's time inside it.
+
+    The calls are timed as bench.time_ms (triton's do_bench) times them: a 256 MiB write empties the L2 before
+    each, events on either side. Measuring the CPU's time in the very same calls, rather than in a separate loop,
+    matters where the CPU is the floor: on a shared host the CPU's speed drifts by a third between two loops a
+    second apart (scripts/naive_models_gpu.py, section host), so a floor measured apart from the timed calls
+    cannot be trusted to 15 %.
+    """
+    flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+    fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(5):
+        flush.zero_()
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    estimate = max(start.elapsed_time(end) / 5, 1e-3)
+    for _ in range(max(1, int(warmup_ms / estimate))):
+        fn()
+    n = max(5, min(max_reps, int(rep_ms / estimate)))
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+    host = []
+    for i in range(n):
+        flush.zero_()
+        starts[i].record()
+        t0 = time.perf_counter()
+        fn()
+        host.append(time.perf_counter() - t0)
+        ends[i].record()
+    torch.cuda.synchronize()
+    gpu_ms = statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+    return float(gpu_ms), statistics.median(host) * 1e3
+
+
 def with_host_floor(row: dict, gpu_ms: float, host_ms: float, nbytes_moved: float, target: Target) -> dict:
     """The model once the CPU's time per call is known (measured in the run): the larger of the GPU's time
     and the part of the CPU's time the timer sees."""
@@ -316,8 +360,7 @@ def measure(params: Params, target: Target, progress):
                 progress(done / total, f"{dtype}, {size} MiB: {variant}: activation memory and timing")
                 held = activation_bytes(forward, x)
                 step = lambda: forward_backward(forward, x, dout)  # noqa: E731 - one training step
-                ms = bench.time_ms(step)
-                host_ms = host_ms_per_call(step, len(KERNELS[variant]))
+                ms, host_ms = time_with_host_ms(step)  # the CPU's time measured in the timed calls themselves
                 stored_ms = ms if variant == "stored" else stored_ms
                 done += 1
                 accesses = sum(a for a, _ in KERNELS[variant])

@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import statistics
 import subprocess
 import time
 from dataclasses import dataclass
@@ -49,6 +50,10 @@ PCIE_CODE = {1: 0.8, 2: 0.8, 3: 128 / 130, 4: 128 / 130, 5: 128 / 130}
 ASSUMED_LATENCY_US = 10.0
 # Pageable copies before a run measured this machine's CPU memcpy: assumed, replaced by the measurement.
 ASSUMED_HOST_COPY_GBPS = 10.0
+# The driver stages pageable data through pinned buffers of a few MiB; the lab's CPU probe copies through a
+# ring of this size, so that, like the driver's, the staging side stays in the CPU's cache.
+STAGING_BYTES = 2 * MiB
+WALL_BUDGET_MS = 60.0  # a copy's timing: repeated for about this long (at least 5, at most 200 copies)
 MATMUL_N = 4096  # the overlap experiment's compute: bf16 4096^3 matmuls (compute-bound, ~0.2 ms each on an H100)
 
 
@@ -135,13 +140,32 @@ def effective_gbps(memory: str, link_gbps: float, host_copy_gbps: float) -> floa
     return link_gbps if memory == "pinned" else min(link_gbps, host_copy_gbps)
 
 
-def copy_row(direction: str, memory: str, nbytes: int, link: dict, latency_us: float,
-             host_copy_gbps: float) -> dict:
-    bandwidth = effective_gbps(memory, link["pcie_gbps"], host_copy_gbps)
+def staging_gbps(direction: str, rates: dict) -> float:
+    """The CPU side of a pageable copy: for h2d the driver's thread reads your buffer into its pinned staging
+    buffer; for d2h it copies the staging buffer out into yours. `rates` holds the one-thread rates measured
+    on the same buffer (cpu_read_gbps, cpu_copy_out_gbps)."""
+    key = "cpu_read_gbps" if direction == "h2d" else "cpu_copy_out_gbps"
+    return rates.get(key) or rates.get("host_copy_gbps") or ASSUMED_HOST_COPY_GBPS
+
+
+def pinned_on_the_fly_ms(nbytes: float, pinned_latency_us: float, link_gbps: float, rates: dict) -> float:
+    """A large pageable d2h copy as the driver does it here: lock your buffer's pages (as cudaHostRegister
+    does), run a pinned copy straight into it, unlock the pages. Pin and unpin times are measured on the
+    same buffer."""
+    return rates["pin_ms"] + copy_ms(nbytes, pinned_latency_us, link_gbps) + rates["unpin_ms"]
+
+
+def copy_row(direction: str, memory: str, nbytes: int, link: dict, latency_us: float, rates: dict,
+             pinned_latency_us: float = ASSUMED_LATENCY_US) -> dict:
+    bandwidth = effective_gbps(memory, link["pcie_gbps"], staging_gbps(direction, rates))
+    route = "pinned" if memory == "pinned" else "staged"
     ms = copy_ms(nbytes, latency_us, bandwidth)
+    if memory == "pageable" and direction == "d2h" and rates.get("pin_ms") is not None:
+        route, bandwidth = "pinned on the fly", link["pcie_gbps"]
+        ms = pinned_on_the_fly_ms(nbytes, pinned_latency_us, bandwidth, rates)
     return {"experiment": "copies", "direction": direction, "memory": memory, "size_bytes": nbytes,
             "schedule": "-", "predicted_ms": ms, "predicted_gbps": nbytes / (ms * 1e-3) / 1e9,
-            "model_latency_us": latency_us, "model_bandwidth_gbps": bandwidth}
+            "model_latency_us": latency_us, "model_bandwidth_gbps": bandwidth, "model_route": route}
 
 
 def matmul_ms(target: Target, count: int) -> float:
@@ -165,16 +189,20 @@ def overlap_rows(p: Params, target: Target, link: dict, latency_us: float) -> li
              "schedule": name, "matmuls": count, "predicted_ms": ms} for name, ms in times.items()]
 
 
-def predict_with(p: Params, target: Target, latency_us: dict, host_copy_gbps: float) -> list[dict]:
-    """The model with the given latency per (direction, memory) and host memcpy rate."""
+def predict_with(p: Params, target: Target, latency_us: dict, host_rates: dict) -> list[dict]:
+    """The model with the given latency per (direction, memory) and the CPU's staging rates: host_rates maps
+    (direction, size_bytes) to the rates measured at that size, and "host_copy_gbps" to one rate for all."""
     link = link_for(target)
     rows = []
     if "copies" in p.experiments:
         for direction in p.directions:
             for memory in p.memories:
                 lat = latency_us.get((direction, memory), ASSUMED_LATENCY_US)
-                rows += [copy_row(direction, memory, size_bytes(s), link, lat, host_copy_gbps)
-                         for s in sorted(p.sizes_kib)]
+                pinned_lat = latency_us.get((direction, "pinned"), ASSUMED_LATENCY_US)
+                for s in sorted(p.sizes_kib):
+                    rates = host_rates.get((direction, size_bytes(s)), {})
+                    rates = {"host_copy_gbps": host_rates.get("host_copy_gbps"), **rates}
+                    rows.append(copy_row(direction, memory, size_bytes(s), link, lat, rates, pinned_lat))
     if "overlap" in p.experiments:
         rows += overlap_rows(p, target, link, latency_us.get(("h2d", "pinned"), ASSUMED_LATENCY_US))
     return rows
@@ -185,7 +213,8 @@ def predict(p: Params, target: Target) -> list[dict]:
     if there is one, else assumed; the host memcpy rate assumed (a run measures it)."""
     from labs.collectives import recorded_rows
 
-    return predict_with(p, target, measured_latency_us(recorded_rows(LAB.name, target.key)), ASSUMED_HOST_COPY_GBPS)
+    recorded = recorded_rows(LAB.name, target.key)
+    return predict_with(p, target, measured_latency_us(recorded), measured_host_rates(recorded))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -228,6 +257,93 @@ def host_copy_gbps(nbytes: int = 256 * MiB) -> float:
     return nbytes / best / 1e9
 
 
+def wall_ms(fn, budget_ms: float = WALL_BUDGET_MS) -> float:
+    """Median time of one call of `fn` as the program waits for it: synchronize, call, synchronize again.
+
+    Not do_bench: do_bench empties the L2 with a memset queued before each timed call, and while the GPU
+    runs that memset the CPU already starts a pageable copy's staging, before the start event is stamped.
+    Events then miss tens of microseconds of CPU work (a pageable 1 MiB copy looked twice as fast).
+    """
+    fn()
+    torch.cuda.synchronize()
+    started = time.perf_counter()
+    fn()
+    torch.cuda.synchronize()
+    single = time.perf_counter() - started
+    times = []
+    for _ in range(max(5, min(200, int(budget_ms * 1e-3 / max(single, 1e-6))))):
+        torch.cuda.synchronize()
+        started = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times) * 1e3
+
+
+def staging_rates(host: torch.Tensor) -> dict:
+    """One CPU thread's rates for the driver's two staging patterns on this very buffer, GB/s:
+    cpu_read_gbps: the buffer copied into a small ring (the ring stays in cache, the buffer comes from
+    wherever it lives: the CPU's cache if it fits and was just used, else DRAM); cpu_copy_out_gbps: the small
+    ring copied out into the buffer; cpu_write_gbps: the buffer written with zeros, nothing read. The buffer's
+    contents are overwritten."""
+    import numpy as np
+
+    buf = host.numpy().view(np.uint8)
+    ring = np.zeros(min(buf.size, STAGING_BYTES), dtype=np.uint8)
+    step = ring.size
+    repeats = max(1, (16 * MiB) // buf.size)  # small buffers: enough copies for a clock to time
+
+    def read():
+        for _ in range(repeats):
+            for i in range(0, buf.size, step):
+                np.copyto(ring[:min(step, buf.size - i)], buf[i:i + step])
+
+    def copy_out():
+        for _ in range(repeats):
+            for i in range(0, buf.size, step):
+                np.copyto(buf[i:i + step], ring[:min(step, buf.size - i)])
+
+    def write():  # writing the buffer without reading anything (numpy's fill: glibc's memset)
+        for _ in range(repeats):
+            buf.fill(0)
+
+    out = {}
+    for name, fn in (("cpu_read_gbps", read), ("cpu_copy_out_gbps", copy_out), ("cpu_write_gbps", write)):
+        fn()  # warm: pages, caches
+        best = min(_seconds(fn) for _ in range(3))
+        out[name] = repeats * buf.size / best / 1e9
+    return out | pin_times(host)
+
+
+def pin_times(host: torch.Tensor, reps: int = 3) -> dict:
+    """What locking this buffer's pages costs and what unlocking them costs (cudaHostRegister, then
+    cudaHostUnregister, as a driver must do to copy straight into pageable memory), median of `reps`, ms.
+    Empty where there is no CUDA."""
+    if not torch.cuda.is_available():
+        return {}
+    cudart = torch.cuda.cudart()
+    ptr, nbytes = host.data_ptr(), host.numel() * host.element_size()
+    pins, unpins = [], []
+    for _ in range(reps):
+        started = time.perf_counter()
+        err = cudart.cudaHostRegister(ptr, nbytes, 0)
+        pins.append(time.perf_counter() - started)
+        if int(err) != 0:
+            torch.cuda.synchronize()
+            return {}
+        started = time.perf_counter()
+        cudart.cudaHostUnregister(ptr)
+        unpins.append(time.perf_counter() - started)
+    pin, unpin = statistics.median(pins) * 1e3, statistics.median(unpins) * 1e3
+    return {"pin_ms": pin, "unpin_ms": unpin, "pin_gbps": nbytes / (pin * 1e-3) / 1e9}
+
+
+def _seconds(fn) -> float:
+    started = time.perf_counter()
+    fn()
+    return time.perf_counter() - started
+
+
 def host_buffer(nbytes: int, pinned: bool) -> torch.Tensor:
     return torch.empty(nbytes // 4, dtype=torch.float32, pin_memory=pinned)
 
@@ -243,7 +359,8 @@ def checked_copy(direction: str, host: torch.Tensor, device: torch.Tensor, n: in
 
 
 def measure_copies(p: Params, progress, done: int, total: int):
-    """Rows of measured copies; the latency of each (direction, memory) is its smallest copy's time."""
+    """Rows of measured copies; the latency of each (direction, memory) is its smallest copy's time. Every
+    host page is touched before it is timed (the check writes it), so no copy pays first-touch page faults."""
     largest = size_bytes(max(p.sizes_kib))
     device = torch.empty(largest // 4, device="cuda", dtype=torch.float32)
     for memory in p.memories:
@@ -254,11 +371,14 @@ def measure_copies(p: Params, progress, done: int, total: int):
                 progress(done / total, f"{direction} {memory}, {s:,} KiB: checking, then timing")
                 err = checked_copy(direction, host, device, n)
                 src, dst = (host[:n], device[:n]) if direction == "h2d" else (device[:n], host[:n])
-                ms = bench.time_ms(lambda: dst.copy_(src, non_blocking=memory == "pinned"))
-                done += 1
-                yield {"experiment": "copies", "direction": direction, "memory": memory, "size_bytes": n * 4,
+                ms = wall_ms(lambda: dst.copy_(src, non_blocking=memory == "pinned"))
+                row = {"experiment": "copies", "direction": direction, "memory": memory, "size_bytes": n * 4,
                        "schedule": "-", "measured_ms": ms, "measured_gbps": n * 4 / (ms * 1e-3) / 1e9,
                        "check_rel_error": err}
+                if memory == "pageable":  # the CPU's share, on the same buffer, after the timing
+                    row |= staging_rates(host[:n])
+                done += 1
+                yield row
         del host
 
 
@@ -318,15 +438,23 @@ def measured_latency_us(rows: list) -> dict:
     return {k: 1e3 * r["measured_ms"] for k, r in smallest.items()}
 
 
+def measured_host_rates(rows: list) -> dict:
+    """The CPU staging rates measured beside each pageable copy, by (direction, size_bytes)."""
+    keys = ("cpu_read_gbps", "cpu_copy_out_gbps", "cpu_write_gbps", "pin_ms", "unpin_ms")
+    return {(r["direction"], r["size_bytes"]): {k: r[k] for k in keys if r.get(k) is not None}
+            for r in rows if r.get("experiment") == "copies" and any(r.get(k) for k in keys)}
+
+
 def measure(p: Params, target: Target, progress):
     total = (len(p.directions) * len(p.memories) * len(p.sizes_kib) if "copies" in p.experiments else 0) \
         + (4 if "overlap" in p.experiments else 0) + 1
-    progress(0.0, "measuring one CPU thread's memcpy rate (the pageable copies' staging step)")
+    progress(0.0, "measuring one CPU thread's memcpy rate")
     host_gbps = host_copy_gbps()
-    yield f"One CPU thread copies host memory at {host_gbps:.1f} GB/s here: the model's pageable staging rate."
+    yield (f"One CPU thread copies host memory at {host_gbps:.1f} GB/s here (256 MiB, DRAM to DRAM). Each "
+           "pageable copy's model uses the CPU's staging rate measured on its own buffer and size instead.")
     rows = list(measure_copies(p, progress, 1, total)) if "copies" in p.experiments else []
     latency = measured_latency_us(rows)
-    model = predict_with(p, target, latency, host_gbps)
+    model = predict_with(p, target, latency, {"host_copy_gbps": host_gbps, **measured_host_rates(rows)})
     # every measured row carries the prediction made with this run's own latency and memcpy rate
     by_key = {(m["experiment"], m["direction"], m["memory"], m["size_bytes"], m["schedule"]): m for m in model}
     for r in rows:
@@ -351,7 +479,8 @@ def repredict(recording: dict, target: Target) -> list[dict]:
     found = [HOST_RATE_NOTE.search(m) for m in recording.get("messages", [])]
     host_gbps = next((float(m.group(1)) for m in found if m), ASSUMED_HOST_COPY_GBPS)
     measured = [r for r in recording["rows"] if r.get("measured_ms") is not None]
-    return predict_with(p, target, measured_latency_us(measured), host_gbps)
+    return predict_with(p, target, measured_latency_us(measured),
+                        {"host_copy_gbps": host_gbps, **measured_host_rates(measured)})
 
 
 # ---------------------------------------------------------------------------------------------

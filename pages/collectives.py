@@ -15,7 +15,7 @@ if params is None:
 live, model, recorded = page.results(params)
 link = collectives.link_for(page.target)
 n = collectives.world_size(params, page.target)
-st.markdown(f"**Link in the model:** {link['link']}, **{link['link_gbps']:.0f} GB/s** per direction "
+st.markdown(f"**Link on the datasheet:** {link['link']}, **{link['link_gbps']:.0f} GB/s** per direction "
             f"({link['link_source']}); {n} GPUs.")
 
 bw = charts.figure("Bus bandwidth by message size", "message size S (bytes)", "bus bandwidth (GB/s)",
@@ -23,18 +23,19 @@ bw = charts.figure("Bus bandwidth by message size", "message size S (bytes)", "b
 times = charts.figure("Time per call", "message size S (bytes)", "time (ms)", log_x=True, log_y=True)
 for op in params.ops:
     where = {"experiment": "collective", "op": op}
-    charts.overlay(bw, model, live, recorded, "size_bytes", "busbw_gbps", op, where, ("gpus", "model_latency_us"))
-    run = live or (recorded[0] if recorded else None)
-    if run is not None:
-        charts.add_series(bw, charts.rows_where(run.rows, **where), "size_bytes", "predicted_copy_link_busbw_gbps",
-                          f"model with the measured peer-copy rate, {op}", dict(mode="lines", line=dict(dash="dash")))
+    charts.overlay(bw, model, live, recorded, "size_bytes", "busbw_gbps", op, where,
+                   ("gpus", "model_bus_gbps", "model_host_us"))
+    textbook = charts.rows_where((live or model).rows, **where)
+    charts.add_series(bw, textbook, "size_bytes", "textbook_busbw_gbps", f"textbook: datasheet B, {op}",
+                      dict(mode="lines", line=dict(dash="dot", width=1)))
     charts.overlay(times, model, live, recorded, "size_bytes", "ms", op, where, ("gpus",))
 bw.add_hline(y=link["link_gbps"], line_dash="dash", line_color="gray",
              annotation_text=f"{link['link']} {link['link_gbps']:.0f} GB/s per direction")
 st.plotly_chart(bw, width="stretch")
-st.caption("Model: t = alpha + factor x S / B, bus bandwidth = factor x S / t (factor 2(n-1)/n for all-reduce, "
-           "(n-1)/n for all-gather and reduce-scatter, 1 for broadcast). Small messages pay alpha; large ones "
-           "approach B.")
+st.caption("Model: in a loop of calls each call takes the longer of the host's cost of issuing it and the GPUs' "
+           "time, latency + factor x S / bus bandwidth (factor 2(n-1)/n for all-reduce, (n-1)/n for all-gather and "
+           "reduce-scatter, 1 for broadcast). The bus bandwidth is the link or NCCL's kernels, whichever is slower. "
+           "Dotted: the textbook alpha + factor x S / B with the datasheet's B.")
 st.plotly_chart(times, width="stretch")
 
 steps = [("dp", "Data parallel: every GPU the whole layer, gradients all-reduced"),
@@ -55,10 +56,11 @@ if result is not None:
     if rows:
         st.plotly_chart(charts.error_figure(rows, "size_bytes", "op", 20, log_x=True,
                                             title=f"Model error, {result.label}"), width="stretch")
-    peer = charts.rows_where(result.rows, experiment="peer_copy")
-    if peer:
-        st.dataframe([{k: r.get(k) for k in ("op", "size_bytes", "measured_gbps", "predicted_gbps", "error_pct")}
-                      for r in peer], hide_index=True)
+    probes = [r for r in result.rows if r["experiment"] in ("peer_copy", "nccl_p2p", "collective_gpu")]
+    if probes:
+        st.markdown("**The model's terms, measured in the same run**")
+        st.dataframe([{k: r.get(k) for k in ("experiment", "op", "size_bytes", "measured_ms", "measured_gbps",
+                                             "of_datasheet_pct")} for r in probes], hide_index=True)
     st.markdown(page.section("Why the model misses"))
 if recorded:
     st.caption(recorded_caption(recorded))

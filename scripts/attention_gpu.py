@@ -81,7 +81,7 @@ def make_cfg(v: dict):
     from labs.attention import FlashConfig
     return FlashConfig(T(*v["fwd"]), T(*v["dkdv"]), T(*v["dq"]), use_tma=v.get("tma", True),
                        atomic_dq=v.get("atomic", False), warp_specialize=v.get("ws", False),
-                       tma_reduce=v.get("reduce", True))
+                       tma_reduce=v.get("reduce", True), lazy_rescale=v.get("lazy", False))
 
 
 def variant_name(v: dict) -> str:
@@ -126,11 +126,17 @@ def check_variant(v: dict, lengths=((1000, 1000),), bh=(1, 2)) -> dict:
     try:
         cfg = make_cfg(v)
         scale = 1 / math.sqrt(v["d"])
-        for lq, lk in lengths:
-            g = torch.Generator(device=DEV).manual_seed(lq * 7 + lk)
-            q = bench.random_tensor((*bh, lq, v["d"]), v["dtype"], generator=g)
-            k = bench.random_tensor((*bh, lk, v["d"]), v["dtype"], generator=g)
-            vv = bench.random_tensor((*bh, lk, v["d"]), v["dtype"], generator=g)
+        made = {}
+        for i, (lq, lk) in enumerate(lengths * 2):  # twice: the second pass launches through _launch's cache
+            if i < len(lengths):
+                seed = int.from_bytes(os.urandom(4), "little")  # fresh inputs for every check
+                out.setdefault("seeds", []).append(seed)
+                g = torch.Generator(device=DEV).manual_seed(seed)
+                q = bench.random_tensor((*bh, lq, v["d"]), v["dtype"], generator=g)
+                k = bench.random_tensor((*bh, lk, v["d"]), v["dtype"], generator=g)
+                vv = bench.random_tensor((*bh, lk, v["d"]), v["dtype"], generator=g)
+                made[(lq, lk)] = (q, k, vv, g)
+            q, k, vv, g = made[(lq, lk)]
             o = torch.full_like(q, float("nan"))
             lse = torch.full((*bh, A._lq_pad(lq)), float("nan"), device=DEV)
             A._forward(q, k, vv, v["causal"], scale, cfg, o, lse)
@@ -152,7 +158,7 @@ def check_variant(v: dict, lengths=((1000, 1000),), bh=(1, 2)) -> dict:
             if not DRY:
                 torch.cuda.synchronize()
             tol = bench.TOLERANCE[v["dtype"]]
-            out["errors"][f"{lq}x{lk}"] = errs
+            out["errors"][f"{lq}x{lk}" + (" cached" if i >= len(lengths) else "")] = errs
             if not all(e <= tol for e in errs.values()):
                 out["ok"] = False
     except Exception as exc:  # compile errors (shared memory), launch errors
@@ -590,10 +596,14 @@ def phase_host():
     cfgs = {"tma": base, "ptr": A.FlashConfig(base.fwd, base.dkdv, base.dq, use_tma=False),
             "tma+atomic": A.FlashConfig(base.fwd, T(64, 128, 8, 2), base.dq, use_tma=True, atomic_dq=True)}
     line = []
-    for name, cfg in cfgs.items():
-        fn = lambda q, k, v, cfg=cfg: A.flash_attention(q, k, v, False, config=cfg)
-        for mode in ("fwd", "fwd+bwd"):
-            line.append(f"ours[{name}] {mode} {host_us(A._runner(fn, mode, q, k, v, do)):.0f}")
+    for fast in (True, False):
+        A.FAST_LAUNCH = fast
+        for name, cfg in cfgs.items():
+            fn = lambda q, k, v, cfg=cfg: A.flash_attention(q, k, v, False, config=cfg)
+            for mode in ("fwd", "fwd+bwd"):
+                line.append(f"ours[{name}{'' if fast else ' slow-launch'}] {mode} "
+                            f"{host_us(A._runner(fn, mode, q, k, v, do)):.0f}")
+    A.FAST_LAUNCH = True
     for impl in ("sdpa-flash", "sdpa-cudnn"):
         fn = A._impl_fn(impl, False)
         for mode in ("fwd", "fwd+bwd"):
@@ -669,6 +679,108 @@ def phase_i15(B=4, H=16, Ns=(1024, 2048, 8192)):
               f"{r['ms']:8.3f} {flops / r['ms'] / 1e9:6.0f}  {ratio}  err {r['worst']:.1e}")
 
 
+def i15b_variants(with_variants=True) -> list[dict]:
+    """The production tiles (checked through kind 'bwd': forward and backward), and the candidates beside them."""
+    from labs import attention as A
+    out = []
+    for d in (64, 128):
+        t = A.tiles_for(d, "bf16", (9, 0))
+        f, kv, q = ((x.block_m, x.block_n, x.warps, x.stages) for x in (t.fwd, t.dkdv, t.dq))
+        for causal in (False, True):
+            base = {"d": d, "causal": causal, "dtype": "bf16", "fwd": f, "dkdv": kv, "dq": q}
+            out.append(base | {"kind": "bwd", "lazy": t.lazy_rescale, "label": "default"})
+            short = A.tiles_for(d, "bf16", (9, 0), causal=causal, seq_len=1024, batch_heads=64, sm_count=132)
+            if short.fwd != t.fwd:  # the tiles tiles_for picks for few waves
+                sf = (short.fwd.block_m, short.fwd.block_n, short.fwd.warps, short.fwd.stages)
+                out.append(base | {"kind": "fwd", "fwd": sf, "lazy": short.lazy_rescale, "label": "default-short"})
+            # pointer loads instead of TMA descriptors: less host work per call, where the host is the limit
+            # (what tiles_for picks for forward+backward with little work per SM)
+            out.append(base | {"kind": "bwd", "tma": False, "lazy": t.lazy_rescale, "label": "ptr",
+                               "modes": ("fwd", "fwd+bwd"), "max_n": 2048})
+            if not with_variants:
+                continue
+            out.append(base | {"kind": "fwd", "lazy": not t.lazy_rescale, "label": "lazy" if not t.lazy_rescale else "eager"})
+            if d == 64:
+                out.append(base | {"kind": "bwd", "dkdv": (64, 64, 4, 3), "atomic": True, "label": "atomic"})
+            else:
+                out.append(base | {"kind": "fwd", "fwd": (64, 64, 4, 3), "lazy": True, "label": "m64lazy"})
+                if causal:  # both tile heights at every N, whichever tiles_for picks
+                    out.append(base | {"kind": "fwd", "fwd": (128, 64, 4, 2), "lazy": False, "label": "m128"})
+                    out.append(base | {"kind": "fwd", "fwd": (64, 64, 4, 3), "lazy": False, "label": "m64"})
+    return out
+
+
+def phase_i15b(B=4, H=16, Ns=(1024, 2048, 4096, 8192, 16384), with_variants=True):
+    """Our production path (flash_attention with no config: tiles_for picks per d, mask and N) beside cuDNN and
+    SDPA flash, forward and forward+backward as the lab times them; candidate variants beside it."""
+    from labs import attention as A
+    vs = i15b_variants(with_variants)
+    odd = ((1000, 1000), (1000, 777), (777, 1000), (4097, 4097))
+    if DRY:
+        vs, odd, Ns, B, H = [v for v in vs if v["d"] == 64][:3], ((200, 200),), (256,), 1, 2
+    log(f"compiling + checking {len(vs)} variants in parallel (fresh inputs, each length twice)")
+    checks = check_all(vs, lambda v: odd, 2 if DRY else 15)
+    ok = {}
+    for v, c in zip(vs, checks):
+        worst = max((e for errs in c["errors"].values() for e in errs.values()), default=float("nan"))
+        ok[(v["d"], v["causal"], v["label"])] = c["ok"]
+        cached = max((e for size, errs in c["errors"].items() if "cached" in size for e in errs.values()),
+                     default=float("nan"))
+        print(f"  check d={v['d']} {'causal' if v['causal'] else 'full':6s} {v['label']:14s} {v['kind']} "
+              f"{'ok  ' if c['ok'] else 'FAIL'} worst rel err {worst:.1e} (cached launches {cached:.1e}) "
+              f"{c.get('exception', '')[:160]}")
+    RESULTS["checks"] += checks
+    log("timing")
+    rows = []
+    for d in ((64,) if DRY else (64, 128)):
+        for n in Ns:
+            q, k, v_, do = inputs(B, H, n, d, grad=True)
+            for causal in (False, True):
+                if not all(ok.get((d, causal, label), label == "default")
+                           for label in ("default", "default-short", "ptr")):
+                    print(f"  d={d} N={n} causal={causal}: production tiles failed the check: not timed")
+                    continue
+                r = {"d": d, "causal": causal, "N": n}
+                impls = {"cudnn": A._impl_fn("naive" if DRY else "sdpa-cudnn", causal),
+                         "flash": A._impl_fn("naive" if DRY else "sdpa-flash", causal),
+                         "ours": A._impl_fn("ours", causal)}
+                try:
+                    for name, fn in impls.items():
+                        for mode in ("fwd", "fwd+bwd"):
+                            r[f"{name} {mode}"] = tms(A._runner(fn, mode, q, k, v_, do))
+                except Exception as exc:  # keep the other rows
+                    print(f"  d={d} N={n} causal={causal}: {type(exc).__name__}: {str(exc)[:200]}")
+                    continue
+                for var in vs:
+                    if var["d"] != d or var["causal"] != causal or var["label"] in ("default", "default-short"):
+                        continue
+                    if not ok.get((d, causal, var["label"])):
+                        continue
+                    if n > var.get("max_n", n):
+                        continue
+                    cfg = make_cfg(var)
+                    fn = lambda q, k, v, cfg=cfg: A.flash_attention(q, k, v, causal, config=cfg)
+                    for mode in var.get("modes", ("fwd",) if var["kind"] == "fwd" else ("fwd+bwd",)):
+                        r[f"{var['label']} {mode}"] = tms(A._runner(fn, mode, q, k, v_, do))
+                rows.append(r)
+                line = " ".join(f"{key}={val:.3f}" for key, val in r.items() if isinstance(val, float))
+                log(f"d={d} N={n} {'causal' if causal else 'full'} ms: {line}")
+            del q, k, v_, do
+    RESULTS["i15b"] = rows
+    print("\nd    mask   N      | fwd ms: ours cuDNN flash -> x cuDNN x flash | fwd+bwd ms: ours cuDNN flash -> "
+          "x cuDNN x flash | variants (x cuDNN / x flash)")
+    for r in rows:
+        fw = [r[f"{x} fwd"] for x in ("ours", "cudnn", "flash")]
+        fb = [r[f"{x} fwd+bwd"] for x in ("ours", "cudnn", "flash")]
+        extra = " ".join(f"{key.split(' ')[0]}{'' if key.endswith(' fwd') else '[fb]'}:"
+                         f"{(r['cudnn ' + key.split(' ')[1]] / val):.2f}/{(r['flash ' + key.split(' ')[1]] / val):.2f}"
+                         for key, val in r.items() if isinstance(val, float) and key.split(" ")[0]
+                         not in ("ours", "cudnn", "flash"))
+        print(f"{r['d']:<4d} {'causal' if r['causal'] else 'full':6s} {r['N']:<6d} | {fw[0]:7.3f} {fw[1]:7.3f} {fw[2]:7.3f} "
+              f"-> {fw[1] / fw[0]:.2f} {fw[2] / fw[0]:.2f} | {fb[0]:7.3f} {fb[1]:7.3f} {fb[2]:7.3f} -> "
+              f"{fb[1] / fb[0]:.2f} {fb[2] / fb[0]:.2f} | {extra}")
+
+
 def main():
     sys.path.insert(0, os.getcwd())
     phases = sys.argv[1:] or ["sweep", "refs", "memory"]
@@ -681,9 +793,17 @@ def main():
         phases = [p for p in phases if p != "memory"]
     try:
         if "host" in phases and not DRY:
-            phase_host()
+            try:
+                phase_host()
+            except Exception:  # the host-time probe must not cost the run its kernel table
+                import traceback
+                traceback.print_exc()
         if "i15" in phases:
             phase_i15()
+        if "i15b" in phases:
+            phase_i15b()
+        if "final" in phases:  # the production path only: no candidate variants
+            phase_i15b(with_variants=False)
         if "lab" in phases:
             phase_lab()
         if "labcli" in phases:

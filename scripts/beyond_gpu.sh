@@ -2,9 +2,11 @@
 # Beyond one GPU (issue 17) on the device: run the transfers, collectives and training-memory labs through the
 # project's CLI and print a compact table of every point (measured, model, error).
 #
-#   scripts/beyond_gpu.sh            run, write $OUT (or /tmp/beyond) JSON files, print the tables
-#   scripts/beyond_gpu.sh --record   the same, and save each run as content/recorded/<gpu>/<lab>.json (also
-#                                    copied to $OUT/content/recorded/..., since the device's tree does not return)
+#   scripts/beyond_gpu.sh            run, write the JSON files and logs to /tmp/beyond, print the tables
+#   scripts/beyond_gpu.sh --record   the same, and save each run as content/recorded/<gpu>/<lab>.json; since the
+#                                    device's tree does not return, each recording is also copied to
+#                                    $OUT/recorded__<gpu>__<lab>.json (flat: the device returns at most 8 files,
+#                                    two folders deep), with all logs in $OUT/beyond.log
 #
 # On two or more GPUs (nvidia-h200-x2) the collectives lab runs across all of them (one process per GPU,
 # torchrun + NCCL). On one GPU it cannot: the script then smoke-tests the same launcher with one process
@@ -13,7 +15,8 @@ set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH="${PYTHONPATH:-$PWD}" ROOFLINE_CACHE="${ROOFLINE_CACHE:-/tmp/rc}"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 OUT_DIR="${OUT:-/tmp/beyond}"
-mkdir -p "$OUT_DIR"
+WORK_DIR=/tmp/beyond_work  # JSON results and logs; only recordings and one log go to $OUT
+mkdir -p "$OUT_DIR" "$WORK_DIR"
 RECORD=""
 [ "${1:-}" = "--record" ] && RECORD="--record"
 export ROOFLINE_GIT_COMMIT="${ROOFLINE_GIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
@@ -23,15 +26,16 @@ nvidia-smi topo -m 2>/dev/null | head -8
 GPUS=$(python3 -c "import torch; print(torch.cuda.device_count())")
 
 status=0
-MARK="$OUT_DIR/.started"; : > "$MARK"  # recordings written after this came from this run
-run_lab() {  # run_lab NAME [k=v ...]: the CLI, its JSON in $OUT_DIR, its log beside it
+MARK="$WORK_DIR/.started"; : > "$MARK"  # recordings written after this came from this run
+run_lab() {  # run_lab NAME [k=v ...]: the CLI, its JSON and log in $WORK_DIR, the log also in $OUT_DIR/beyond.log
   local name=$1; shift
   local started=$SECONDS
-  if python3 -m labs run "$name" "$@" $RECORD --out "$OUT_DIR/$name.json" 2> "$OUT_DIR/$name.log"; then
+  if python3 -m labs run "$name" "$@" $RECORD --out "$WORK_DIR/$name.json" 2> "$WORK_DIR/$name.log"; then
     echo "== $name: done in $((SECONDS - started)) s"
   else
-    echo "== $name: FAILED after $((SECONDS - started)) s"; tail -20 "$OUT_DIR/$name.log"; status=1
+    echo "== $name: FAILED after $((SECONDS - started)) s"; tail -20 "$WORK_DIR/$name.log"; status=1
   fi
+  { echo "### $name"; cat "$WORK_DIR/$name.log"; } >> "$OUT_DIR/beyond.log"
 }
 
 run_lab transfers
@@ -42,7 +46,7 @@ elif [ "$GPUS" -eq 0 ]; then
   echo "== collectives: no GPU here, nothing to run"
 else
   echo "== collectives: $GPUS GPU here; smoke test of the launcher with one process (no recording)"
-  python3 - "$OUT_DIR" <<'EOF' || status=1
+  python3 - "$WORK_DIR" <<'EOF' || status=1
 import json, sys, time
 from labs import collectives, gpu
 p = collectives.Params(sizes_kib=(1, 1024, 65536), layer_tokens=(1024,))
@@ -56,13 +60,16 @@ for r in rows:
 EOF
 fi
 
-if [ -n "$RECORD" ]; then  # the device's tree does not come back: copy the recordings out beside the tables
+if [ -n "$RECORD" ]; then  # the device's tree does not come back: copy the recordings out, flat
   find content/recorded -newer "$MARK" -name '*.json' | while read -r f; do
-    mkdir -p "$OUT_DIR/$(dirname "$f")"; cp "$f" "$OUT_DIR/$f"; echo "recorded $f (copy in \$OUT/$f)"
+    flat="recorded__$(basename "$(dirname "$f")")__$(basename "$f")"
+    cp "$f" "$OUT_DIR/$flat"; echo "recorded $f (copy in \$OUT/$flat)"
   done
+elif [ "$OUT_DIR" != "$WORK_DIR" ]; then
+  cp "$WORK_DIR"/*.json "$OUT_DIR"/ 2>/dev/null
 fi
 
-python3 - "$OUT_DIR" <<'EOF'
+python3 - "$WORK_DIR" <<'EOF'
 import json, os, sys
 
 def fmt(v):
@@ -75,6 +82,10 @@ COLUMNS = {
     "collectives": (("experiment", "op", "size_bytes", "gpus", "step", "tokens"), ("ms", "busbw_gbps", "gbps")),
     "trainmem": (("batch", "checkpointing", "peak_phase"), ("peak_bytes", "state_bytes", "activation_bytes")),
 }
+EXTRA = {  # the model's inputs measured beside each point
+    "transfers": ("model_route", "cpu_read_gbps", "cpu_copy_out_gbps", "pin_ms", "unpin_ms"),
+    "collectives": ("model_bus_gbps", "model_host_us", "model_gpu_us"),
+}
 for lab, (keys, metrics) in COLUMNS.items():
     path = os.path.join(sys.argv[1], f"{lab}.json")
     if not os.path.exists(path):
@@ -84,7 +95,8 @@ for lab, (keys, metrics) in COLUMNS.items():
           f"{len(result['rows'])} rows, complete={result.get('complete')}")
     for m in result.get("messages", []):
         print("  note:", m)
-    head = list(keys) + [f"{w}_{m}" for m in metrics for w in ("meas", "model")] + ["err%"]
+    extra = EXTRA.get(lab, ())
+    head = list(keys) + [f"{w}_{m}" for m in metrics for w in ("meas", "model")] + ["err%"] + list(extra)
     print("  " + " | ".join(head))
     for r in result["rows"]:
         if r.get("measured_ms") is None and r.get("measured_peak_bytes") is None:
@@ -93,6 +105,7 @@ for lab, (keys, metrics) in COLUMNS.items():
         for m in metrics:
             cells += [fmt(r.get(f"measured_{m}")), fmt(r.get(f"predicted_{m}"))]
         cells.append(fmt(r.get("error_pct")))
+        cells += [fmt(r.get(k)) for k in extra]
         print("  " + " | ".join(cells))
 EOF
 exit $status

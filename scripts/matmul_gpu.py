@@ -24,14 +24,12 @@ OUT = os.environ.get("OUT")
 results: dict = {"rows": []}
 T = mm.TileConfig
 BIG = mm.DEFAULT_CONFIGS["bf16"]
-CANDIDATES = {  # name -> (config, SK_EXTRA_WAVE)
+CANDIDATES = {  # name -> (config, SK_EXTRA_WAVE); "dp" = the per-size tile without stream-K
+    "dp": (None, True),
     "dp_big": (BIG, True),
     "sk_big": (T(128, 256, 64, 8, 8, 3, True), True),
     "sk_big1": (T(128, 256, 64, 8, 8, 3, True), False),
-    "sk_128w8": (T(128, 128, 64, 8, 8, 4, True), True),
     "sk_128w4": (T(128, 128, 64, 8, 4, 4, True), True),
-    "dp_128w8": (T(128, 128, 64, 8, 8, 4), True),
-    "sk_64": (T(64, 128, 64, 8, 4, 4, True), True),
 }
 SEEN: set = set()
 
@@ -63,9 +61,11 @@ def run_ours(a, b, out, cfg, extra_wave, programs=None):
 def section_check():
     """Each stream-K config on odd shapes (M odd, N and K 16-byte multiples) and odd program counts,
     output poisoned with NaN, against a full float64 product; the counters must come back to zero."""
-    shapes = [(517, 528, 560), (1001, 1032, 2056), (2057, 2064, 200)]
+    shapes = [(517, 528, 560), (1001, 1032, 2056), (2057, 2064, 200), (264, 264, 4104)]
     print(f"{'config':<26} {'M x N x K':<16} {'progs':>5} {'rel err':>9}  ok")
     for name, (cfg, extra) in CANDIDATES.items():
+        if cfg is None or not cfg.streamk and name != "dp_big":
+            continue
         for m, n, k in shapes:
             for progs in (None, 7):
                 a, b = mm.operands(m, n, k, "bf16")
@@ -74,7 +74,7 @@ def section_check():
                     _, path, _ = run_ours(a, b, out, cfg, extra, progs)
                     torch.cuda.synchronize()
                     err = bench.check_close(out, mm.reference(a, b), "bf16", f"{name} {m}x{n}x{k} p{progs}")
-                    clean = all(int(t.abs().sum()) == 0 for t in mm._SCRATCH["cuda:0"]) if cfg.streamk else True
+                    clean = all(int(t.abs().sum()) == 0 for t in mm._SCRATCH["cuda:0"][1:]) if cfg.streamk else True
                     ok = "yes" if clean else "COUNTERS LEFT NONZERO"
                 except Exception as exc:
                     err, ok = float("nan"), f"FAIL {exc}"[:200]
@@ -113,6 +113,7 @@ def section_sweep():
         cand = {}
         if path == "tma" and n >= 1024 or n in (512, 768):
             for name, (c_cfg, extra) in CANDIDATES.items():
+                c_cfg = c_cfg or mm.tuned_config(n, "bf16", target.sm_count, target.compute_capability)
                 try:
                     out.fill_(float("nan"))
                     _, _, comp = run_ours(a, b, out, c_cfg, extra)
@@ -138,7 +139,7 @@ def section_sweep():
 def section_floor():
     """Candidate floors: a tiny element-wise kernel, and the smallest products (one tile, one K step)."""
     target = gpu.live_target()
-    rows = {"elementwise_us": mm.probe_floor_us(target)}
+    rows = {"floor_us": mm.probe_floor_us(target)}
     for n in (64, 128):
         a, b = mm.operands(n, n, n, "bf16")
         out = torch.empty((n, n), device="cuda", dtype=torch.bfloat16)
@@ -149,15 +150,20 @@ def section_floor():
     print("floor:", " ".join(f"{k}={v:.2f}" for k, v in rows.items()), flush=True)
 
 
-def section_lab():
+def section_lab(*args, name="matmul_lab.json"):
     """The lab's own default run, as the CLI makes it."""
     import subprocess
 
-    path = os.path.join(OUT or "/tmp", "matmul_lab.json")
+    path = os.path.join(OUT or "/tmp", name)
     t = time.monotonic()
-    subprocess.run([sys.executable, "-m", "labs", "run", "matmul", "--out", path], check=True)
-    print(f"lab run: {time.monotonic() - t:.1f} s", flush=True)
+    subprocess.run([sys.executable, "-m", "labs", "run", "matmul", *args, "--out", path], check=True)
+    print(f"lab run {' '.join(args)}: {time.monotonic() - t:.1f} s", flush=True)
     show([path])
+
+
+def section_laboff():
+    """The lab's default run with stream-K off (the per-size tiles alone), for comparison."""
+    section_lab("streamk=off", name="matmul_lab_off.json")
 
 
 def show(paths):

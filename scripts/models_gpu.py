@@ -306,11 +306,62 @@ def section_ncu():
         print(out.stdout[-2000:], out.stderr[-2000:])
 
 
-SECTIONS = {"launchlab": section_launchlab, "ncu": section_ncu, "ncuchild": section_ncuchild, "sass": section_sass, "calibrate": section_calibrate, "matmul": section_matmul, "naive": section_naive,
+def section_ladderchild():
+    """Run once (under ncu, from section_ladderncu): every CUDA rung of the matmul ladder at N = 2048."""
+    from labs import matmul_ladder as ML
+
+    n = 2048
+    for dtype in ("fp32", "bf16"):
+        a, b = bench.random_tensor((n, n), dtype), bench.random_tensor((n, n), dtype)
+        out = torch.empty_like(a)
+        for kernel in ("naive", "tiled8", "tiled16", "tiled32", "warptiled"):
+            ML.cuda_matmul(kernel, a, b, out)
+    torch.cuda.synchronize()
+
+
+LADDER_METRICS = ("l1tex__data_pipe_lsu_wavefronts.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,"
+                  "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum,l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum,"
+                  "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum,smsp__inst_executed.sum,sm__cycles_elapsed.avg,"
+                  "smsp__inst_executed_op_shared_ld.sum,gpu__time_duration.sum")
+
+
+def section_ladderncu():
+    """The L1's wavefronts (shared and global), instructions and cycles of each ladder rung, from the hardware
+    counters: what the ladder's load model counts, checked. Prints per warp-wide FMA (N^3 / 32 at N = 2048)."""
+    import subprocess
+
+    from labs import matmul_ladder as ML
+
+    ML.extension()  # built here, so the child only loads it
+    cmd = ["ncu", "--metrics", LADDER_METRICS, "--csv", "--clock-control", "none", "-k", "regex:naive|tiled|warptile",
+           sys.executable, os.path.abspath(__file__), "ladderchild"]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        print("ncu: timed out")
+        return
+    if OUT:
+        with open(os.path.join(OUT, "ladder_ncu.csv"), "w") as fh:
+            fh.write(out.stdout + "\n" + out.stderr[-3000:])
+    per = {}
+    for ln in out.stdout.splitlines():
+        cells = [c.strip('"') for c in ln.split('","')]
+        if len(cells) > 14 and cells[0] != "ID" and cells[0].strip('"').isdigit():
+            per.setdefault((cells[0], cells[4][:44]), {})[cells[-3]] = float(cells[-1].replace(",", "") or "nan")
+    warp_fmas = 2048**3 / 32
+    for (kid, name), m in per.items():
+        record("ladderncu", id=kid, kernel=name, **{k.split("__")[1]: round(v / warp_fmas, 4)
+               for k, v in m.items() if "duration" not in k and "cycles" not in k},
+               cycles=m.get("sm__cycles_elapsed.avg"), us=m.get("gpu__time_duration.sum", 0) / 1e3)
+    if not per:
+        print(out.stdout[-2000:], out.stderr[-2000:])
+
+
+SECTIONS = {"launchlab": section_launchlab, "ladderncu": section_ladderncu, "ladderchild": section_ladderchild, "ncu": section_ncu, "ncuchild": section_ncuchild, "sass": section_sass, "calibrate": section_calibrate, "matmul": section_matmul, "naive": section_naive,
             "launch": section_launch, "flash": section_flash, "terms": section_terms}
 
 if __name__ == "__main__":
-    wanted = sys.argv[1:] or [name for name in SECTIONS if name != "ncuchild"]
+    wanted = sys.argv[1:] or [name for name in SECTIONS if not name.endswith("child")]
     print(torch.cuda.get_device_name(), torch.__version__, flush=True)
     for name in wanted:
         if time.monotonic() - T0 > DEADLINE:

@@ -131,6 +131,35 @@ def test_naive_model_is_memory_bound_in_the_softmax():
     assert m["predicted_ms"] > A.flash_model(shape, "fwd", H200)["predicted_ms"]
 
 
+def test_naive_model_takes_the_probed_rates_of_torchs_kernels():
+    shape = A.Shape(4, 16, 4096, 4096, 64, True, "bf16")
+    s, bw = shape.s_bytes, H200.ceilings.copy_tbps * 1e12
+    copy_only = A.naive_model(shape, "fwd", H200)
+    probed = A.naive_model(shape, "fwd", H200, {"softmax-causal": 1.0, "masked-fill": 1.25, "softmax": 9.0})
+    # by hand: the causal softmax's 2s bytes at 1.0 TB/s and masked_fill_'s 2s at 1.25 TB/s replace 4s at copy speed
+    extra = 2 * s / 1.0e12 + 2 * s / 1.25e12 - 4 * s / bw
+    assert probed["predicted_ms"] == pytest.approx(copy_only["predicted_ms"] + extra * 1e3)
+    assert probed["predicted_probed_ms"] == pytest.approx((2 * s / 1.0e12 + 2 * s / 1.25e12) * 1e3)
+    # forward and backward of the causal mask: masked_fill_ twice (forward, and on the copy of dS backward)
+    kernels = [o["kernel"] for o in A.naive_ops(shape, "fwd+bwd")]
+    assert kernels.count("masked-fill") == 2 and kernels.count("softmax-causal") == 1 and "softmax" not in kernels
+
+
+def test_probed_rates_are_read_from_rows_and_the_nearest_row_length_serves_the_others():
+    rows = [{"impl": A.PROBE_IMPL, "mode": "softmax", "seq_len": 1024, "dtype": "bf16", "measured_tbps": 2.0},
+            {"impl": A.PROBE_IMPL, "mode": "softmax", "seq_len": 8192, "dtype": "bf16", "measured_tbps": 1.0},
+            {"impl": A.PROBE_IMPL, "mode": "masked-fill", "seq_len": 8192, "dtype": "bf16", "measured_tbps": 1.3},
+            {"impl": "naive", "mode": "fwd", "seq_len": 8192, "dtype": "bf16", "measured_tbps": 9.9}]
+    rates = A.probed_naive_rates(rows)
+    assert rates == {("softmax", 1024, "bf16"): 2.0, ("softmax", 8192, "bf16"): 1.0,
+                     ("masked-fill", 8192, "bf16"): 1.3}
+    assert A.naive_rates_for(rates, 2048, "bf16") == {"softmax": 2.0, "masked-fill": 1.3}  # 2x from 1024, 4x from 8192
+    assert A.naive_rates_for(rates, 8192, "fp16") == {}  # another dtype: nothing probed, the copy rate
+    params = A.Params(seq_lens=(2048,), head_dims=(64,), masks=("full",), impls=("naive",), modes=("fwd",))
+    with_rates = A.predict(params, H200, rates)[0]["predicted_ms"]
+    assert with_rates > A.predict(params, H200, {})[0]["predicted_ms"]  # a 2 TB/s softmax is slower than the copy
+
+
 def test_predict_has_the_headline_row_and_positive_numbers():
     rows = A.predict(A.Params(), H200)
     head = [r for r in rows if all(r.get(k) == v for k, v in A.LAB.headline.row.items())]
@@ -265,7 +294,7 @@ def test_atomic_dq_over_tma_loads_matches_float64(device):
 def test_dq_kernel_writes_delta_and_lse2_for_every_padded_row(device):
     # dK/dV uses larger query tiles (32) than dQ (16): it reads rows the dQ grid must still have written
     q, k, v = (x.detach() for x in _inputs(1, 2, 40, 40, 16, "fp32", device, seed=9))
-    cfg = A.FlashConfig(A.Tiles(16, 16, 4, 1), A.Tiles(32, 16, 4, 1), A.Tiles(16, 16, 4, 1))
+    cfg = A.FlashConfig(A.Tiles(16, 16, 4, 1), A.Tiles(32, 16, 4, 1), A.Tiles(16, 16, 4, 1), use_tma=True)
     out, lse = A._forward(q, k, v, False, 0.25, cfg)
     do = torch.randn_like(q)
     grads = A._backward(q, k, v, out, lse, do, False, 0.25, cfg)
@@ -295,6 +324,28 @@ def test_tile_choice_by_mask_and_waves():
     assert A.tiles_for(128, "bf16", (9, 0)) == long_causal  # without the sizes: the long-sequence choice
     # a GPU with half the SMs has twice the waves: the long-sequence tiles again
     assert A.tiles_for(128, "bf16", (9, 0), causal=True, seq_len=4096, batch_heads=64, sm_count=66).fwd.block_m == 128
+
+
+def test_short_forward_backward_uses_pointer_loads():
+    h100 = dict(batch_heads=64, sm_count=132)
+    # 4 * 64 * 2048^2 * 64 / 132 = 5.2e8 forward FLOPs per SM: the host's launch work dominates
+    assert not A.tiles_for(64, "bf16", (9, 0), seq_len=2048, mode="fwd+bwd", **h100).use_tma
+    assert A.tiles_for(64, "bf16", (9, 0), seq_len=2048, mode="fwd", **h100).use_tma  # one launch: TMA
+    assert A.tiles_for(64, "bf16", (9, 0), seq_len=4096, mode="fwd+bwd", **h100).use_tma  # 2.1e9 per SM
+    assert A.tiles_for(128, "bf16", (9, 0), seq_len=2048, mode="fwd+bwd", **h100).use_tma  # 1.04e9 per SM
+    assert not A.tiles_for(128, "bf16", (9, 0), causal=True, seq_len=2048, mode="fwd+bwd", **h100).use_tma
+
+
+def test_flash_attention_picks_the_mode_from_autograd(monkeypatch, device):
+    seen = []
+    real = A.default_config
+    monkeypatch.setattr(A, "default_config", lambda *a, **kw: seen.append(kw["mode"]) or real(*a, **kw))
+    q, k, v = _inputs(1, 1, 20, 20, 16, "fp32", device)
+    with torch.no_grad():
+        A.flash_attention(q, k, v)
+    A.flash_attention(q, k, v).sum().backward()
+    A.flash_attention(*(x.detach() for x in (q, k, v)))
+    assert seen == ["fwd", "fwd+bwd", "fwd"]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -363,18 +414,27 @@ def test_default_sweep_plans_within_memory_on_every_large_gpu(sheet):
 
 def test_short_sequences_get_the_cpus_time_as_a_floor():
     """Our kernels at small N: the model is the larger of the GPU model and the CPU time the timer sees."""
-    import time as _time
-
     from labs import recompute
 
     shape = A.Shape(1, 2, 256, 256, 64, False, "bf16")
-    row = A._with_host_floor({"impl": "ours"}, shape, "fwd", lambda: _time.sleep(0.002), H200)
-    assert row["limited_by"] == "CPU" and row["host_ms"] >= 2.0
-    assert row["predicted_ms"] == pytest.approx(recompute.timer_host_floor_ms(row["host_ms"], H200))
+    assert A._needs_host_floor(shape, "fwd", H200)
+    row = A.host_floor_row({"impl": "ours"}, shape, "fwd", 2.0, H200)
+    assert row["limited_by"] == "CPU" and row["host_ms"] == 2.0
+    assert row["predicted_ms"] == pytest.approx(recompute.timer_host_floor_ms(2.0, H200))
     flops = A.attention_flops("fwd", 1, 2, 256, 256, 64, False)
     assert row["predicted_tflops"] == pytest.approx(flops / (row["predicted_ms"] * 1e-3) / 1e12)
+    assert A.host_floor_row({}, shape, "fwd", 1e-6, H200)["limited_by"] == "GPU"
     long = A.Shape(4, 16, 16384, 16384, 128, False, "bf16")  # GPU model of many ms: no CPU timing at all
-    assert A._with_host_floor({"impl": "ours"}, long, "fwd", lambda: 1 / 0, H200) == {"impl": "ours"}
+    assert not A._needs_host_floor(long, "fwd", H200)
+
+
+@pytest.mark.gpu
+def test_gpu_probes_of_torchs_softmax_and_masked_fill():
+    rows = A.probe_naive_kernels(1024, "bf16", 64, causal=True)
+    rates = A.probed_naive_rates(rows)
+    assert set(rates) == {(k, 1024, "bf16") for k in A.NAIVE_PROBES}
+    copy = gpu.live_target().ceilings.copy_tbps
+    assert all(0.05 * copy < r < 1.2 * copy for r in rates.values())
 
 
 @pytest.mark.gpu
@@ -383,8 +443,10 @@ def test_gpu_a_point_that_runs_out_of_memory_is_skipped_not_fatal():
     assert A._time_point(lambda: torch.empty(1 << 50, device="cuda", dtype=torch.uint8)) is None  # a petabyte
     assert torch.cuda.mem_get_info()[0] >= 0.95 * free_before  # nothing of the failed point is kept
     x = torch.ones(1 << 20, device="cuda")
-    peak, ms = A._time_point(lambda: x * 2)
-    assert peak >= 4 << 20 and ms > 0
+    peak, ms, host_ms = A._time_point(lambda: x * 2)
+    assert peak >= 4 << 20 and ms > 0 and host_ms is None
+    peak, ms, host_ms = A._time_point(lambda: x * 2, with_host=True)  # the CPU's time inside the timed calls
+    assert ms > 0 and 0 < host_ms < 10
 
 
 # ------------------------------------------------------------------------------------------------

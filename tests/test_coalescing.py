@@ -123,10 +123,17 @@ def test_predict_takes_the_lower_of_dram_and_l1():
     assert by["row walk"]["predicted_tbps"] == pytest.approx(l1 * 4) and by["row walk"]["bound"] == "L1"
     assert by["row walk"]["no_reuse_tbps"] == pytest.approx(bw / 8)
     assert by["column walk"]["predicted_tbps"] == pytest.approx(bw)
-    # transposes: unpadded tile 256 B per 35 clocks; padded DRAM-bound; torch only DRAM
+    # transposes: unpadded tile 256 B per 35 clocks; padded DRAM-bound; naive and torch bound by the L2's
+    # 64-byte request slots: 8 useful bytes per element over 2 + 4/64 slots (a partial-sector write costs two)
+    # and 1 + 4/64 slots (a read of its own sector)
+    from labs import hopper
+
+    l2 = hopper.l2_tbps(H200)[0]
     assert by["tiled"]["predicted_tbps"] == pytest.approx(l1 * 256 / 35)
-    assert by["naive"]["predicted_tbps"] == pytest.approx(l1 * 256 / 33)
-    assert by["tiled+padded"]["predicted_tbps"] == pytest.approx(bw) and by["torch"]["predicted_tbps"] == bw
+    assert by["naive"]["predicted_tbps"] == pytest.approx(l2 * 8 / ((2 + 4 / 64) * 64))
+    assert by["naive"]["bound"] == by["torch"]["bound"] == "L2 requests"
+    assert by["torch"]["predicted_tbps"] == pytest.approx(l2 * 8 / ((1 + 4 / 64) * 64))
+    assert by["tiled+padded"]["predicted_tbps"] == pytest.approx(bw)
     # stride 4 over 2 GiB: 2^27 outputs, useful 8 B each
     assert by["stride 4"]["useful_bytes"] == 8 * 2**27
     measured, predicted = LAB.headline.answer(rows)
@@ -199,3 +206,18 @@ def test_page_renders_fast_without_a_gpu():
     assert any("stride" in t for t in titles) and any("Transposing" in t for t in titles)
     traces = [t["name"] for f in figures for t in f["data"]]
     assert "model" in traces and any(t.startswith("sector model") for t in traces)
+
+
+def test_transpose_l2_limit_uses_the_recorded_l2_figure_offline():
+    """The naive and torch rungs are capped by the L2's 64-byte request slots at the L2 bandwidth the run used;
+    a re-prediction of a recording takes that figure from the recording's rows."""
+    from labs import coalescing as co
+
+    params = Params(experiments=("transpose",))
+    recording = {"params": {"experiments": ["transpose"]},
+                 "rows": [{"experiment": "transpose", "variant": "naive", "l2_tbps": 4.0}]}
+    rows = {r["variant"]: r for r in co.repredict(recording, H200)}
+    assert rows["naive"]["predicted_tbps"] == pytest.approx(4.0 * 8 / ((2 + 4 / 64) * 64))
+    assert rows["torch"]["predicted_tbps"] == pytest.approx(4.0 * 8 / ((1 + 4 / 64) * 64))
+    assert rows["naive"]["bound"] == "L2 requests" and rows["naive"]["l2_tbps"] == 4.0
+    assert co.predict(params, H200)[0]["l2_tbps"] > H200.ceilings.copy_tbps  # this GPU's own L2 figure

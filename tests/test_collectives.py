@@ -35,9 +35,59 @@ def test_model_uses_the_datasheet_nvlink_per_direction():
 
 
 def test_predicted_bus_bandwidth_rises_with_size_to_the_link():
-    rows = [r for r in c.predict(c.Params(), H200) if r["experiment"] == "collective" and r["op"] == "all_reduce"]
+    """With no measured run, only the datasheet's link: the bus bandwidth climbs towards B."""
+    terms = c.model_terms([], H200)
+    assert terms["exchange_gbps"] is None and terms["link_gbps"]["all at once"] == 450
+    rows = [r for r in c.predict_with(c.Params(), H200, 2, terms)
+            if r["experiment"] == "collective" and r["op"] == "all_reduce"]
     bw = [r["predicted_busbw_gbps"] for r in sorted(rows, key=lambda r: r["size_bytes"])]
     assert bw == sorted(bw) and bw[0] < 1 and 400 < bw[-1] < 450
+
+
+def test_bytes_nccl_kernels_move_per_byte_sent_by_hand():
+    # two GPUs: all-reduce = send (2) + recv-reduce-copy-send (4) + recv (2) for 2 bytes sent -> 4
+    assert c.sm_bytes_per_link_byte("all_reduce", 2) == 4
+    # all-gather out of place: copy-send (3) + recv (2) per byte sent; reduce-scatter: send (2) + recv-reduce-copy (3)
+    assert c.sm_bytes_per_link_byte("all_gather", 2) == 5 and c.sm_bytes_per_link_byte("reduce_scatter", 2) == 5
+    assert c.sm_bytes_per_link_byte("broadcast", 2) == 2 and c.sm_bytes_per_link_byte("broadcast", 4) == 3
+    # eight GPUs: all-reduce (6n - 4) / (2n - 2) = 44 / 14
+    assert c.sm_bytes_per_link_byte("all_reduce", 8) == pytest.approx(44 / 14)
+    assert c.sm_bytes_per_link_byte("all_gather", 8) == pytest.approx(23 / 7)
+
+
+def test_bus_bandwidth_is_the_link_or_nccls_kernels_whichever_is_slower():
+    # an exchange of 300 GB/s each way = 1200 GB/s of reads + writes: all-reduce 1200/4, all-gather 1200/5
+    assert c.nccl_bus_gbps("all_reduce", 2, 360, 300) == pytest.approx(300)
+    assert c.nccl_bus_gbps("all_gather", 2, 360, 300) == pytest.approx(240)
+    assert c.nccl_bus_gbps("broadcast", 2, 360, 300) == 360  # 600 from the kernels: the link is slower
+    assert c.nccl_bus_gbps("all_reduce", 2, 360, None) == 360  # nothing measured: the link
+
+
+def test_a_loop_of_calls_runs_at_the_slower_of_host_and_gpus():
+    # 1 MB all-reduce over 2 GPUs at 250 GB/s: GPUs 10 us + 4 us, host 30 us per call -> host-bound
+    assert c.loop_ms("all_reduce", 1e6, 2, 250, 30, 10) == pytest.approx(0.030)
+    # 100 MB: GPUs 10 us + 400 us
+    assert c.loop_ms("all_reduce", 1e8, 2, 250, 30, 10) == pytest.approx(0.410)
+    assert c.loop_ms("all_gather", 1e8, 2, 250, 30, 10) == pytest.approx(0.210)  # half the buffer crosses
+
+
+def test_model_terms_come_from_the_runs_probes():
+    rows = [{"experiment": "collective", "op": "all_reduce", "size_bytes": 1024, "measured_ms": 0.030},
+            {"experiment": "collective", "op": "all_reduce", "size_bytes": 2**20, "measured_ms": 0.031},
+            {"experiment": "collective_gpu", "op": "all_reduce", "size_bytes": 1024, "measured_ms": 0.010},
+            {"experiment": "peer_copy", "op": "one direction", "size_bytes": 2**28, "measured_gbps": 375.0},
+            {"experiment": "peer_copy", "op": "all at once", "size_bytes": 2**28, "measured_gbps": 363.0},
+            {"experiment": "nccl_p2p", "op": "exchange", "size_bytes": 2**28, "measured_gbps": 300.0}]
+    terms = c.model_terms(rows, H200)
+    assert terms["host_us"] == {"all_reduce": pytest.approx(30)}
+    assert terms["gpu_us"] == {"all_reduce": pytest.approx(10)}
+    assert terms["exchange_gbps"] == 300
+    assert terms["link_gbps"] == {"one direction": 375, "all at once": 363}
+    assert c.op_bus_gbps("all_reduce", 2, terms) == pytest.approx(300)
+    assert c.op_bus_gbps("broadcast", 2, terms) == 375  # one direction; the kernels could do 600
+    row = c.collective_row("all_reduce", 2**30, 2, terms)
+    assert row["predicted_ms"] == pytest.approx(0.010 + 2**30 / 300e9 * 1e3)
+    assert row["textbook_ms"] == pytest.approx(0.030 + 2**30 / 450e9 * 1e3)
 
 
 def test_overlap_model_hides_communication_behind_backward():
@@ -47,7 +97,8 @@ def test_overlap_model_hides_communication_behind_backward():
             if r["experiment"] in ("dp", "tp")}
     big = 8192
     assert rows[("dp", "overlapped", big)] < rows[("dp", "serial", big)]
-    assert rows[("tp", "serial", big)] == pytest.approx(rows[("tp", "compute", big)] + rows[("tp", "communication", big)])
+    serial, compute, comm = (rows[("tp", step, big)] for step in ("serial", "compute", "communication"))
+    assert serial == pytest.approx(compute + comm)
 
 
 def test_children_keep_nvlink_multicast_off(monkeypatch):
@@ -71,9 +122,10 @@ def test_launcher_runs_two_real_processes_on_gloo():
     assert {("tp", "-", s) for s in ("compute", "communication", "serial")} <= got
     assert all(r["check_rel_error"] <= 1e-5 and r["measured_ms"] > 0 for r in rows)
     assert all(r["gpus"] == 2 for r in rows) and seen
-    # the model on every collective row uses this run's own smallest-message latency
+    # the model on every collective row uses this run's own smallest-message time as the host's cost per call
     small = [r for r in rows if r["experiment"] == "collective" and r["size_bytes"] == 1024]
-    assert all(r["model_latency_us"] == pytest.approx(1e3 * r["measured_ms"]) for r in small)
+    assert all(r["model_host_us"] == pytest.approx(1e3 * r["measured_ms"]) for r in small)
+    assert all(r["predicted_ms"] >= r["measured_ms"] * 0.999 for r in small)  # host-bound: the model is that time
 
 
 def test_launcher_reports_a_failing_worker():

@@ -275,3 +275,17 @@ def test_page_reports_bad_parameters_in_words():
     at.text_input(key="fusion.chain_ops").set_value("1,0").run()
     assert not at.exception
     assert any("chain_ops" in e.value and "out of range" in e.value for e in at.error)
+
+
+def test_repredict_keeps_the_recorded_host_time_and_re_predicts_the_rest():
+    """Offline, a sin^2 + cos^2 point is the larger of the model's GPU time and the host time its run measured."""
+    recording = {"params": {"experiments": ["sincos"], "sizes_mib": [1, 1024], "compile": False},
+                 "rows": [{"experiment": "sincos", "variant": "eager", "size_mib": 1, "host_ms": 0.5},
+                          {"experiment": "sincos", "variant": "eager", "size_mib": 1024, "host_ms": 0.01}]}
+    rows = {(r["variant"], r["size_mib"]): r for r in fusion.repredict(recording, ROUND)}
+    model = {(r["variant"], r["size_mib"]): r for r in fusion.predict(
+        fusion.Params(experiments=("sincos",), sizes_mib=(1, 1024), compile=False), ROUND)}
+    assert rows[("eager", 1)]["predicted_ms"] == 0.5 and rows[("eager", 1)]["limited_by"] == "host"
+    assert rows[("eager", 1024)]["predicted_ms"] == pytest.approx(model[("eager", 1024)]["predicted_ms"])
+    assert rows[("eager", 1024)]["limited_by"] == "GPU"
+    assert rows[("triton", 1)]["predicted_ms"] == model[("triton", 1)]["predicted_ms"]  # no host time recorded

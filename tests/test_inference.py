@@ -112,6 +112,36 @@ def test_predicted_gemm_times_by_hand():
     assert rows[("cublas", 64)]["predicted_usd_per_mtok"] < m1["predicted_usd_per_mtok"] / 55
 
 
+def test_skinny_kernel_pays_for_its_padded_tensor_core_tile():
+    target = synthetic_target(bw_tbps=4.0, bf16_tflops=800.0)
+    rows = {(r["kernel"], r["m"]): r for r in inf.predict_gemm(inf.Params(gemm_m=(1, 16, 64)), target)}
+    k = n = 8192
+    for m, tile_rows in ((1, 16), (16, 16), (64, 64)):  # M = 1 multiplies 16 rows, as M = 16 does
+        launches = inf.skinny_launches(m, n, k, target.sm_count)
+        by_hand = inf.gemm_bytes(m, k, n, "bf16") / 4e12 * 1e3 + inf.fixed_ms(launches) \
+            + 2 * tile_rows * k * n / 800e12 * 1e3
+        assert rows[("triton", m)]["predicted_ms"] == pytest.approx(by_hand)
+    assert rows[("triton", 1)]["predicted_ms"] > rows[("cublas", 1)]["predicted_ms"]  # cuBLAS hides its MMAs
+
+
+def test_probed_fixed_cost_of_a_decode_call_replaces_two_launches():
+    p = inf.Params(attn_batch=(8,), attn_context=(512,), attn_kernels=("triton", "sdpa"))
+    target = synthetic_target(bw_tbps=4.0)
+    rows = [{"experiment": "probe", "kernel": "triton-fixed", "measured_ms": 0.009},
+            {"experiment": "probe", "kernel": "sdpa-fixed", "measured_ms": 0.012},
+            {"experiment": "probe", "kernel": "sdpa-block", "measured_ms": 0.2, "measured_gbps": 1.0}]
+    fixed = inf.probed_fixed_ms(rows)
+    assert fixed == {"triton": 0.009, "sdpa": 0.012}
+    _, nbytes = inf.attention_cost(8, 512, p)
+    row = inf.attention_row("triton", 8, 512, p, target, None, fixed)
+    assert row["predicted_ms"] == pytest.approx(nbytes / 4e12 * 1e3 + 0.009)
+    assert inf.attention_row("triton", 8, 512, p, target)["predicted_ms"] == pytest.approx(
+        nbytes / 4e12 * 1e3 + inf.LAUNCH_ALONE_MS + inf.GRAPH_NODE_MS)  # no probe: two launches
+    # the SDPA block rate: its probe's 8 MiB of K and V over the probe's time less the fixed cost (0.188 ms)
+    block_bytes = inf.sdpa_block_bytes(inf.SDPA_PROBE_CONTEXT, p)
+    assert inf.block_gbps_from(0.2, p, 0.012) == pytest.approx(block_bytes / 0.188e-3 / 1e9)
+
+
 def test_ridge_read_off_the_rows_lies_near_the_roofline_ridge():
     target = synthetic_target()
     rows = inf.predict_gemm(inf.Params(), target)

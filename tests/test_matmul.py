@@ -5,6 +5,7 @@ against numbers worked out by hand; the page renders from the model and the reco
 The CUDA C++ kernels and the timed sweep need a GPU (marked `gpu`).
 """
 
+import dataclasses
 import math
 import time
 from pathlib import Path
@@ -246,14 +247,17 @@ def test_ladder_requests_and_time_by_hand():
     assert ladder.requested_bytes("tiled16", n, "fp32") == 2 * n**3 * 4 / 16
     assert ladder.requested_bytes("tiled32", n, "bf16") == 2 * n**3 * 2 / 32
     t = toy_target()
-    # naive: N^3 / 32 warp FMAs x 2 loads = 67,108,864 load instructions over 100 SMs at 1 GHz = 671.09 us;
+    # naive: a warp covers 2 rows of C: A's load touches 2 lines, B's 1, so 3 L1 wavefronts per warp FMA;
+    # N^3 / 32 warp FMAs x 3 = 100,663,296 wavefronts over 100 SMs at 1 GHz (one per clock) = 1006.6 us;
     # FMA: N^3 / (100 x 128 x 1e9) = 83.9 us; plus 3 us fixed
     p = ladder.predict_cuda("naive", n, "fp32", t)
-    assert p["bound"] == "load instructions"
-    assert p["predicted_ms"] == pytest.approx((n**3 / 32 * 2 / 100e9 + 3e-6) * 1e3, rel=1e-9)
-    # tiled (TILE 8): 2 + 4 / 8 = 2.5 loads per FMA
+    assert p["bound"] == "L1 wavefronts"
+    assert p["predicted_ms"] == pytest.approx((n**3 / 32 * 3 / 100e9 + 3e-6) * 1e3, rel=1e-9)
+    # tiled (TILE 8, 4 rows per warp): per k 1 (Bs) + 2 / 4 (a 16-byte As load, 2 wavefronts, every 4 k),
+    # per 8 k 4 + 4 lines of global loads and 2 shared stores: 1.5 + 10 / 8 = 2.75
+    assert ladder.wavefronts_per_fma("tiled8") == 2.75 and ladder.wavefronts_per_fma("tiled32") == 1.5 + 4 / 32
     assert ladder.predict_cuda("tiled8", n, "fp32", t)["predicted_ms"] == pytest.approx(
-        (n**3 / 32 * 2.5 / 100e9 + 3e-6) * 1e3, rel=1e-9)
+        (n**3 / 32 * 2.75 / 100e9 + 3e-6) * 1e3, rel=1e-9)
 
 
 def test_ladder_predict_rows():
@@ -437,3 +441,89 @@ def test_floor_probe_replaces_the_assumed_fixed_cost():
         assert row["bound"] == "launch" and row["predicted_ms"] > 6.0e-3
     finally:
         del mm._FLOOR_PROBED[t.key]
+
+
+# ---------------------------------------------------------------------------------------------
+# Stream-K (issue 15): the partial wave's K steps shared out among all SMs
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("shape,config,programs", [
+    ((70, 144, 80), mm.TileConfig(16, 32, 16, 2, 4, 2, True), 4),  # 25 tiles: 20 whole, 5 shared out
+    ((45, 48, 160), mm.TileConfig(16, 16, 16, 2, 4, 2, True), 5),  # 9 tiles, 10 steps each, all shared
+    ((32, 32, 160), mm.TileConfig(32, 32, 16, 2, 4, 2, True), 7),  # one tile split 7 ways
+    ((100, 96, 64), mm.TileConfig(16, 32, 16, 2, 4, 2, True), 13),  # 21 tiles over 13 programs
+], ids=["dp+sk", "all-sk", "one-tile", "odd-programs"])
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_streamk_matches_float64_and_resets_its_counters(shape, config, programs, dtype, device):
+    if device == "cuda" and not mm.tma_supported(mm._device_cc(torch.device("cuda"))):
+        pytest.skip("this GPU has no TMA")
+    m, n, k = shape
+    for _ in range(2):  # the second call finds the counters the first one left: they must be back at zero
+        a, b = mm.operands(m, n, k, dtype, device)
+        out = torch.full((m, n), float("nan"), device=device, dtype=mm.out_dtype(dtype))
+        _, path, _ = mm.triton_matmul(a, b, dtype, out, config, tma="on", programs=programs)
+        assert path == "tma"
+        bench.check_close(out, mm.reference(a, b), dtype, f"stream-K {config.label} {shape}")
+        assert int(mm._SCRATCH[str(a.device)][1].abs().sum()) == 0
+
+
+def test_streamk_plan_by_hand():
+    """132 slots. N = 2064 in 128x256 tiles: 17 x 9 = 153 tiles of 33 steps, one full wave and 21 more.
+    The 21 and the full wave before them (153 tiles) are shared out: 5049 steps, 38.25 a program, so the
+    busiest has 39; a tile's 33 steps span at most 2 programs. N = 4096: 512 tiles = 3 waves + 116: the
+    116 + 132 = 248 last are shared (248 x 64 / 132 = 120.24 -> 121 steps), the first 264 are whole
+    (2 a program, 128 steps): 249 steps against 4 waves x 64 = 256 without stream-K."""
+    p = mm.streamk_plan(153, 33, 132)
+    assert (p["grid"], p["sk_tiles"], p["dp_tiles"], p["steps_busiest"], p["max_sharers"]) == (132, 153, 0, 39, 2)
+    p = mm.streamk_plan(512, 64, 132)
+    assert (p["sk_tiles"], p["dp_tiles"], p["steps_busiest"]) == (248, 264, 249)
+    assert mm.streamk_plan(264, 64, 132)["sk_tiles"] == 0  # full waves: nothing to share
+    one = mm.streamk_plan(153, 33, 132, extra_wave=False)  # only the 21 tiles of the partial wave
+    assert (one["sk_tiles"], one["steps_busiest"]) == (21, 6 + 33)
+    assert mm.streamk_plan(1, 64, 132)["grid"] == mm.SK_MAX_SHARERS  # one deep tile: at most 8 sharers
+
+
+def test_streamk_model_by_hand():
+    """Toy GPU (100 SMs, 1 GHz, 4096 FLOP per clock per SM): N = 2304 in 128x256 tiles gives 18 x 9 = 162
+    tiles of 36 steps, one wave and 62 more. Without stream-K: 2 rounds x 36 steps x 1024 clocks = 73.7 us.
+    With it, all 162 are shared: 5832 steps over 100 programs, 59 for the busiest (60.4 us), plus its
+    fix-up: 2 parts written + 2 read (128 x 256 x 4 bytes each) + the bf16 tile, 589824 bytes at 128 bytes
+    a clock = 4608 clocks."""
+    t = toy_target()
+    big = mm.DEFAULT_CONFIGS["bf16"]
+    tiles = mm.predict_point(2304, "bf16", big, t)
+    sk = mm.predict_point(2304, "bf16", dataclasses.replace(big, streamk=True), t)
+    assert tiles["schedule"] == "tiles" and sk["schedule"] == "stream-K" and sk["sk_tiles"] == 162
+    assert tiles["predicted_ms"] == pytest.approx((2 * 36 * 1024 / 1e9 + 3e-6) * 1e3)
+    assert sk["fixup_us"] == pytest.approx(4608 / 1e3)
+    assert sk["predicted_ms"] == pytest.approx(((59 * 1024 + 4608) / 1e9 + 3e-6) * 1e3)
+    # the per-size choice takes stream-K here (>= 10 % faster), not at N = 2560 (200 tiles: two full waves)
+    assert mm.tuned_config(2304, "bf16", 100, "9.0", t).streamk
+    assert not mm.tuned_config(2560, "bf16", 100, "9.0", t).streamk
+    assert not mm.tuned_config(2304, "bf16", 100, "9.0").streamk  # without a target: the tile shape alone
+    assert mm.config_for(mm.Params(streamk="off"), "bf16", 2304, 100, "9.0", t).streamk is False
+    assert mm.config_for(mm.Params(streamk="on"), "bf16", 4096, 100, "9.0", t).streamk
+    assert not mm.config_for(mm.Params(streamk="on"), "bf16", 2049, 100, "9.0", t).streamk  # pointer path
+
+
+def test_labels_read_back():
+    for cfg in (mm.TileConfig(128, 256, 64, 8, 8, 3), mm.TileConfig(64, 128, 64, 4, 4, 4, True)):
+        assert mm.parse_label(cfg.label) == cfg
+    assert mm.parse_label("autotuned") is None and mm.parse_label(None) is None
+
+
+def test_repredict_uses_the_recorded_floor_and_tiles():
+    """Offline re-prediction must give what the live run predicted: the floor that run probed (in its rows, or
+    in its note for older runs) and the tile config each point actually ran."""
+    t = toy_target()
+    rows = [{"kernel": "triton", "dtype": "bf16", "n": 2048, "config": mm.TileConfig(128, 128, 64, 8, 4, 4).label,
+             "floor_us": 7.0}]
+    rec = {"params": {"sizes": [2048], "kernels": ["triton"]}, "rows": rows, "messages": []}
+    (row,) = mm.repredict(rec, t)
+    assert row["config"] == rows[0]["config"]
+    assert row["predicted_ms"] == pytest.approx(mm.predict_point(2048, "bf16", mm.TileConfig(128, 128, 64, 8, 4, 4),
+                                                                 t)["predicted_ms"] + 4e-3)
+    assert t.key not in mm._FLOOR_PROBED  # the hook leaves the process's probe as it found it
+    old = {"params": rec["params"], "rows": [{**rows[0], "floor_us": None}],
+           "messages": ["A tiny kernel, timed like the products, took 5.0 us: the model's floor."]}
+    assert mm.recorded_floor_us(old) == 5.0
+    assert mm.recorded_floor_us({"rows": [], "messages": [mm.FLOOR_NOTE.format(6.4)]}) == 6.4

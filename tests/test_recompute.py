@@ -129,6 +129,18 @@ def test_measure_small_run_on_gpu():
     assert [r["measured_speedup"] for r in rows if r["variant"] == "stored"] == [1.0, 1.0]
 
 
+@pytest.mark.gpu
+def test_gpu_and_cpu_times_come_from_the_same_calls():
+    import time
+
+    x = bench.random_tensor((MiB,), "fp32")
+    ms, host_ms = recompute.time_with_host_ms(lambda: x * 2)
+    assert 0 < ms < 1 and 0 < host_ms < 1
+    # a call whose CPU side sleeps 2 ms: the CPU is the floor, and the events see (most of) it
+    ms, host_ms = recompute.time_with_host_ms(lambda: (time.sleep(0.002), x * 2), rep_ms=40)
+    assert host_ms >= 2.0 and ms > 1.5
+
+
 # --- the page -------------------------------------------------------------------------------------
 def test_page_renders_fast_without_a_gpu():
     import time

@@ -66,6 +66,39 @@ def test_sizes_that_do_not_fit_are_refused():
         t.check(t.Params(sizes_kib=(4 * 1048576,), experiments=("copies",)), small)
 
 
+def test_staging_rates_are_measured_on_the_buffer_itself():
+    import torch
+
+    buf = torch.ones(3 * 2**20 // 4)  # 3 MiB: one whole staging ring and a part of one
+    rates = t.staging_rates(buf)
+    assert all(rates[k] > 0.1 for k in ("cpu_read_gbps", "cpu_copy_out_gbps", "cpu_write_gbps"))
+    assert torch.count_nonzero(buf) == 0  # the copy-out and the write reached every byte
+
+
+def test_pageable_model_uses_the_rate_measured_at_each_size():
+    rates = {("h2d", 2**20): {"cpu_read_gbps": 20.0}, ("d2h", 2**20): {"cpu_copy_out_gbps": 5.0},
+             "host_copy_gbps": 8.0}
+    p = t.Params(experiments=("copies",), memories=("pageable",), sizes_kib=(1024, 4096))
+    rows = {(r["direction"], r["size_bytes"]): r for r in t.predict_with(p, H100, {}, rates)}
+    assert rows[("h2d", 2**20)]["model_bandwidth_gbps"] == 20.0
+    assert rows[("d2h", 2**20)]["model_bandwidth_gbps"] == 5.0
+    assert rows[("h2d", 4 * 2**20)]["model_bandwidth_gbps"] == 8.0  # not measured at this size: the one rate
+    assert rows[("d2h", 2**20)]["predicted_ms"] == pytest.approx(t.ASSUMED_LATENCY_US * 1e-3 + 2**20 / 5e9 * 1e3)
+
+
+def test_pageable_d2h_pinned_on_the_fly_by_hand():
+    # lock the pages (10 ms), a pinned copy (20 us + 256 MiB at the link), unlock them (5 ms)
+    rates = {("d2h", 2**28): {"pin_ms": 10.0, "unpin_ms": 5.0, "cpu_copy_out_gbps": 9.0}}
+    p = t.Params(experiments=("copies",), memories=("pageable",), directions=("d2h",), sizes_kib=(2**18,))
+    row = t.predict_with(p, H100, {("d2h", "pinned"): 20.0}, rates)[0]
+    link = t.link_for(H100)["pcie_gbps"]
+    assert row["model_route"] == "pinned on the fly"
+    assert row["predicted_ms"] == pytest.approx(10.0 + 0.020 + 2**28 / (link * 1e9) * 1e3 + 5.0)
+    del rates[("d2h", 2**28)]["pin_ms"]  # not measured (no CUDA): the staged route at the copy-out rate
+    row = t.predict_with(p, H100, {("d2h", "pinned"): 20.0}, rates)[0]
+    assert row["model_route"] == "staged" and row["model_bandwidth_gbps"] == 9.0
+
+
 def test_host_memcpy_rate_is_measured():
     assert t.host_copy_gbps(8 * 2**20) > 0.1
 
