@@ -468,8 +468,12 @@ class FlashConfig:
     dkdv: Tiles
     dq: Tiles
     use_tma: bool = False  # load tiles with the Hopper copy engine (TMA descriptors)
-    atomic_dq: bool = False  # dQ by atomic adds inside the dK/dV kernel instead of its own kernel
-    warp_specialize: bool = False  # forward: split loads and math between warps (Triton's warp specialization)
+    # dQ by atomic adds inside the dK/dV kernel instead of its own kernel (5 matrix multiplies per tile pair
+    # instead of 7). On the H100 (issue 15) it tied or lost: with d = 128 the program holds dK, dV, K, V and
+    # the dQ tile in registers and spills (15.2 ms against 12.6 at N = 8192); FlashAttention-3 keeps K, V
+    # and dQ in shared memory, which Triton does not let us choose.
+    atomic_dq: bool = False
+    warp_specialize: bool = False  # forward: split loads and math between warps (no gain on the H100, Triton 3.6)
     tma_reduce: bool = True  # with atomic_dq and TMA: add each dQ tile by one bulk reduction of the copy engine
     lazy_rescale: bool = False  # forward: rescale the running output only when a row's max grows over 256x
 

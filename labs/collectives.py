@@ -18,9 +18,13 @@ What you will learn:
 How it runs: the lab starts one process per GPU with torchrun (labs/_dist_worker.py runs in each), joined
 by NCCL. Each collective is checked against a float64 reference on odd sizes before it is timed.
 
-The model's terms: B is the datasheet's NVLink bandwidth per direction (900 GB/s both ways = 450 GB/s
-each way on an H100 or H200), or PCIe per direction for GPUs without NVLink; alpha is the measured time of
-the smallest message of the same collective in the same run (before a run: an assumed figure).
+The model's terms, each measured in the same run (before a run: read from a recorded run of this GPU kind,
+else the datasheet): a loop of calls runs at the slower of the host issuing each call (the smallest message's
+time) and the GPUs running it (the smallest message replayed from a CUDA graph, plus the busiest link's bytes
+at the bus bandwidth). The bus bandwidth is the link (what the copy engines move to the next GPU) or NCCL's
+kernels, whichever is slower: NCCL moves every byte with the SMs, and a collective whose kernel reads and
+writes k bytes per byte sent reaches 4 / k of the rate of NCCL's own send/recv exchange (which reads and
+writes 4). The textbook model with the datasheet's NVLink figure is kept beside it (textbook_* columns).
 """
 
 from __future__ import annotations

@@ -678,7 +678,9 @@ def step_cycles(config: TileConfig, dtype: str, path: str, flop_per_clock: float
 
 
 _FLOOR_PROBED: dict = {}  # gpu key -> time of the smallest product through the same timer (us)
+_LATENCY_PROBED: dict = {}  # gpu key -> time one tile load takes to arrive, from the same probe (us)
 FLOOR_TILE = TileConfig(64, 64, 64, 8, 4, 4)  # the probe: one program, one tile, one K step
+LATENCY_STEPS = 8  # the latency probe: the same product with this many more K steps
 
 
 def fixed_us(target: Target) -> float:
@@ -687,14 +689,25 @@ def fixed_us(target: Target) -> float:
     return _FLOOR_PROBED.get(target.key, FIXED_US)
 
 
+def load_latency_us(target: Target) -> float:
+    """How long a tile's load takes to arrive (probed with the floor; 0, no latency bound, until then)."""
+    return _LATENCY_PROBED.get(target.key, 0.0)
+
+
 def probe_floor_us(target: Target) -> float:
     """Time our kernel on one 64 x 64 x 64 fp16 product, the way kernel_ms times the sweep: the launch, the
     first tiles' trip from memory (the L2 was just flushed), one step on the tensor cores and the store of
-    C, which every product pays once whatever its size."""
-    a, b = operands(64, 64, 64, "fp16")
+    C, which every product pays once whatever its size. Then the same tile with LATENCY_STEPS more K steps:
+    one program alone keeps num_stages - 1 loads in flight, so each extra step takes a load's latency over
+    num_stages - 1 (its tensor-core work is a fraction of that), which gives the latency."""
+    a, b = operands(64, 64, 64 * (1 + LATENCY_STEPS), "fp16")  # A [64, 576], B [576, 64]
     out = torch.empty((64, 64), device=a.device, dtype=torch.float16)
-    _FLOOR_PROBED[target.key] = kernel_ms(lambda: triton_matmul(a, b, "fp16", out, FLOOR_TILE)) * 1e3
-    return _FLOOR_PROBED[target.key]
+    a1, b1 = a[:, :64], b[:64]
+    one = kernel_ms(lambda: triton_matmul(a1, b1, "fp16", out, FLOOR_TILE)) * 1e3
+    more = kernel_ms(lambda: triton_matmul(a, b, "fp16", out, FLOOR_TILE)) * 1e3
+    _FLOOR_PROBED[target.key] = one
+    _LATENCY_PROBED[target.key] = max(0.0, more - one) / LATENCY_STEPS * (FLOOR_TILE.num_stages - 1)
+    return one
 
 
 def predict_point(n: int, dtype: str, config: TileConfig, target: Target, tma: str = "auto") -> dict:
@@ -713,13 +726,19 @@ def predict_point(n: int, dtype: str, config: TileConfig, target: Target, tma: s
     waves = math.ceil(tiles / slots)
     k_steps = math.ceil(n / config.block_k)
     cyc = step_cycles(config, dtype, path, flop_per_clock)
-    # an SM shares its tensor cores among its r programs: the busiest SM runs ceil(tiles / SMs) tiles
+    # an SM shares its tensor cores among its r programs: the busiest SM runs ceil(tiles / SMs) tiles,
+    # r at a time. A step of `a` programs together takes a x step, but no less than a load's latency over
+    # the num_stages - 1 loads each program keeps in flight (Little's law: few programs, short steps).
     rounds = math.ceil(tiles / target.sm_count)
-    busy_cycles, fixup_cycles, sk_tiles = rounds * k_steps * cyc["step"], 0.0, 0
+    latency = load_latency_us(target) * 1e-6 * clock_hz(target) / max(1, config.num_stages - 1)
+    step_of = lambda a: max(a * cyc["step"], latency)  # noqa: E731
+    waves_sm = math.ceil(rounds / r)
+    busy_cycles = k_steps * ((waves_sm - 1) * step_of(r) + step_of(rounds - (waves_sm - 1) * r))
+    fixup_cycles, sk_tiles = 0.0, 0
     if config.streamk and path == "tma":  # the busiest program's share of steps, plus its fix-up traffic
         plan = streamk_plan(tiles, k_steps, slots)
         sk_tiles = plan["sk_tiles"]
-        busy_cycles = r * plan["steps_busiest"] * cyc["step"]
+        busy_cycles = plan["steps_busiest"] * step_of(r)
         fixup_cycles = r * streamk_fixup_cycles(config, dtype, plan)
     compute_s = (busy_cycles + fixup_cycles) / clock_hz(target)
     dram = _wave_dram_bytes(n, config, dtype, slots, tiles_m, tiles_n, target.l2_bytes)
@@ -871,8 +890,8 @@ class Params:
     num_stages: int = param(0, "tiles in flight in shared memory (0 = default)", choices=(0, 1, 2, 3, 4, 5, 6))
     tma: str = param("auto", "use the TMA copy engine where the GPU (Hopper+) and the strides allow it",
                      choices=("auto", "off"))
-    streamk: str = param("auto", "stream-K: share out the K steps of a partial last wave among all SMs (TMA path; "
-                                 "auto = where the model expects it to pay)", choices=("auto", "on", "off"))
+    streamk: str = param("off", "stream-K: share out the K steps of the partial last wave among all SMs (TMA path, "
+                                "the big tile unless set)", choices=("off", "on"))
     autotune: bool = param(False, "let Triton time a handful of configs at each size and keep the best (slower)")
 
 
@@ -887,40 +906,31 @@ def wave_fill(n: int, config: TileConfig, dtype: str, sm_count: int, compute_cap
     return tiles / (math.ceil(tiles / slots) * slots)
 
 
-def tuned_config(n: int, dtype: str, sm_count: int, compute_capability: str = "9.0",
-                 target: Optional[Target] = None) -> TileConfig:
-    """The tile shape for an N x N x N product in fp16/bf16 (see SMALL_TILES); other dtypes keep their default.
-    Given the target, the big tile on the stream-K schedule replaces that choice where the model expects it
-    to be faster by WAVE_GAIN or more (a partial last wave that stream-K fills)."""
+def tuned_config(n: int, dtype: str, sm_count: int, compute_capability: str = "9.0") -> TileConfig:
+    """The tile shape for an N x N x N product in fp16/bf16 (see SMALL_TILES); other dtypes keep their default."""
     big = DEFAULT_CONFIGS[dtype]
     if dtype not in ("fp16", "bf16"):
         return big
     for config in (big,) + SMALL_TILES:
         if tiles_of(n, config) >= MIN_SM_SHARE * sm_count:
             break
-    if config is big:
-        narrow_gain = wave_fill(n, NARROW_TILE, dtype, sm_count, compute_capability) - \
-            wave_fill(n, big, dtype, sm_count, compute_capability)
-        config = NARROW_TILE if narrow_gain >= WAVE_GAIN else big
-    if target is not None:
-        streamk = dataclasses.replace(big, streamk=True)
-        tiles_ms = predict_point(n, dtype, config, target).get("predicted_ms")
-        streamk_ms = predict_point(n, dtype, streamk, target).get("predicted_ms")
-        if tiles_ms and streamk_ms and streamk_ms * (1 + WAVE_GAIN) <= tiles_ms:
-            return streamk
-    return config
+    if config is not big:
+        return config
+    narrow_gain = wave_fill(n, NARROW_TILE, dtype, sm_count, compute_capability) - \
+        wave_fill(n, big, dtype, sm_count, compute_capability)
+    return NARROW_TILE if narrow_gain >= WAVE_GAIN else big
 
 
 def config_for(params: Params, dtype: str, n: Optional[int] = None, sm_count: Optional[int] = None,
-               compute_capability: str = "9.0", target: Optional[Target] = None) -> TileConfig:
+               compute_capability: str = "9.0") -> TileConfig:
     """The tile config for this run: the knobs the learner set, else the per-size choice (given n and the
-    SM count; stream-K or not by the model, given the target), else the dtype's default. The `streamk`
-    knob forces the schedule either way (it applies on the TMA path only)."""
+    SM count), else the dtype's default. `streamk` on: the big tile (unless set) on the stream-K schedule,
+    on the TMA path only."""
     chosen = (params.block_m, params.block_n, params.block_k, params.num_warps, params.num_stages)
     # the per-size choice was measured on the TMA path; unaligned sizes keep the default tile
     tma_path = n is not None and load_path(n, dtype, compute_capability, params.tma) == "tma"
     if tma_path and sm_count and not any(chosen):
-        d = tuned_config(n, dtype, sm_count, compute_capability, target if params.streamk == "auto" else None)
+        d = tuned_config(n, dtype, sm_count, compute_capability)
         if params.streamk == "on":
             d = dataclasses.replace(DEFAULT_CONFIGS[dtype], streamk=True)
         return dataclasses.replace(d, group_m=params.group_m)
@@ -940,7 +950,8 @@ def parse_label(label: str) -> Optional[TileConfig]:
         return None
 
 
-FLOOR_NOTE = "The smallest product (one 64 x 64 tile, one K step), timed like the others, took {:.1f} us: the model's floor."
+FLOOR_NOTE = ("The smallest product (one 64 x 64 tile, one K step), timed like the others, took {:.1f} us: the model's "
+              "floor. With 8 more K steps it took {:.2f} us more, so a tile's load takes about {:.2f} us to arrive.")
 
 
 def recorded_floor_us(recording: dict) -> Optional[float]:
@@ -958,8 +969,9 @@ def recorded_floor_us(recording: dict) -> Optional[float]:
 
 
 def repredict(recording: dict, target: Target) -> list[dict]:
-    """The model of a recorded run (scripts/repredict.py): with the floor that run probed, and for each
-    point the tile config the kernel actually ran (its `config` column), as the live run predicts it."""
+    """The model of a recorded run (scripts/repredict.py): with the floor and load latency that run probed
+    (older runs: the floor alone), and for each point the tile config the kernel actually ran (its `config`
+    column), as the live run predicts it."""
     from labs.params import from_dict
 
     params = from_dict(Params, {k: v for k, v in recording["params"].items()
@@ -967,24 +979,29 @@ def repredict(recording: dict, target: Target) -> list[dict]:
     ran = {(r.get("dtype"), r.get("n")): parse_label(r.get("config")) for r in recording["rows"]
            if r.get("kernel") == "triton"}
     floor = recorded_floor_us(recording)
-    before = _FLOOR_PROBED.get(target.key)
+    latency = next((float(r["load_latency_us"]) for r in recording["rows"] if r.get("load_latency_us") is not None),
+                   None)
+    before = _FLOOR_PROBED.get(target.key), _LATENCY_PROBED.get(target.key)
     if floor is not None:
         _FLOOR_PROBED[target.key] = floor
+    if latency is not None:
+        _LATENCY_PROBED[target.key] = latency
     try:
         cc = target.compute_capability
-        return [predict_point(n, dtype, ran.get((dtype, n)) or config_for(params, dtype, n, target.sm_count, cc, target),
+        return [predict_point(n, dtype, ran.get((dtype, n)) or config_for(params, dtype, n, target.sm_count, cc),
                               target, params.tma)
                 for dtype in params.dtypes for n in params.sizes if "triton" in params.kernels]
     finally:
-        if before is None:
-            _FLOOR_PROBED.pop(target.key, None)
-        else:
-            _FLOOR_PROBED[target.key] = before
+        for probed, value in zip((_FLOOR_PROBED, _LATENCY_PROBED), before):
+            if value is None:
+                probed.pop(target.key, None)
+            else:
+                probed[target.key] = value
 
 
 def predict(params: Params, target: Target) -> list[dict]:
-    return [predict_point(n, dtype, config_for(params, dtype, n, target.sm_count, target.compute_capability, target),
-                          target, params.tma)
+    return [predict_point(n, dtype, config_for(params, dtype, n, target.sm_count, target.compute_capability), target,
+                          params.tma)
             for dtype in params.dtypes for n in params.sizes if "triton" in params.kernels]
 
 
@@ -1050,12 +1067,14 @@ def measure(params: Params, target: Target, progress):
     cc = target.compute_capability
     if "triton" in params.kernels and target.key not in _FLOOR_PROBED:
         progress(0.0, "probe: the time of the smallest product (the floor under every point)")
-        yield FLOOR_NOTE.format(probe_floor_us(target))
+        floor = probe_floor_us(target)
+        lat = load_latency_us(target)
+        yield FLOOR_NOTE.format(floor, lat * LATENCY_STEPS / (FLOOR_TILE.num_stages - 1), lat)
     for dtype in params.dtypes:
         if "triton" in params.kernels:
             # every (load path, tile config) the sweep uses, checked on small odd shapes first
             kinds = {("tma" if load_path(n, dtype, cc, params.tma) == "tma" else "ptr",
-                      config_for(params, dtype, n, target.sm_count, cc, target)) for n in params.sizes}
+                      config_for(params, dtype, n, target.sm_count, cc)) for n in params.sizes}
             for kind, config in sorted(kinds, key=lambda kc: (kc[0], kc[1].label)):
                 progress(done / total, f"{dtype}: compiling and checking the Triton kernel ({kind} path, "
                                        f"{config.label}) against float64")
@@ -1078,7 +1097,7 @@ def measure(params: Params, target: Target, progress):
                         ms = kernel_ms(lambda: cublas_matmul(a, b, dtype, None if dtype == "fp8" else out))
                     del c
                 else:
-                    config = config_for(params, dtype, n, target.sm_count, cc, target)
+                    config = config_for(params, dtype, n, target.sm_count, cc)
                     out.fill_(float("nan"))
                     _, path, compiled = triton_matmul(a, b, dtype, out, config, params.tma, params.autotune)
                     err = check_sampled(out, a, b, dtype, f"Triton ({dtype}, N={n}, {path})")
@@ -1087,7 +1106,8 @@ def measure(params: Params, target: Target, progress):
                                                                                   a.element_size()))
                                                          if params.autotune else config.label)})
                     row.update(_compiled_resources(compiled))
-                    row["floor_us"] = fixed_us(target)  # the probed floor the model used (for re-predicting)
+                    row["floor_us"] = fixed_us(target)  # the probed figures the model used (for re-predicting)
+                    row["load_latency_us"] = load_latency_us(target)
                 row.update({"measured_ms": ms, "measured_tflops": bench.tflops(2.0 * n**3, ms),
                             "check_rel_error": err})
                 yield row

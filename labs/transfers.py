@@ -7,14 +7,15 @@ What you will learn:
   (generation x lanes gives the bandwidth per direction);
 - why a small copy costs a fixed latency (microseconds) whatever its size, and a large one costs its bytes
   over the link: time = latency + bytes / bandwidth, the same alpha-beta model as for collectives;
-- why pinned (page-locked) host memory is faster than ordinary pageable memory: the driver must first copy
-  pageable data into a pinned staging buffer, so the copy is limited by the slower of that CPU memcpy
-  and the link;
+- why pinned (page-locked) host memory is faster than ordinary pageable memory: for host -> device the
+  driver's CPU thread first copies pageable data into pinned staging buffers, so the copy runs at the slower
+  of that CPU copy and the link; for a large device -> host copy it locks the pageable pages, copies, and
+  unlocks them, paying both (each measured on the same buffer in the run);
 - how a copy on one CUDA stream hides behind compute on another.
 
 The experiments:
 1. `copies`: H2D and D2H from pinned and pageable host buffers, sizes 4 KiB to 1 GiB, each copy checked
-   bit for bit against its source before it is timed.
+   bit for bit against its source before it is timed (wall clock, as a program waits for it).
 2. `overlap`: a pinned H2D copy and a chain of bf16 matmuls of about the same duration, run one after the
    other on one stream, then on two streams at once.
 """

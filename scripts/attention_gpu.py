@@ -9,6 +9,12 @@ Run on a GPU:  python scripts/attention_gpu.py [phase ...]
     profile   kernel times of naive attention; our GPU time against wall time; TMA against pointer loads
     labcli    the lab's default run through the CLI in a fresh process with an empty Triton cache
     summary F print the rows of a result file
+    host      host (CPU) time per call of ours and SDPA, with and without labs.attention's direct launch
+    i15       issue 15: forward tiles (warp-specialized too) and dQ by TMA bulk reductions against the separate
+              dQ kernel, d = 64, 128, N = 1024, 2048, 8192, beside cuDNN and SDPA flash
+    i15b      the production path (flash_attention with no config) beside cuDNN and SDPA flash, fwd and
+              fwd+bwd, N = 1024..16384, with candidate variants (lazy rescaling, 64-row tiles, pointer loads)
+    final     the production path only, the table of issue 15's ratios (no candidates)
 Every kernel variant is first compiled and checked against float64 in parallel worker processes
 (they fill Triton's on-disk cache), then timed one at a time in this process. Prints a compact table;
 the full numbers go to $OUT/attention_gpu.json when OUT is set.
@@ -736,7 +742,7 @@ def phase_i15b(B=4, H=16, Ns=(1024, 2048, 4096, 8192, 16384), with_variants=True
         for n in Ns:
             q, k, v_, do = inputs(B, H, n, d, grad=True)
             for causal in (False, True):
-                if not all(ok.get((d, causal, label), label == "default")
+                if not all(ok.get((d, causal, label), label != "default")
                            for label in ("default", "default-short", "ptr")):
                     print(f"  d={d} N={n} causal={causal}: production tiles failed the check: not timed")
                     continue

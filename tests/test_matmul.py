@@ -496,13 +496,11 @@ def test_streamk_model_by_hand():
     assert tiles["predicted_ms"] == pytest.approx((2 * 36 * 1024 / 1e9 + 3e-6) * 1e3)
     assert sk["fixup_us"] == pytest.approx(4608 / 1e3)
     assert sk["predicted_ms"] == pytest.approx(((59 * 1024 + 4608) / 1e9 + 3e-6) * 1e3)
-    # the per-size choice takes stream-K here (>= 10 % faster), not at N = 2560 (200 tiles: two full waves)
-    assert mm.tuned_config(2304, "bf16", 100, "9.0", t).streamk
-    assert not mm.tuned_config(2560, "bf16", 100, "9.0", t).streamk
-    assert not mm.tuned_config(2304, "bf16", 100, "9.0").streamk  # without a target: the tile shape alone
-    assert mm.config_for(mm.Params(streamk="off"), "bf16", 2304, 100, "9.0", t).streamk is False
-    assert mm.config_for(mm.Params(streamk="on"), "bf16", 4096, 100, "9.0", t).streamk
-    assert not mm.config_for(mm.Params(streamk="on"), "bf16", 2049, 100, "9.0", t).streamk  # pointer path
+    assert not mm.config_for(mm.Params(), "bf16", 2304, 100, "9.0").streamk  # off unless asked for
+    on = mm.config_for(mm.Params(streamk="on"), "bf16", 1024, 100, "9.0")
+    assert on.streamk and (on.block_m, on.block_n) == (128, 256)
+    assert mm.config_for(mm.Params(streamk="on", block_n=128), "bf16", 1024, 100, "9.0").streamk  # a knob keeps it
+    assert not mm.config_for(mm.Params(streamk="on"), "bf16", 2049, 100, "9.0").streamk  # pointer path
 
 
 def test_labels_read_back():
@@ -512,18 +510,40 @@ def test_labels_read_back():
 
 
 def test_repredict_uses_the_recorded_floor_and_tiles():
-    """Offline re-prediction must give what the live run predicted: the floor that run probed (in its rows, or
-    in its note for older runs) and the tile config each point actually ran."""
+    """Offline re-prediction must give what the live run predicted: the floor and load latency that run
+    probed (in its rows, or the floor in its note for older runs) and the tile config each point ran."""
     t = toy_target()
-    rows = [{"kernel": "triton", "dtype": "bf16", "n": 2048, "config": mm.TileConfig(128, 128, 64, 8, 4, 4).label,
-             "floor_us": 7.0}]
+    cfg = mm.TileConfig(128, 128, 64, 8, 4, 4)
+    rows = [{"kernel": "triton", "dtype": "bf16", "n": 2048, "config": cfg.label, "floor_us": 7.0,
+             "load_latency_us": 3.0}]
     rec = {"params": {"sizes": [2048], "kernels": ["triton"]}, "rows": rows, "messages": []}
     (row,) = mm.repredict(rec, t)
-    assert row["config"] == rows[0]["config"]
-    assert row["predicted_ms"] == pytest.approx(mm.predict_point(2048, "bf16", mm.TileConfig(128, 128, 64, 8, 4, 4),
-                                                                 t)["predicted_ms"] + 4e-3)
-    assert t.key not in mm._FLOOR_PROBED  # the hook leaves the process's probe as it found it
+    assert row["config"] == cfg.label
+    assert t.key not in mm._FLOOR_PROBED and t.key not in mm._LATENCY_PROBED  # left as it found them
+    mm._FLOOR_PROBED[t.key], mm._LATENCY_PROBED[t.key] = 7.0, 3.0
+    try:
+        assert row["predicted_ms"] == pytest.approx(mm.predict_point(2048, "bf16", cfg, t)["predicted_ms"])
+    finally:
+        del mm._FLOOR_PROBED[t.key], mm._LATENCY_PROBED[t.key]
     old = {"params": rec["params"], "rows": [{**rows[0], "floor_us": None}],
            "messages": ["A tiny kernel, timed like the products, took 5.0 us: the model's floor."]}
     assert mm.recorded_floor_us(old) == 5.0
-    assert mm.recorded_floor_us({"rows": [], "messages": [mm.FLOOR_NOTE.format(6.4)]}) == 6.4
+    assert mm.recorded_floor_us({"rows": [], "messages": [mm.FLOOR_NOTE.format(6.4, 2.4, 0.9)]}) == 6.4
+
+
+def test_load_latency_bounds_short_steps():
+    """Toy GPU at 1 GHz with a 0.9 us load latency: a 64x64x64 step is 2 x 64^3 / 4096 = 128 clocks of tensor
+    cores, but one program keeping 3 loads in flight (4 stages) gets a tile every 900 / 3 = 300 clocks. N = 512:
+    64 tiles, one per SM, 8 steps -> 2.4 us (not 1.024 us). Big tiles keep their tensor-core time (1024 clocks
+    against 900 / 2 = 450), and with no probe there is no latency bound."""
+    t = toy_target()
+    small = mm.TileConfig(64, 64, 64, 8, 4, 4)
+    no_probe = mm.predict_point(512, "bf16", small, t)["predicted_ms"]
+    assert no_probe == pytest.approx((8 * 128 / 1e9 + 3e-6) * 1e3)
+    mm._LATENCY_PROBED[t.key] = 0.9
+    try:
+        assert mm.predict_point(512, "bf16", small, t)["predicted_ms"] == pytest.approx((8 * 300 / 1e9 + 3e-6) * 1e3)
+        big = mm.DEFAULT_CONFIGS["bf16"]
+        assert mm.predict_point(4096, "bf16", big, t)["predicted_ms"] == pytest.approx(0.396216, rel=1e-6)
+    finally:
+        del mm._LATENCY_PROBED[t.key]
