@@ -1234,13 +1234,20 @@ def repredict(recording: dict, target: Target) -> list[dict]:
     return rows
 
 
+def naive_probe_heads(n: int, dtype: str, heads: int) -> int:
+    """How many (N, N) matrices a probe takes: about NAIVE_PROBE_BYTES, and at least two where the run has two,
+    because masked_fill takes its fast contiguous path when the mask is not broadcast (measured: 2.45 TB/s for
+    one matrix of N = 16384 against 1.35 TB/s broadcast over two or more, on an H100)."""
+    return min(heads, max(2, NAIVE_PROBE_BYTES // (n * n * _nbytes(dtype))))
+
+
 def probe_naive_kernels(n: int, dtype: str, heads: int, causal: bool) -> list[dict]:
     """Rows with the rate (TB/s, bytes read + written) at which torch's softmax and masked_fill stream an N x N
     matrix of row length n, timed on a slice of `heads` rows-of-matrices of about NAIVE_PROBE_BYTES (the kernel
     torch picks depends on the row length, not on how many rows there are). The L2 is emptied by a read before
     each call, so no dirty lines of the flush are written back during the probe."""
+    h = naive_probe_heads(n, dtype, heads)
     e = _nbytes(dtype)
-    h = max(1, min(heads, NAIVE_PROBE_BYTES // (n * n * e)))
     s = bench.random_tensor((h, n, n), dtype)  # scores: what the softmax reads in naive attention
     fns = {"softmax": lambda: torch.softmax(s, dim=-1)}
     if causal:
@@ -1379,8 +1386,9 @@ def measure(params: Params, target: Target, progress):
         for d in params.head_dims:
             for n in params.seq_lens:
                 torch.cuda.empty_cache()  # the inputs must not pin the large blocks an earlier N left cached
+                probe_bytes = naive_probe_heads(n, dtype, params.batch * params.heads) * n * n * _nbytes(dtype)
                 if "naive" in params.impls and (n, dtype) not in {(m, t) for _, m, t in rates} \
-                        and _available_bytes() > 5 * NAIVE_PROBE_BYTES + TIMER_BYTES:
+                        and fits(4 * probe_bytes + n * n, _available_bytes()):
                     progress(done / total, f"N={n}, {dtype}: probing the rates of torch's softmax and masked_fill")
                     for probe_row in probe_naive_kernels(n, dtype, params.batch * params.heads, "causal" in params.masks):
                         rates[(probe_row["mode"], n, dtype)] = probe_row["measured_tbps"]

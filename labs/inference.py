@@ -1059,6 +1059,7 @@ def lesson_numbers(target: Target) -> dict:
         "block_b64_us": f"{1e3 * block[64]['predicted_ms']:.0f}",
         "block_kernels": str(block[1]["kernels"]),
         "sdpa_probe_context": str(SDPA_PROBE_CONTEXT),
+        "fixed_probe_context": str(FIXED_PROBE_CONTEXT),
     }
 
 

@@ -1,11 +1,12 @@
 """Device-side checks for the matmul lab (issue 15): the stream-K kernel against float64, then our kernel
 beside cuBLAS at every size of the default sweep, with the model's error.
 
-Run on a GPU:  python scripts/matmul_gpu.py [check] [sweep] [floor] [lab]   (default: check sweep floor)
+Run on a GPU:  python scripts/matmul_gpu.py [check] [sweep] [floor] [lab] [labsk]   (default: check sweep floor)
   check  every tile config and schedule the lab can pick, on odd shapes and odd program counts, against float64
   sweep  bf16 at every N of DEFAULT_SIZES: cuBLAS, the lab's choice, and the candidate schedules side by side
-  floor  the probes the model's floor could come from (a tiny element-wise kernel, the smallest products)
+  floor  the model's probes (the smallest product, and a load's latency) beside cuBLAS's smallest products
   lab    the lab's own default run (python -m labs run matmul), summarised
+  labsk  the same with streamk=on
 Prints a compact table per section; with $OUT set, writes matmul_gpu.json there. Sections stop being started
 once DEADLINE_S (env, seconds since start, default 220) has passed.
 """
@@ -137,9 +138,9 @@ def section_sweep():
 
 
 def section_floor():
-    """Candidate floors: a tiny element-wise kernel, and the smallest products (one tile, one K step)."""
+    """The model's probes (the smallest product; a load's latency), and the smallest products of both kernels."""
     target = gpu.live_target()
-    rows = {"floor_us": mm.probe_floor_us(target)}
+    rows = {"floor_us": mm.probe_floor_us(target), "load_latency_us": mm.load_latency_us(target)}
     for n in (64, 128):
         a, b = mm.operands(n, n, n, "bf16")
         out = torch.empty((n, n), device="cuda", dtype=torch.bfloat16)
@@ -161,9 +162,9 @@ def section_lab(*args, name="matmul_lab.json"):
     show([path])
 
 
-def section_laboff():
-    """The lab's default run with stream-K off (the per-size tiles alone), for comparison."""
-    section_lab("streamk=off", name="matmul_lab_off.json")
+def section_labsk():
+    """The lab's default sweep with stream-K on (the big tile, partial waves shared out), for comparison."""
+    section_lab("streamk=on", name="matmul_lab_sk.json")
 
 
 def show(paths):
