@@ -924,8 +924,10 @@ def _kv_rereads(shape: Shape, t: Tiles, target: Target) -> tuple[float, float]:
 
 
 def flash_model(shape: Shape, mode: str, target: Target, cfg: Optional[FlashConfig] = None) -> dict:
-    """Predicted time, HBM bytes and peak memory of our kernels (with the tiles they use on `target`)."""
-    cfg = cfg or tiles_for(shape.d, shape.dtype, _cc(target))
+    """Predicted time, HBM bytes and peak memory of our kernels, with the tiles they pick for this point on `target`
+    (tiles_for: by head dim, mask, mode and how much work there is against the SMs)."""
+    cfg = cfg or tiles_for(shape.d, shape.dtype, _cc(target), causal=shape.causal, seq_len=shape.lq,
+                           batch_heads=shape.b * shape.h, sm_count=target.sm_count, mode=mode)
     d = shape.d
     elems = _tile_elements(shape, cfg.fwd)
     requested, kv_hbm = _kv_rereads(shape, cfg.fwd, target)
@@ -944,15 +946,19 @@ def flash_model(shape: Shape, mode: str, target: Target, cfg: Optional[FlashConf
     k_kv = _kernel_time(matmuls * 2 * d * e_kv, e_kv, kv_bytes, shape, target)
     t_s = k_kv["s"]
     mma_s, exp_s = k_kv["mma_s"], k_kv["exp_s"]
-    hbm = fwd_bytes + kv_bytes + 2 * shape.q_bytes  # + the prep kernel reading O and dO
-    if not cfg.atomic_dq:
+    hbm = fwd_bytes + kv_bytes
+    prep_bytes = 2 * shape.q_bytes + 3 * shape.lse_bytes  # delta = rowsum(dO * O) and lse2: read O, dO and lse
+    prep_s = 0.0
+    if not cfg.atomic_dq:  # the dQ kernel runs first and also writes delta and lse2 for the dK/dV kernel
         e_q = _tile_elements(shape, cfg.dq)
-        q_bytes = 3 * shape.q_bytes + kv_hbm_b + 2 * shape.lse_bytes  # Q, dO in, dQ out, K and V
+        q_bytes = 2 * shape.q_bytes + kv_hbm_b + prep_bytes  # Q in, dQ out, K and V, O, dO and lse
         k_q = _kernel_time(3 * 2 * d * e_q, e_q, q_bytes, shape, target)  # S, dP, dQ
         t_s += k_q["s"]
         mma_s, exp_s = mma_s + k_q["mma_s"], exp_s + k_q["exp_s"]
         hbm += q_bytes
-    prep_s = (2 * shape.q_bytes + 3 * shape.lse_bytes) / (target.ceilings.copy_tbps * 1e12)
+    else:  # a small prep kernel, then dQ by atomic adds inside the dK/dV kernel
+        prep_s = prep_bytes / (target.ceilings.copy_tbps * 1e12)
+        hbm += prep_bytes
     out.update({"predicted_ms": (k_fwd["s"] + t_s + prep_s) * 1e3, "predicted_hbm_bytes": hbm,
                 "predicted_mma_ms": (k_fwd["mma_s"] + mma_s) * 1e3, "predicted_exp_ms": (k_fwd["exp_s"] + exp_s) * 1e3,
                 "predicted_peak_bytes": flash_peak_bytes(shape, mode, cfg)})
@@ -1196,7 +1202,7 @@ def _free_for_point() -> int:
     return _available_bytes()
 
 
-OUR_KERNELS = {"fwd": 1, "fwd+bwd": 4}  # launches per call: forward; forward, prep, dK/dV, dQ
+OUR_KERNELS = {"fwd": 1, "fwd+bwd": 3}  # launches per call: forward; forward, dQ (with delta), dK/dV
 HOST_FLOOR_BELOW_MS = 2.0  # the CPU's time per call is measured only where the GPU model is shorter than this
 
 

@@ -206,7 +206,8 @@ def model_terms(rows: list, target: Target) -> dict:
         "link_gbps": {pattern: peer.get(pattern, sheet["link_gbps"]) for pattern in ("one direction", "all at once")},
         "exchange_gbps": max(exchange) if exchange else None,
         "datasheet_gbps": sheet["link_gbps"],
-        "source": "measured" if measured else "the datasheet (no measured run of this GPU kind yet)",
+        "source": "the recorded run of this GPU kind" if measured
+        else "the datasheet and assumed latencies (no recorded run of this GPU kind yet)",
     }
 
 

@@ -94,6 +94,11 @@ def test_pageable_d2h_pinned_on_the_fly_by_hand():
     link = t.link_for(H100)["pcie_gbps"]
     assert row["model_route"] == "pinned on the fly"
     assert row["predicted_ms"] == pytest.approx(10.0 + 0.020 + 2**28 / (link * 1e9) * 1e3 + 5.0)
+    small = t.Params(experiments=("copies",), memories=("pageable",), directions=("d2h",), sizes_kib=(4,))
+    rates[("d2h", 4096)] = {"pin_ms": 0.1, "unpin_ms": 0.05, "cpu_copy_out_gbps": 9.0}
+    row = t.predict_with(small, H100, {("d2h", "pinned"): 20.0, ("d2h", "pageable"): 25.0}, rates)[0]
+    assert row["model_route"] == "staged"  # 4 KiB: locking alone costs more than staging the whole copy
+    assert row["predicted_ms"] == pytest.approx(0.025 + 4096 / 9e9 * 1e3)
     del rates[("d2h", 2**28)]["pin_ms"]  # not measured (no CUDA): the staged route at the copy-out rate
     row = t.predict_with(p, H100, {("d2h", "pinned"): 20.0}, rates)[0]
     assert row["model_route"] == "staged" and row["model_bandwidth_gbps"] == 9.0
