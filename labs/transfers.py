@@ -51,8 +51,8 @@ PCIE_CODE = {1: 0.8, 2: 0.8, 3: 128 / 130, 4: 128 / 130, 5: 128 / 130}
 ASSUMED_LATENCY_US = 10.0
 # Pageable copies before a run measured this machine's CPU memcpy: assumed, replaced by the measurement.
 ASSUMED_HOST_COPY_GBPS = 10.0
-# The driver stages pageable data through pinned buffers of a few MiB; the lab's CPU probe copies through a
-# ring of this size, so that, like the driver's, the staging side stays in the CPU's cache.
+# The lab's CPU probe copies through a ring of this size, small enough to stay in the CPU's cache as the
+# driver's own pinned staging buffers do (their size is the driver's; 2 and 8 MiB rings gave the same rates).
 STAGING_BYTES = 2 * MiB
 WALL_BUDGET_MS = 60.0  # a copy's timing: repeated for about this long (at least 5, at most 200 copies)
 MATMUL_N = 4096  # the overlap experiment's compute: bf16 4096^3 matmuls (compute-bound, ~0.2 ms each on an H100)
