@@ -23,8 +23,10 @@ Three experiments:
 
 from __future__ import annotations
 
+import gc
 import math
 import re
+import statistics
 import time
 from dataclasses import dataclass
 from typing import Callable, Optional
@@ -262,6 +264,24 @@ def torch_softmax_moves(n_cols: int, element_bytes: int = F32) -> int:
     return 2 if on_chip else 4
 
 
+# Eager softmax, written out, runs two kinds of PyTorch kernels besides the vectorized exp: row reductions
+# (amax, sum: one read) and elementwise kernels that broadcast a per-row value over the row (subtract, divide:
+# one read, one write). The broadcasting ones index every element through PyTorch's general offset calculator,
+# not with wide vector loads, and reach well under the copy rate (about 0.6x on an H200, 0.8x on an H100, in the
+# 2026-11-23 profiles); the reductions about 0.8-0.9x. A live run probes both rates on a tensor of its own
+# (probe_softmax_rates) and the model of the written-out softmax charges each pass at its kernel's rate.
+SOFTMAX_PROBE_MIB = 128
+SOFTMAX_PROBE_COLS = 4096
+
+
+def decomposed_softmax_ms(nbytes: float, target: Target, reduce_tbps: float, broadcast_tbps: float) -> float:
+    """Eager softmax over a tensor of nbytes, each pass at its kernel's probed rate: two reductions (one read
+    each), two broadcasting elementwise passes (read and write) and the exp (read and write, at the copy rate)."""
+    reductions = 2 * nbytes / (reduce_tbps * 1e12) * 1e3
+    broadcasts = 2 * 2 * nbytes / (broadcast_tbps * 1e12) * 1e3
+    return reductions + broadcasts + memory_ms(2 * nbytes, target) + 5 * LAUNCH_US * 1e-3
+
+
 def memory_ms(nbytes: float, target: Target) -> float:
     return nbytes / (target.ceilings.copy_tbps * 1e12) * 1e3
 
@@ -291,12 +311,62 @@ def host_ms_per_call(fn: Callable[[], object], kernels: int) -> float:
     return elapsed / calls * 1e3
 
 
+def back_to_back_ms(fn: Callable[[], object], budget_ms: float = 20.0, batches: int = 5, warmup_ms: float = 5.0,
+                    min_reps: int = 8) -> tuple:
+    """(wall ms, CPU ms) per call of `fn` called back to back: the medians, over the same batches of calls, of
+    the wall time per call (what a loop gets: the slower of the GPU and the CPU) and of the CPU's time to issue
+    the calls (the clock read when the last call of a batch returns, before waiting for the GPU).
+
+    Taking both from the very same calls matters where the CPU is the floor. A loop of its own a second apart
+    (host_ms_per_call) saw the CPU's time per call move by up to 2x on one host: in the 2026-11-23 recordings
+    eager sin^2 + cos^2 at 1 MiB ran its calls in 0.037 ms while a separate loop right after needed 0.08 ms
+    for the same calls, on both the H100 and the H200. The number of calls per batch comes from a burst of
+    three calls, never fewer than `min_reps`: a single call slowed once by a pause would otherwise leave a
+    batch of one call, which times the call's latency (CPU, then GPU, then the wait) instead of a loop's rate.
+    Python's garbage collector is paused while the batches run.
+    """
+    started = time.perf_counter()
+    fn()
+    while time.perf_counter() - started < warmup_ms * 1e-3:  # caches, allocator, CPU clock up to speed
+        fn()
+    bench.sync()
+    t0 = time.perf_counter()
+    for _ in range(3):
+        fn()
+    bench.sync()
+    burst = (time.perf_counter() - t0) / 3
+    reps = max(min_reps, min(20_000, int(budget_ms * 1e-3 / batches / max(burst, 1e-7))))
+    wall, host = [], []
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        for _ in range(batches):
+            bench.sync()
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                fn()
+            issued = time.perf_counter()  # the CPU's part: every call issued, the GPU perhaps still busy
+            bench.sync()
+            wall.append((time.perf_counter() - t0) / reps)
+            host.append((issued - t0) / reps)
+    finally:
+        if collecting:
+            gc.enable()
+    return statistics.median(wall) * 1e3, statistics.median(host) * 1e3
+
+
 def with_host_floor(row: dict, nbytes_useful: float, nbytes: float, kernels: int, gpu_ms: float, host_ms: float,
                     target: Target) -> dict:
     """The model once the host's time per call is known: the larger of the GPU's time and the CPU's."""
     limit = "host" if host_ms > gpu_ms else "GPU"
     return {**row, **_predicted(nbytes_useful, nbytes, kernels, max(gpu_ms, host_ms), target), "host_ms": host_ms,
             "gpu_model_ms": gpu_ms, "limited_by": limit}
+
+
+def with_softmax_probes(row: dict, nbytes: float, probes: dict, target: Target) -> dict:
+    """The written-out softmax's model once the run has probed its kernels' rates: each pass at its rate."""
+    ms = decomposed_softmax_ms(nbytes, target, probes["reduce_probe_tbps"], probes["broadcast_probe_tbps"])
+    return {**row, **_predicted(2 * nbytes, 8 * nbytes, 5, ms, target), **probes}
 
 
 def chain_compute_ms(n: int, ops: int, target: Target) -> float:
@@ -541,12 +611,13 @@ def _measure_sincos(params: Params, target: Target, step, done):
             if variant not in runs:
                 yield _row("sincos", variant, size, measured_ms=None, note=note)
                 continue
-            # calls back to back, as in a loop: the CPU's share shows on small tensors (see bench.per_call_us)
-            ms, profiled = bench.per_call_us(runs[variant]) / 1e3, launched_kernels(runs[variant])
+            # calls back to back, as in a loop: the CPU's share shows on small tensors, and the CPU's time per
+            # call is read in the same calls (see back_to_back_ms)
+            ms, host_ms = back_to_back_ms(runs[variant])
+            profiled = launched_kernels(runs[variant])
             row = _row("sincos", variant, size, **_measured(ms, moves * n * F32, 2 * n * F32, profiled))
             yield with_host_floor(row, 2 * n * F32, moves * n * F32, kernels,
-                                  model_ms(moves * n * F32, kernels, target), host_ms_per_call(runs[variant], kernels),
-                                  target)
+                                  model_ms(moves * n * F32, kernels, target), host_ms, target)
         del x, runs
 
 
@@ -571,9 +642,27 @@ def _measure_chain(params: Params, step, done):
     del x, y
 
 
+def probe_softmax_rates(size_mib: int) -> dict:
+    """The rates (TB/s, bytes the kernel must move over its time) of the two kinds of kernels eager softmax
+    runs besides exp, timed as the softmax points are, on a probe tensor of its own: a row max (reads the
+    tensor once) and a subtraction of a per-row value (reads it, writes the result)."""
+    rows, cols = max(1, size_mib * MiB // (F32 * SOFTMAX_PROBE_COLS)), SOFTMAX_PROBE_COLS
+    x = bench.random_tensor((rows, cols), "fp32")
+    m = x.amax(dim=1, keepdim=True)
+    few = x[:5].to(torch.float64)  # the check on a few rows: a float64 copy of the whole probe is not needed
+    bench.check_close((x - m)[:5], few - few.amax(dim=1, keepdim=True), "fp32", "probe: row max, broadcast subtract")
+    nbytes = x.numel() * F32
+    reduce_ms = bench.time_ms(lambda: x.amax(dim=1, keepdim=True))
+    broadcast_ms = bench.time_ms(lambda: x - m)
+    del x, m
+    return {"reduce_probe_tbps": bench.tbps(nbytes, reduce_ms), "broadcast_probe_tbps": bench.tbps(2 * nbytes, broadcast_ms)}
+
+
 def _measure_softmax(params: Params, target: Target, step, done):
     runs = {"eager_decomposed": softmax_decomposed, "torch_softmax": lambda t: torch.softmax(t, dim=1),
             "triton_online": online_softmax}
+    step("softmax: probing the row-reduction and broadcast-elementwise rates of eager PyTorch's kernels")
+    probes = probe_softmax_rates(min(params.softmax_mib, SOFTMAX_PROBE_MIB))
     for n_cols in params.softmax_cols:
         rows, cols = softmax_shape(params, n_cols)
         # Check on an odd number of rows, and on one column fewer when that runs the same kernel
@@ -591,16 +680,18 @@ def _measure_softmax(params: Params, target: Target, step, done):
             step(f"softmax, {n_cols} columns x {rows} rows: timing {variant}, then one call under torch.profiler")
             ms, profiled = _time_and_profile(lambda: runs[variant](x))
             done[0] += 1
-            yield _row("softmax", variant, params.softmax_mib, n_cols=n_cols,
+            row = _row("softmax", variant, params.softmax_mib, n_cols=n_cols,
                        **_measured(ms, moves * x.numel() * F32, 2 * x.numel() * F32, profiled),
                        fraction_of_copy=bench.tbps(2 * x.numel() * F32, ms) / target.ceilings.copy_tbps)
+            yield with_softmax_probes(row, x.numel() * F32, probes, target) if variant == "eager_decomposed" else row
         del x
 
 
 def repredict(recording: dict, target: Target) -> list[dict]:
     """The model of a recorded run (scripts/repredict.py): predict()'s rows, and for every point whose live
     prediction took the CPU's time per call into account (sin^2 + cos^2), the larger of this model's GPU
-    time and the host time the run measured for it (its `host_ms`)."""
+    time and the host time the run measured for it (its `host_ms`); for the written-out softmax, each pass at
+    the kernel rates the run probed (its `reduce_probe_tbps` and `broadcast_probe_tbps`), where it has them."""
     from labs.params import from_dict
 
     known = set(Params.__dataclass_fields__)
@@ -608,6 +699,8 @@ def repredict(recording: dict, target: Target) -> list[dict]:
     rows = predict(params, target)
     host = {(r.get("experiment"), r.get("variant"), r.get("size_mib")): r["host_ms"] for r in recording["rows"]
             if r.get("experiment") == "sincos" and isinstance(r.get("host_ms"), (int, float))}
+    probes = {r["n_cols"]: {k: r[k] for k in ("reduce_probe_tbps", "broadcast_probe_tbps")} for r in recording["rows"]
+              if r.get("variant") == "eager_decomposed" and isinstance(r.get("broadcast_probe_tbps"), (int, float))}
     out = []
     for row in rows:
         host_ms = host.get((row["experiment"], row["variant"], row["size_mib"]))
@@ -615,6 +708,9 @@ def repredict(recording: dict, target: Target) -> list[dict]:
             kernels, moves = SINCOS[row["variant"]]
             n = row["size_mib"] * MiB // F32
             row = with_host_floor(row, 2 * n * F32, moves * n * F32, kernels, row["predicted_ms"], host_ms, target)
+        if row["variant"] == "eager_decomposed" and row["n_cols"] in probes:
+            r, c = softmax_shape(params, row["n_cols"])
+            row = with_softmax_probes(row, r * c * F32, probes[row["n_cols"]], target)
         out.append(row)
     return out
 

@@ -207,11 +207,12 @@ def kernel_ms(accesses: int, sigmoids: int, nbytes: int, dtype: str, target: Tar
 def timer_host_floor_ms(host_ms: float, target: Target) -> float:
     """The shortest time the timer can report for a call whose CPU side takes host_ms: all of it.
 
-    The timer clears the L2 with a 256 MB write before each call, and the CPU could prepare the call while that
-    write runs, which would hide up to the write's time (0.09 ms on an H100) of the CPU's. The model took that
-    credit once; the H100 recordings of this lab and the attention lab did not show it (on the 21 points whose
-    CPU time per call was near or above the GPU's, the measured time was 0.6 to 1.2 times the CPU's time, median
-    1.0, not the CPU's time less 0.09 ms), so the floor is the CPU's whole time. scripts/models_gpu.py (section terms) tests it directly.
+    The timer clears the L2 with a 256 MB write before each call. If the CPU starts preparing the call while that
+    write runs, the events see only part of the CPU's time, and how much they miss depends on how long the write
+    takes on this GPU (0.09 ms on an H100, 0.06 ms on an H200): the 2026-11-23 recordings of this lab had CPU-bound
+    steps 0.03-0.06 ms under their CPU time on the H100 and 0-0.02 ms under it on the H200. This lab's timer
+    therefore waits for the write to finish before it starts the clock (time_with_host_ms(wait_for_flush=True)),
+    so the floor is the CPU's whole time on every GPU. scripts/models_gpu.py (section terms) tests the overlap.
     """
     return host_ms
 
@@ -219,7 +220,8 @@ def timer_host_floor_ms(host_ms: float, target: Target) -> float:
 FLUSH_BYTES = 256 * 2**20  # what triton's do_bench (bench.time_ms) writes to empty the L2 before each call
 
 
-def time_with_host_ms(fn, warmup_ms: float = 25, rep_ms: float = 100, max_reps: int = 2000) -> tuple[float, float]:
+def time_with_host_ms(fn, warmup_ms: float = 25, rep_ms: float = 100, max_reps: int = 2000,
+                      wait_for_flush: bool = False) -> tuple[float, float]:
     """(GPU ms, CPU ms) of one call of `fn`: the medians, over the same calls, of the time between CUDA events
     around each call and of the CPU's time inside it.
 
@@ -228,6 +230,11 @@ def time_with_host_ms(fn, warmup_ms: float = 25, rep_ms: float = 100, max_reps: 
     matters where the CPU is the floor: on a shared host the CPU's speed drifts by a third between two loops a
     second apart (scripts/naive_models_gpu.py, section host), so a floor measured apart from the timed calls
     cannot be trusted to 15 %.
+
+    With `wait_for_flush`, the CPU waits for the L2-clearing write to finish before it records the first event
+    and starts the call. Without it (do_bench's way) the CPU prepares the call while the write runs, and a call
+    whose CPU side is the slower one is timed short by up to the write's time, which differs from GPU to GPU
+    (see timer_host_floor_ms).
     """
     flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
     fn()
@@ -248,6 +255,8 @@ def time_with_host_ms(fn, warmup_ms: float = 25, rep_ms: float = 100, max_reps: 
     host = []
     for i in range(n):
         flush.zero_()
+        if wait_for_flush:
+            torch.cuda.synchronize()  # the GPU is idle when the clock starts: no head start for the CPU
         starts[i].record()
         t0 = time.perf_counter()
         fn()
@@ -360,7 +369,7 @@ def measure(params: Params, target: Target, progress):
                 progress(done / total, f"{dtype}, {size} MiB: {variant}: activation memory and timing")
                 held = activation_bytes(forward, x)
                 step = lambda: forward_backward(forward, x, dout)  # noqa: E731 - one training step
-                ms, host_ms = time_with_host_ms(step)  # the CPU's time measured in the timed calls themselves
+                ms, host_ms = time_with_host_ms(step, wait_for_flush=True)  # CPU time measured in the timed calls
                 stored_ms = ms if variant == "stored" else stored_ms
                 done += 1
                 accesses = sum(a for a, _ in KERNELS[variant])

@@ -222,6 +222,22 @@ def test_host_floor_takes_the_larger_of_gpu_and_cpu_time():
     assert slow_gpu["predicted_tbps"] == pytest.approx(2e8 / 0.5e-3 / 1e12)
 
 
+def test_back_to_back_times_wall_and_cpu_in_the_same_calls():
+    calls = []
+
+    def slow_call():  # a call whose CPU side is 1 ms: the loop's time is the CPU's, and both see it
+        calls.append(None)
+        time.sleep(0.001)
+
+    wall_ms, host_ms = fusion.back_to_back_ms(slow_call, budget_ms=10, batches=3, warmup_ms=0)
+    assert 1.0 <= host_ms <= wall_ms < 3.0
+    # a 10 ms budget over 3 batches would leave one call per batch; the floor of min_reps keeps a loop's rate
+    assert len(calls) >= 1 + 3 + 3 * 8
+    import gc
+
+    assert gc.isenabled()  # paused only while the batches run
+
+
 # --- on a GPU: the whole lab on small sizes -------------------------------------------------------
 @pytest.mark.gpu
 def test_measure_small_run_on_gpu():
@@ -239,6 +255,9 @@ def test_measure_small_run_on_gpu():
     assert all(r["host_ms"] > 0 and r["limited_by"] in ("host", "GPU") for r in sincos)
     small = [r for r in sincos if r["size_mib"] == 1]
     assert any(r["limited_by"] == "host" for r in small)
+    # the written-out softmax is predicted from its kernels' rates, probed in the run
+    written_out = [r for r in rows if r["variant"] == "eager_decomposed"]
+    assert all(0 < r["broadcast_probe_tbps"] and 0 < r["reduce_probe_tbps"] for r in written_out)
 
 
 # --- the page -------------------------------------------------------------------------------------
@@ -289,3 +308,31 @@ def test_repredict_keeps_the_recorded_host_time_and_re_predicts_the_rest():
     assert rows[("eager", 1024)]["predicted_ms"] == pytest.approx(model[("eager", 1024)]["predicted_ms"])
     assert rows[("eager", 1024)]["limited_by"] == "GPU"
     assert rows[("triton", 1)]["predicted_ms"] == model[("triton", 1)]["predicted_ms"]  # no host time recorded
+
+
+def test_written_out_softmax_charges_each_pass_at_its_probed_rate_by_hand():
+    size = 256 * MiB  # ROUND copies at 4 TB/s
+    # reductions at 2 TB/s (2 reads), broadcasts at 1 TB/s (2 x (read + write)), exp at the copy rate (read + write)
+    expected = 2 * size / 2e12 * 1e3 + 4 * size / 1e12 * 1e3 + 2 * size / 4e12 * 1e3 + 5 * 0.003
+    assert fusion.decomposed_softmax_ms(size, ROUND, reduce_tbps=2.0, broadcast_tbps=1.0) == pytest.approx(expected)
+    # at the copy rate everywhere it is the bytes model of predict()
+    rows = fusion.predict(fusion.Params(experiments=("softmax",), softmax_cols=(4096,), softmax_mib=256), ROUND)
+    assert fusion.decomposed_softmax_ms(size, ROUND, 4.0, 4.0) == pytest.approx(
+        _row(rows, variant="eager_decomposed")["predicted_ms"])
+    row = fusion.with_softmax_probes({"variant": "eager_decomposed"}, size,
+                                     {"reduce_probe_tbps": 2.0, "broadcast_probe_tbps": 1.0}, ROUND)
+    assert row["predicted_ms"] == pytest.approx(expected) and row["broadcast_probe_tbps"] == 1.0
+    assert row["bytes_moved"] == 8 * size and row["predicted_kernels"] == 5
+
+
+def test_repredict_uses_the_recorded_softmax_probes():
+    params = {"experiments": ["softmax"], "softmax_cols": [4096, 16384], "softmax_mib": 256}
+    recording = {"params": params,
+                 "rows": [{"experiment": "softmax", "variant": "eager_decomposed", "size_mib": 256, "n_cols": 4096,
+                           "reduce_probe_tbps": 2.0, "broadcast_probe_tbps": 1.0}]}  # 16384: no probes recorded
+    rows = {(r["variant"], r["n_cols"]): r for r in fusion.repredict(recording, ROUND)}
+    assert rows[("eager_decomposed", 4096)]["predicted_ms"] == pytest.approx(
+        fusion.decomposed_softmax_ms(256 * MiB, ROUND, 2.0, 1.0))
+    bytes_only = 8 * 256 * MiB / 4e12 * 1e3 + 0.015
+    assert rows[("eager_decomposed", 16384)]["predicted_ms"] == pytest.approx(bytes_only)
+    assert rows[("torch_softmax", 4096)]["predicted_ms"] == pytest.approx(2 * 256 * MiB / 4e12 * 1e3 + 0.003)
