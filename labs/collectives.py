@@ -20,9 +20,11 @@ by NCCL. Each collective is checked against a float64 reference on odd sizes bef
 
 The model's terms, each measured in the same run (before a run: read from a recorded run of this GPU kind,
 else the datasheet): a loop of calls runs at the slower of the host issuing each call (the smallest message's
-time) and the GPUs running it (the smallest message replayed from a CUDA graph, plus the busiest link's bytes
-at the bus bandwidth). The bus bandwidth is the link (what the copy engines move to the next GPU) or NCCL's
-kernels, whichever is slower: NCCL moves every byte with the SMs, and a collective whose kernel reads and
+time) and the GPUs running it. The GPUs pay a fixed cost plus the busiest link's bytes at the bus bandwidth,
+with the faster of NCCL's two protocols: LL (the smallest message replayed from a CUDA graph; half of each
+store is a flag) or Simple (full rate; its larger fixed cost from the first message the GPUs clearly limit).
+The bus bandwidth is the link (what the copy engines move to the next GPU) or NCCL's kernels, whichever is
+slower: NCCL moves every byte with the SMs, and a collective whose kernel reads and
 writes k bytes per byte sent reaches 4 / k of the rate of NCCL's own send/recv exchange (which reads and
 writes 4). The textbook model with the datasheet's NVLink figure is kept beside it (textbook_* columns).
 """
@@ -50,6 +52,13 @@ ASSUMED_HOST_US = 20.0
 # The GPUs' own time for a small collective before a run has measured it (a kernel and one handshake).
 ASSUMED_GPU_US = 10.0
 SMALL_MESSAGE_BYTES = 64 * KIB  # a size at or below this measures the latency terms
+# NCCL's two protocols here (its log: LL for small messages, Simple for large; LL128 never picked). LL writes
+# every 8 bytes as 4 bytes of data and a 4-byte flag that the receiver polls, so it carries data at half the
+# rate; Simple moves whole chunks at the full rate but synchronises through memory fences and costs more per
+# call. A message whose loop time is at least GPU_BOUND_RATIO x the host's time per call is limited by the GPUs:
+# the smallest such message, less its bytes at the bus bandwidth, gives Simple's fixed cost.
+LL_DATA_SHARE = 0.5
+GPU_BOUND_RATIO = 2.0
 PEER_COPY_BYTES = 256 * MiB
 # NVLink multicast is never used: it can take a shared host's GPUs out of service (the device notes).
 SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
@@ -139,11 +148,24 @@ def nccl_bus_gbps(op: str, n: int, link_gbps: float, exchange_gbps=None) -> floa
     return min(link_gbps, EXCHANGE_SM_BYTES * exchange_gbps / sm_bytes_per_link_byte(op, n))
 
 
-def loop_ms(op: str, nbytes: float, n: int, bus: float, host_us: float, gpu_us: float) -> float:
+def protocol_ms(op: str, nbytes: float, n: int, bus: float, gpu_us: float, simple_us=None) -> tuple:
+    """(GPU time of one call, protocol): the busiest link's bytes at the bus bandwidth plus a fixed cost.
+
+    With Simple's fixed cost measured, NCCL's choice between its protocols: LL (the small message's latency
+    gpu_us, data at LL_DATA_SHARE of the bus bandwidth) or Simple (simple_us, the full bus bandwidth),
+    whichever is faster, as NCCL's tuner picks it. Without it, one protocol: gpu_us at the full bandwidth."""
+    link_bytes = ring_factor(op, n) * nbytes
+    if simple_us is None:
+        return gpu_us * 1e-3 + link_bytes / (bus * 1e9) * 1e3, "-"
+    ll = gpu_us * 1e-3 + link_bytes / (LL_DATA_SHARE * bus * 1e9) * 1e3
+    simple = simple_us * 1e-3 + link_bytes / (bus * 1e9) * 1e3
+    return (ll, "LL") if ll <= simple else (simple, "Simple")
+
+
+def loop_ms(op: str, nbytes: float, n: int, bus: float, host_us: float, gpu_us: float, simple_us=None) -> float:
     """One call in a loop of back-to-back calls: the slower of the host issuing it (host_us) and the GPUs
-    running it (their own latency gpu_us plus the busiest link's bytes at the bus bandwidth)."""
-    gpu_ms = gpu_us * 1e-3 + ring_factor(op, n) * nbytes / (bus * 1e9) * 1e3
-    return max(host_us * 1e-3, gpu_ms)
+    running it (a fixed cost plus the busiest link's bytes at the bus bandwidth, protocol_ms)."""
+    return max(host_us * 1e-3, protocol_ms(op, nbytes, n, bus, gpu_us, simple_us)[0])
 
 
 def link_for(target: Target) -> dict:
@@ -195,13 +217,14 @@ def model_terms(rows: list, target: Target) -> dict:
     - gpu_us[op]: the same message replayed from a CUDA graph (the GPUs' own latency);
     - link_gbps[pattern]: what the copy engines moved to the next GPU, one GPU alone ("one direction") and
       all GPUs at once ("all at once"); the datasheet's figure per direction where not measured;
-    - exchange_gbps: NCCL's send/recv exchange per direction (None if not measured).
+    - exchange_gbps: NCCL's send/recv exchange per direction (None if not measured);
+    - simple_us[op]: Simple's fixed cost, from the smallest message the GPUs clearly limit (simple_latency_us).
     """
     sheet = link_for(target)
     peer = {r["op"]: r["measured_gbps"] for r in rows if r["experiment"] == "peer_copy" and r.get("measured_gbps")}
     exchange = [r["measured_gbps"] for r in rows if r["experiment"] == "nccl_p2p" and r.get("measured_gbps")]
     measured = bool(peer or exchange)
-    return {
+    terms = {
         "host_us": latencies_us(rows), "gpu_us": latencies_us(rows, "collective_gpu"),
         "link_gbps": {pattern: peer.get(pattern, sheet["link_gbps"]) for pattern in ("one direction", "all at once")},
         "exchange_gbps": max(exchange) if exchange else None,
@@ -209,6 +232,25 @@ def model_terms(rows: list, target: Target) -> dict:
         "source": "the recorded run of this GPU kind" if measured
         else "the datasheet and assumed latencies (no recorded run of this GPU kind yet)",
     }
+    found = {op: simple_latency_us(rows, op, terms) for op in OPS}
+    return terms | {"simple_us": {op: us for op, us in found.items() if us is not None}}
+
+
+def simple_latency_us(rows: list, op: str, terms: dict):
+    """Simple's fixed cost for `op`, in microseconds: the smallest message whose loop time is at least
+    GPU_BOUND_RATIO x the host's time per call (so the GPUs, not the host, set its pace), less its busiest
+    link's bytes at the bus bandwidth. None where no such message was measured."""
+    host = terms["host_us"].get(op)
+    measured = sorted((r for r in rows if r["experiment"] == "collective" and r["op"] == op
+                       and r["size_bytes"] > SMALL_MESSAGE_BYTES), key=lambda r: r["size_bytes"])
+    if host is None or not measured:
+        return None
+    n = measured[0].get("gpus", 2)
+    for r in measured:
+        if 1e3 * r["measured_ms"] >= GPU_BOUND_RATIO * host:
+            us = 1e3 * r["measured_ms"] - ring_factor(op, n) * r["size_bytes"] / (op_bus_gbps(op, n, terms) * 1e3)
+            return us if us > 0 else None
+    return None
 
 
 def op_bus_gbps(op: str, n: int, terms: dict) -> float:
@@ -221,17 +263,21 @@ def op_bus_gbps(op: str, n: int, terms: dict) -> float:
 def op_ms(op: str, nbytes: float, n: int, terms: dict) -> float:
     host = terms["host_us"].get(op, ASSUMED_HOST_US)
     gpu = terms["gpu_us"].get(op, min(host, ASSUMED_GPU_US))
-    return loop_ms(op, nbytes, n, op_bus_gbps(op, n, terms), host, gpu)
+    return loop_ms(op, nbytes, n, op_bus_gbps(op, n, terms), host, gpu, terms.get("simple_us", {}).get(op))
 
 
 def collective_row(op: str, nbytes: int, n: int, terms: dict) -> dict:
     ms = op_ms(op, nbytes, n, terms)
     host = terms["host_us"].get(op, ASSUMED_HOST_US)
+    simple = terms.get("simple_us", {}).get(op)
+    _, protocol = protocol_ms(op, nbytes, n, op_bus_gbps(op, n, terms),
+                              terms["gpu_us"].get(op, min(host, ASSUMED_GPU_US)), simple)
     textbook = collective_ms(op, nbytes, n, terms["datasheet_gbps"], host)
     return {"experiment": "collective", "op": op, "size_bytes": nbytes, "gpus": n, "step": "-", "tokens": 0,
             "predicted_ms": ms, "predicted_busbw_gbps": bus_gbps(op, nbytes, n, ms),
             "predicted_algbw_gbps": nbytes / (ms * 1e-3) / 1e9, "model_bus_gbps": op_bus_gbps(op, n, terms),
             "model_host_us": host, "model_gpu_us": terms["gpu_us"].get(op, min(host, ASSUMED_GPU_US)),
+            "model_simple_us": simple, "model_protocol": protocol,
             "sm_bytes_per_link_byte": sm_bytes_per_link_byte(op, n),
             "textbook_ms": textbook, "textbook_busbw_gbps": bus_gbps(op, nbytes, n, textbook)}
 
@@ -431,6 +477,10 @@ def terms_message(terms: dict, n: int) -> str:
         buses = ", ".join(f"{op.replace('_', '-')} {op_bus_gbps(op, n, terms):.0f}" for op in OPS)
         text += (f" NCCL's send/recv exchange moved {terms['exchange_gbps']:.0f} GB/s each way, so the model's "
                  f"bus bandwidths are {buses} GB/s.")
+    if terms.get("simple_us"):
+        fixed = ", ".join(f"{op.replace('_', '-')} {us:.0f}" for op, us in terms["simple_us"].items())
+        text += (f" NCCL's Simple protocol costs per call, from the smallest message the GPUs limit: {fixed} us "
+                 "(the small LL message: " + ", ".join(f"{us:.0f}" for us in terms["gpu_us"].values()) + " us).")
     return text
 
 
@@ -463,6 +513,8 @@ def lesson_numbers(target: Target) -> dict:
         "link_source": link["link_source"],
         "latency_us": f"{host:.0f}",
         "gpu_latency_us": f"{terms['gpu_us'].get('all_reduce', ASSUMED_GPU_US):.0f}",
+        "simple_latency_us": f"{terms['simple_us']['all_reduce']:.0f}" if "all_reduce" in terms["simple_us"]
+        else "(not measured yet)",
         "terms_source": terms["source"],
         "gb_allreduce_ms": f"{big:.2f}",
         "half_bw_mb": f"{half / 1e6:.1f}",

@@ -9,7 +9,8 @@ What you will learn:
   over the link: time = latency + bytes / bandwidth, the same alpha-beta model as for collectives;
 - why pinned (page-locked) host memory is faster than ordinary pageable memory: for host -> device the
   driver's CPU thread first copies pageable data into pinned staging buffers, so the copy runs at the slower
-  of that CPU copy and the link; for a large device -> host copy it locks the pageable pages, copies, and
+  of that CPU copy and the link (never at a rate of the core's own cache: the copy engine touches the staging
+  buffers between CPU passes); for a large device -> host copy it locks the pageable pages, copies, and
   unlocks them, paying both (each measured on the same buffer in the run);
 - how a copy on one CUDA stream hides behind compute on another.
 
@@ -51,9 +52,13 @@ PCIE_CODE = {1: 0.8, 2: 0.8, 3: 128 / 130, 4: 128 / 130, 5: 128 / 130}
 ASSUMED_LATENCY_US = 10.0
 # Pageable copies before a run measured this machine's CPU memcpy: assumed, replaced by the measurement.
 ASSUMED_HOST_COPY_GBPS = 10.0
-# The lab's CPU probe copies through a ring of this size, small enough to stay in the CPU's cache as the
-# driver's own pinned staging buffers do (their size is the driver's; 2 and 8 MiB rings gave the same rates).
+# The lab's CPU probe copies through a ring of this size, small enough to stay in the CPU's cache; the model
+# also takes it as the size of one of the driver's staging buffers (the driver's own, undocumented; 2 and 8 MiB
+# probe rings gave the same rates).
 STAGING_BYTES = 2 * MiB
+# One CPU core's own (L2) cache where the run cannot read it from the OS: 2 MiB, the per-core L2 of the Xeon
+# server hosts the recorded runs came from (lscpu there: 2 MiB per core). Every live run reads its own.
+ASSUMED_CPU_L2_BYTES = 2 * MiB
 WALL_BUDGET_MS = 60.0  # a copy's timing: repeated for about this long (at least 5, at most 200 copies)
 MATMUL_N = 4096  # the overlap experiment's compute: bf16 4096^3 matmuls (compute-bound, ~0.2 ms each on an H100)
 
@@ -141,12 +146,54 @@ def effective_gbps(memory: str, link_gbps: float, host_copy_gbps: float) -> floa
     return link_gbps if memory == "pinned" else min(link_gbps, host_copy_gbps)
 
 
+def staging_key(direction: str) -> str:
+    return "cpu_read_gbps" if direction == "h2d" else "cpu_copy_out_gbps"
+
+
 def staging_gbps(direction: str, rates: dict) -> float:
     """The CPU side of a pageable copy: for h2d the driver's thread reads your buffer into its pinned staging
     buffer; for d2h it copies the staging buffer out into yours. `rates` holds the one-thread rates measured
-    on the same buffer (cpu_read_gbps, cpu_copy_out_gbps)."""
-    key = "cpu_read_gbps" if direction == "h2d" else "cpu_copy_out_gbps"
-    return rates.get(key) or rates.get("host_copy_gbps") or ASSUMED_HOST_COPY_GBPS
+    on the same buffer (cpu_read_gbps, cpu_copy_out_gbps), and `out_of_cache_gbps`: the same probe's rate on
+    a buffer larger than one core's cache.
+
+    The probe copies through a ring that stays in the core's cache, but the driver's staging buffers cannot:
+    between two CPU passes the copy engine reads them (h2d) or writes them (d2h), so the CPU finds them in
+    the shared cache or DRAM, never in its own. A copy small enough for the core's cache therefore stages no
+    faster than one that is not: the model takes the slower of the two measured rates."""
+    own = rates.get(staging_key(direction)) or rates.get("host_copy_gbps") or ASSUMED_HOST_COPY_GBPS
+    return min(own, rates.get("out_of_cache_gbps") or own)
+
+
+def first_piece_ms(direction: str, nbytes: float, link_gbps: float) -> float:
+    """What a staged d2h copy cannot hide: the CPU copies a staging buffer out only once the copy engine has
+    filled it, so the first buffer's transfer (the whole copy, up to one staging buffer) comes before any CPU
+    work. A staged h2d copy hands the engine each piece as it is staged; no such term."""
+    return min(nbytes, STAGING_BYTES) / (link_gbps * 1e9) * 1e3 if direction == "d2h" else 0.0
+
+
+def out_of_cache_rates(host_rates: dict, l2_bytes: int) -> dict:
+    """Per direction: the staging probe's rate at the smallest measured size larger than one core's cache."""
+    out = {}
+    for (direction, size), rates in sorted((k, v) for k, v in host_rates.items() if isinstance(k, tuple)):
+        if size > l2_bytes and direction not in out and rates.get(staging_key(direction)):
+            out[direction] = rates[staging_key(direction)]
+    return out
+
+
+def cpu_l2_bytes():
+    """One CPU core's L2 cache in bytes, from Linux's sysfs; None where the OS does not say."""
+    import glob
+
+    for index in sorted(glob.glob("/sys/devices/system/cpu/cpu0/cache/index*")):
+        try:
+            with open(f"{index}/level") as level, open(f"{index}/size") as size:
+                if level.read().strip() == "2":
+                    text = size.read().strip().upper()
+                    scale = {"K": KIB, "M": MiB}.get(text[-1:], 1)
+                    return int(text.rstrip("KM")) * scale
+        except (OSError, ValueError):
+            continue
+    return None
 
 
 def pinned_on_the_fly_ms(nbytes: float, pinned_latency_us: float, link_gbps: float, rates: dict) -> float:
@@ -161,15 +208,19 @@ def copy_row(direction: str, memory: str, nbytes: int, link: dict, latency_us: f
     bandwidth = effective_gbps(memory, link["pcie_gbps"], staging_gbps(direction, rates))
     route = "pinned" if memory == "pinned" else "staged"
     ms = copy_ms(nbytes, latency_us, bandwidth)
+    if memory == "pageable":
+        ms += first_piece_ms(direction, nbytes, link["pcie_gbps"])
     if memory == "pageable" and direction == "d2h" and rates.get("pin_ms") is not None:
         # the driver stages small copies (locking the pages alone would take longer than the whole measured
         # copy) and pins large ones: the model takes the faster of the two routes
         pinned_ms = pinned_on_the_fly_ms(nbytes, pinned_latency_us, link["pcie_gbps"], rates)
         if pinned_ms < ms:
             route, bandwidth, ms = "pinned on the fly", link["pcie_gbps"], pinned_ms
+    exposed = first_piece_ms(direction, nbytes, link["pcie_gbps"]) if route == "staged" else 0.0
     return {"experiment": "copies", "direction": direction, "memory": memory, "size_bytes": nbytes,
             "schedule": "-", "predicted_ms": ms, "predicted_gbps": nbytes / (ms * 1e-3) / 1e9,
-            "model_latency_us": latency_us, "model_bandwidth_gbps": bandwidth, "model_route": route}
+            "model_latency_us": latency_us, "model_bandwidth_gbps": bandwidth, "model_route": route,
+            "model_first_piece_us": 1e3 * exposed}
 
 
 def matmul_ms(target: Target, count: int) -> float:
@@ -197,6 +248,9 @@ def predict_with(p: Params, target: Target, latency_us: dict, host_rates: dict) 
     """The model with the given latency per (direction, memory) and the CPU's staging rates: host_rates maps
     (direction, size_bytes) to the rates measured at that size, and "host_copy_gbps" to one rate for all."""
     link = link_for(target)
+    l2 = next((v["cpu_l2_bytes"] for k, v in host_rates.items() if isinstance(k, tuple) and v.get("cpu_l2_bytes")),
+              ASSUMED_CPU_L2_BYTES)
+    out_of_cache = out_of_cache_rates(host_rates, l2)
     rows = []
     if "copies" in p.experiments:
         for direction in p.directions:
@@ -205,7 +259,8 @@ def predict_with(p: Params, target: Target, latency_us: dict, host_rates: dict) 
                 pinned_lat = latency_us.get((direction, "pinned"), ASSUMED_LATENCY_US)
                 for s in sorted(p.sizes_kib):
                     rates = host_rates.get((direction, size_bytes(s)), {})
-                    rates = {"host_copy_gbps": host_rates.get("host_copy_gbps"), **rates}
+                    rates = {"host_copy_gbps": host_rates.get("host_copy_gbps"),
+                             "out_of_cache_gbps": out_of_cache.get(direction), **rates}
                     rows.append(copy_row(direction, memory, size_bytes(s), link, lat, rates, pinned_lat))
     if "overlap" in p.experiments:
         rows += overlap_rows(p, target, link, latency_us.get(("h2d", "pinned"), ASSUMED_LATENCY_US))
@@ -321,7 +376,7 @@ def staging_rates(host: torch.Tensor) -> dict:
 
 def pin_times(host: torch.Tensor, reps: int = 3) -> dict:
     """What locking this buffer's pages costs and what unlocking them costs (cudaHostRegister, then
-    cudaHostUnregister, as a driver must do to copy straight into pageable memory), median of `reps`, ms.
+    cudaHostUnregister, as a driver must do to copy straight into pageable memory), the least of `reps`, ms.
     Empty where there is no CUDA."""
     if not torch.cuda.is_available():
         return {}
@@ -338,7 +393,7 @@ def pin_times(host: torch.Tensor, reps: int = 3) -> dict:
         started = time.perf_counter()
         cudart.cudaHostUnregister(ptr)
         unpins.append(time.perf_counter() - started)
-    pin, unpin = statistics.median(pins) * 1e3, statistics.median(unpins) * 1e3
+    pin, unpin = min(pins) * 1e3, min(unpins) * 1e3  # the least of a few: a preempted lock only adds time
     return {"pin_ms": pin, "unpin_ms": unpin, "pin_gbps": nbytes / (pin * 1e-3) / 1e9}
 
 
@@ -380,7 +435,7 @@ def measure_copies(p: Params, progress, done: int, total: int):
                        "schedule": "-", "measured_ms": ms, "measured_gbps": n * 4 / (ms * 1e-3) / 1e9,
                        "check_rel_error": err}
                 if memory == "pageable":  # the CPU's share, on the same buffer, after the timing
-                    row |= staging_rates(host[:n])
+                    row |= staging_rates(host[:n]) | {"cpu_l2_bytes": cpu_l2_bytes()}
                 done += 1
                 yield row
         del host
@@ -444,7 +499,7 @@ def measured_latency_us(rows: list) -> dict:
 
 def measured_host_rates(rows: list) -> dict:
     """The CPU staging rates measured beside each pageable copy, by (direction, size_bytes)."""
-    keys = ("cpu_read_gbps", "cpu_copy_out_gbps", "cpu_write_gbps", "pin_ms", "unpin_ms")
+    keys = ("cpu_read_gbps", "cpu_copy_out_gbps", "cpu_write_gbps", "pin_ms", "unpin_ms", "cpu_l2_bytes")
     return {(r["direction"], r["size_bytes"]): {k: r[k] for k in keys if r.get(k) is not None}
             for r in rows if r.get("experiment") == "copies" and any(r.get(k) for k in keys)}
 

@@ -24,7 +24,7 @@ times = charts.figure("Time per call", "message size S (bytes)", "time (ms)", lo
 for op in params.ops:
     where = {"experiment": "collective", "op": op}
     charts.overlay(bw, model, live, recorded, "size_bytes", "busbw_gbps", op, where,
-                   ("gpus", "model_bus_gbps", "model_host_us"))
+                   ("gpus", "model_bus_gbps", "model_host_us", "model_protocol"))
     textbook = charts.rows_where((live or model).rows, **where)
     charts.add_series(bw, textbook, "size_bytes", "textbook_busbw_gbps", f"textbook: datasheet B, {op}",
                       dict(mode="lines", line=dict(dash="dot", width=1)))
@@ -34,7 +34,9 @@ bw.add_hline(y=link["link_gbps"], line_dash="dash", line_color="gray",
 st.plotly_chart(bw, width="stretch")
 st.caption("Model: in a loop of calls each call takes the longer of the host's cost of issuing it and the GPUs' "
            "time, latency + factor x S / bus bandwidth (factor 2(n-1)/n for all-reduce, (n-1)/n for all-gather and "
-           "reduce-scatter, 1 for broadcast). The bus bandwidth is the link or NCCL's kernels, whichever is slower. "
+           "reduce-scatter, 1 for broadcast), with the faster of NCCL's protocols: LL (small latency, half the "
+           "rate) or Simple (larger latency, full rate). The bus bandwidth is the link or NCCL's kernels, whichever "
+           "is slower. "
            "Dotted: the textbook alpha + factor x S / B with the datasheet's B.")
 st.plotly_chart(times, width="stretch")
 

@@ -24,15 +24,17 @@ if "copies" in params.experiments:
         for memory in params.memories:
             charts.overlay(fig, model, live, recorded, "size_bytes", "gbps", f"{direction}, {memory}",
                            {"experiment": "copies", "direction": direction, "memory": memory},
-                           ("model_latency_us", "model_bandwidth_gbps", "model_route"))
+                           ("model_latency_us", "model_bandwidth_gbps", "model_route", "model_first_piece_us"))
     fig.add_hline(y=link["pcie_gbps"], line_dash="dash", line_color="gray",
                   annotation_text=f"PCIe link {link['pcie_gbps']:.0f} GB/s")
     st.plotly_chart(fig, width="stretch")
     st.caption("Open circles: the model, latency + bytes / bandwidth. Live runs use their own smallest copy's time "
-               "as the latency. Pageable host-to-device copies are staged by one CPU thread: the model uses that "
-               "thread's copy rate measured on the same buffer. Pageable device-to-host copies lock the buffer's "
-               "pages, copy, unlock them: the model adds the locking and unlocking times measured on the same "
-               "buffer. Filled: measured now. Diamonds: recorded runs.")
+               "as the latency. Pageable copies are staged by one CPU thread: the model uses that thread's copy "
+               "rate measured on the same buffer, never faster than on a buffer beyond the core's own cache (the "
+               "staging buffers are not in it); device to host adds the first staging buffer's trip over the link. "
+               "Large pageable device-to-host copies lock the buffer's pages, copy, unlock them: the model adds the "
+               "locking and unlocking times measured on the same buffer, and takes the faster route. "
+               "Filled: measured now. Diamonds: recorded runs.")
 
 if "overlap" in params.experiments:
     bars = charts.grouped_bars(model, live, recorded, "ms", {"experiment": "overlap"}, lambda r: r["schedule"],

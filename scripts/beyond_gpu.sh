@@ -36,6 +36,14 @@ run_lab() {  # run_lab NAME [k=v ...]: the CLI, its JSON and log in $WORK_DIR, t
     echo "== $name: FAILED after $((SECONDS - started)) s"; tail -20 "$WORK_DIR/$name.log"; status=1
   fi
   { echo "### $name"; cat "$WORK_DIR/$name.log"; } >> "$OUT_DIR/beyond.log"
+  [ -n "$RECORD" ] && copy_recordings  # at once: a run cut short by its time limit still returns these
+}
+
+copy_recordings() {  # the device's tree does not come back: copy the recordings out, flat
+  find content/recorded -newer "$MARK" -name '*.json' | while read -r f; do
+    flat="recorded__$(basename "$(dirname "$f")")__$(basename "$f")"
+    cp "$f" "$OUT_DIR/$flat"; echo "recorded $f (copy in \$OUT/$flat)"
+  done
 }
 
 run_lab transfers
@@ -60,12 +68,7 @@ for r in rows:
 EOF
 fi
 
-if [ -n "$RECORD" ]; then  # the device's tree does not come back: copy the recordings out, flat
-  find content/recorded -newer "$MARK" -name '*.json' | while read -r f; do
-    flat="recorded__$(basename "$(dirname "$f")")__$(basename "$f")"
-    cp "$f" "$OUT_DIR/$flat"; echo "recorded $f (copy in \$OUT/$flat)"
-  done
-elif [ "$OUT_DIR" != "$WORK_DIR" ]; then
+if [ -z "$RECORD" ] && [ "$OUT_DIR" != "$WORK_DIR" ]; then
   cp "$WORK_DIR"/*.json "$OUT_DIR"/ 2>/dev/null
 fi
 
@@ -83,8 +86,9 @@ COLUMNS = {
     "trainmem": (("batch", "checkpointing", "peak_phase"), ("peak_bytes", "state_bytes", "activation_bytes")),
 }
 EXTRA = {  # the model's inputs measured beside each point
-    "transfers": ("model_route", "cpu_read_gbps", "cpu_copy_out_gbps", "pin_ms", "unpin_ms"),
-    "collectives": ("model_bus_gbps", "model_host_us", "model_gpu_us"),
+    "transfers": ("model_route", "model_bandwidth_gbps", "model_first_piece_us", "cpu_read_gbps",
+                  "cpu_copy_out_gbps", "pin_ms", "unpin_ms", "cpu_l2_bytes"),
+    "collectives": ("model_bus_gbps", "model_host_us", "model_gpu_us", "model_simple_us", "model_protocol"),
 }
 for lab, (keys, metrics) in COLUMNS.items():
     path = os.path.join(sys.argv[1], f"{lab}.json")

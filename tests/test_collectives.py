@@ -90,6 +90,31 @@ def test_model_terms_come_from_the_runs_probes():
     assert row["textbook_ms"] == pytest.approx(0.030 + 2**30 / 450e9 * 1e3)
 
 
+def test_simple_protocols_fixed_cost_comes_from_the_first_gpu_bound_message():
+    # host 25 us per call; 1 MiB (30 us) is not GPU-bound, 16 MiB (80 us >= 2 x 25) is: at 300 GB/s its
+    # 16.78 MB take 55.92 us, so Simple costs 80 - 55.92 = 24.08 us per call
+    rows = [{"experiment": "collective", "op": "all_reduce", "size_bytes": s, "gpus": 2, "measured_ms": ms}
+            for s, ms in ((1024, 0.025), (2**20, 0.030), (2**24, 0.080), (2**26, 0.250))]
+    rows += [{"experiment": "collective_gpu", "op": "all_reduce", "size_bytes": 1024, "gpus": 2, "measured_ms": 0.010},
+             {"experiment": "nccl_p2p", "op": "exchange", "size_bytes": 2**28, "measured_gbps": 300.0}]
+    terms = c.model_terms(rows, H200)
+    assert terms["simple_us"] == {"all_reduce": pytest.approx(80 - 2**24 / 300e3)}
+    simple = terms["simple_us"]["all_reduce"]
+    # 1 MiB: LL (10 us + 2 x 3.5 us) beats Simple (24 + 3.5 us); the host's 25 us is slower still
+    row = c.collective_row("all_reduce", 2**20, 2, terms)
+    assert row["model_protocol"] == "LL" and row["predicted_ms"] == pytest.approx(0.025)
+    # 64 MiB: Simple, at the full bus bandwidth
+    row = c.collective_row("all_reduce", 2**26, 2, terms)
+    assert row["model_protocol"] == "Simple"
+    assert row["predicted_ms"] == pytest.approx((simple + 2**26 / 300e3) * 1e-3)
+    # the protocols cross where LL's extra byte time equals Simple's extra fixed cost
+    cross = (simple - 10) * 300e3  # bytes
+    assert c.protocol_ms("all_reduce", 0.9 * cross, 2, 300, 10, simple)[1] == "LL"
+    assert c.protocol_ms("all_reduce", 1.1 * cross, 2, 300, 10, simple)[1] == "Simple"
+    # nothing GPU-bound measured: one protocol, as before
+    assert c.model_terms(rows[:2] + rows[4:], H200)["simple_us"] == {}
+
+
 def test_overlap_model_hides_communication_behind_backward():
     assert c.overlap_ms([1.0, 3.0], [0.5, 0.5]) == 3.5  # the last gradient's all-reduce cannot hide
     assert c.overlap_ms([1.0, 1.1], [2.0, 2.0]) == 5.0  # communication-bound: back to back

@@ -83,7 +83,42 @@ def test_pageable_model_uses_the_rate_measured_at_each_size():
     assert rows[("h2d", 2**20)]["model_bandwidth_gbps"] == 20.0
     assert rows[("d2h", 2**20)]["model_bandwidth_gbps"] == 5.0
     assert rows[("h2d", 4 * 2**20)]["model_bandwidth_gbps"] == 8.0  # not measured at this size: the one rate
-    assert rows[("d2h", 2**20)]["predicted_ms"] == pytest.approx(t.ASSUMED_LATENCY_US * 1e-3 + 2**20 / 5e9 * 1e3)
+    link = t.link_for(H100)["pcie_gbps"]
+    # d2h: latency, the whole 1 MiB over the link into the staging buffer, then the CPU's copy out
+    assert rows[("d2h", 2**20)]["predicted_ms"] == pytest.approx(
+        t.ASSUMED_LATENCY_US * 1e-3 + 2**20 / (link * 1e9) * 1e3 + 2**20 / 5e9 * 1e3)
+    assert rows[("h2d", 2**20)]["model_first_piece_us"] == 0
+
+
+def test_staging_never_runs_faster_than_out_of_the_cores_cache():
+    # 1 MiB fits one core's 2 MiB L2 and the probe reads it at 30 GB/s; at 4 MiB (beyond it) 12 GB/s: the
+    # driver's staging buffers are never in the core's cache, so 1 MiB stages at 12 GB/s too
+    rates = {("h2d", 2**20): {"cpu_read_gbps": 30.0, "cpu_l2_bytes": 2**21},
+             ("h2d", 2**22): {"cpu_read_gbps": 12.0, "cpu_l2_bytes": 2**21},
+             ("h2d", 2**24): {"cpu_read_gbps": 14.0, "cpu_l2_bytes": 2**21},
+             ("d2h", 2**22): {"cpu_copy_out_gbps": 10.0, "cpu_l2_bytes": 2**21},
+             ("d2h", 2**24): {"cpu_copy_out_gbps": 8.0, "cpu_l2_bytes": 2**21}}
+    p = t.Params(experiments=("copies",), memories=("pageable",), sizes_kib=(1024, 4096, 16384))
+    rows = {(r["direction"], r["size_bytes"]): r for r in t.predict_with(p, H100, {}, rates)}
+    assert rows[("h2d", 2**20)]["model_bandwidth_gbps"] == 12.0
+    assert rows[("h2d", 2**24)]["model_bandwidth_gbps"] == 12.0  # the slower of its own 14 and 12
+    assert rows[("d2h", 2**24)]["model_bandwidth_gbps"] == 8.0  # its own rate is slower: kept
+    # a core with a 32 MiB cache: 4 MiB and 16 MiB fit it, no probe beyond it, every size its own rate
+    big = {k: v | {"cpu_l2_bytes": 2**25} for k, v in rates.items()}
+    rows = {(r["direction"], r["size_bytes"]): r for r in t.predict_with(p, H100, {}, big)}
+    assert rows[("h2d", 2**20)]["model_bandwidth_gbps"] == 30.0
+
+
+def test_only_the_first_staging_buffer_of_a_d2h_copy_is_exposed():
+    link = 50.0
+    assert t.first_piece_ms("d2h", 2**20, link) == pytest.approx(2**20 / 50e9 * 1e3)
+    assert t.first_piece_ms("d2h", 2**30, link) == pytest.approx(t.STAGING_BYTES / 50e9 * 1e3)
+    assert t.first_piece_ms("h2d", 2**30, link) == 0.0
+
+
+def test_cpu_l2_is_read_from_the_os():
+    l2 = t.cpu_l2_bytes()
+    assert l2 is None or 64 * 1024 <= l2 <= 1024 * 2**20
 
 
 def test_pageable_d2h_pinned_on_the_fly_by_hand():
@@ -98,7 +133,7 @@ def test_pageable_d2h_pinned_on_the_fly_by_hand():
     rates[("d2h", 4096)] = {"pin_ms": 0.1, "unpin_ms": 0.05, "cpu_copy_out_gbps": 9.0}
     row = t.predict_with(small, H100, {("d2h", "pinned"): 20.0, ("d2h", "pageable"): 25.0}, rates)[0]
     assert row["model_route"] == "staged"  # 4 KiB: locking alone costs more than staging the whole copy
-    assert row["predicted_ms"] == pytest.approx(0.025 + 4096 / 9e9 * 1e3)
+    assert row["predicted_ms"] == pytest.approx(0.025 + 4096 / (link * 1e9) * 1e3 + 4096 / 9e9 * 1e3)
     del rates[("d2h", 2**28)]["pin_ms"]  # not measured (no CUDA): the staged route at the copy-out rate
     row = t.predict_with(p, H100, {("d2h", "pinned"): 20.0}, rates)[0]
     assert row["model_route"] == "staged" and row["model_bandwidth_gbps"] == 9.0
