@@ -39,13 +39,23 @@ def test_fusion_rows_get_the_current_model():
     assert row["after_pct"] == pytest.approx(100 * (row["measured_ms"] - predicted) / predicted)
 
 
-def test_transfers_use_the_runs_own_memcpy_rate():
+def test_transfers_use_the_runs_own_staging_rates():
+    """Offline, a pageable copy is predicted from the CPU rates the run measured at that size: slow one
+    size's recorded rate down and only that size's prediction follows it."""
     rec = _recording("transfers")
-    note = next(m for m in rec["messages"] if "GB/s" in m)
-    rate = float(transfers.HOST_RATE_NOTE.search(note).group(1))
     target = repredict.recorded_target(rec["meta"])
-    model = transfers.repredict(rec, target)
-    pageable = [r for r in model if r.get("memory") == "pageable" and r["experiment"] == "copies"]
-    expected = min(transfers.link_for(target)["pcie_gbps"], rate)  # the slower stage: link or staging memcpy
-    assert rate != transfers.ASSUMED_HOST_COPY_GBPS
-    assert pageable and all(r["model_bandwidth_gbps"] == pytest.approx(expected) for r in pageable)
+    key = ("copies", "h2d", "pageable")
+    big = [r for r in rec["rows"] if (r["experiment"], r["direction"], r["memory"]) == key
+           and r["size_bytes"] >= 64 * 2**20 and r.get("cpu_read_gbps")]
+    assert big, "the recording carries the staging probe's rates"
+    slowed = big[-1]["size_bytes"]
+    for r in rec["rows"]:
+        if (r["experiment"], r["direction"], r["memory"]) == key and r["size_bytes"] == slowed:
+            r["cpu_read_gbps"] = 0.5
+    before = {r["size_bytes"]: r["predicted_ms"] for r in transfers.repredict(_recording("transfers"), target)
+              if (r["experiment"], r["direction"], r["memory"]) == key}
+    after = {r["size_bytes"]: r["predicted_ms"] for r in transfers.repredict(rec, target)
+             if (r["experiment"], r["direction"], r["memory"]) == key}
+    assert after[slowed] >= slowed / 0.5e9 * 1e3  # at most 0.5 GB/s now
+    assert after[slowed] > 2 * before[slowed]
+    assert all(after[s] == pytest.approx(before[s]) for s in before if s != slowed)
