@@ -169,21 +169,49 @@ def _parts_sum(part_ptr, tile, first_p, last_p, total, progs, k_steps, MAX_SEG, 
     return summed
 
 
+@triton.jit
+def _add_parts(acc, part_ptr, tile, first_p, last_p, me, total, progs, k_steps, MAX_SEG, BLOCK_M: tl.constexpr,
+               BLOCK_N: tl.constexpr, SHARERS: tl.constexpr):
+    """acc plus the FP32 parts that the other programs sharing this tile (first_p .. last_p, all but `me`)
+    left in their scratch slots."""
+    r = tl.arange(0, BLOCK_M)
+    c = tl.arange(0, BLOCK_N // 2)
+    # the tile in two halves of columns, so that a half of a part (not a whole one) sits in registers beside acc
+    lo, hi = tl.split(tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1)))
+    for j in tl.static_range(SHARERS):
+        q = first_p + j
+        if (q != me) & (q <= last_p):
+            q_slot = q * MAX_SEG + tile - (q * total // progs) // k_steps  # program q's slot for this tile
+            ptrs = part_ptr + q_slot * (BLOCK_M * BLOCK_N) + r[:, None] * BLOCK_N + c[None, :]
+            lo += tl.load(ptrs, cache_modifier=".cg")
+            tl.debug_barrier()  # keeps the second half's loads from being hoisted above the first half's adds
+            hi += tl.load(ptrs + BLOCK_N // 2, cache_modifier=".cg")
+            tl.debug_barrier()
+    return tl.reshape(tl.permute(tl.join(lo, hi), (0, 2, 1)), (BLOCK_M, BLOCK_N))
+
+
 @triton.jit(do_not_specialize=["M", "N", "K", "SK_TILES", "MAX_SEG"])
 def matmul_streamk_kernel(a_desc, b_desc, c_desc, c_ptr, part_ptr, count_ptr, M, N, K, stride_cm, SK_TILES, MAX_SEG,
                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                           GROUP_M: tl.constexpr, SHARERS: tl.constexpr, RED_N: tl.constexpr, B_KMAJOR: tl.constexpr,
-                          FP32_MODE: tl.constexpr, UPCAST: tl.constexpr = False):
+                          FP32_MODE: tl.constexpr, UPCAST: tl.constexpr = False, FIXUP: tl.constexpr = 1,
+                          REVERSED: tl.constexpr = False):
     """Persistent TMA kernel, one program per slot (SM x programs per SM). The first SK_TILES tiles (the
     partial wave, and one full wave before it) are cut along K: their SK_TILES x K_STEPS steps are dealt out
     evenly, a contiguous run to each program, so a run may end one tile and start the next. A program that
     holds only part of a tile writes its FP32 partial sum to its own scratch slot (MAX_SEG slots a program)
-    and counts itself in on the tile's counter; the last one to arrive adds up the parts (at most SHARERS,
-    all loads issued at once, RED_N columns at a time to bound the registers), writes the tile of C and
-    resets the counter. No program ever waits for another.
-    Then every program takes whole tiles, one in each `progs`, as the plain kernel does."""
-    pid = tl.program_id(0)
+    and counts itself in on the tile's counter; the last one to arrive adds up the parts, writes the tile of
+    C and resets the counter. No program ever waits for another.
+    FIXUP = 1 (the owner's shortcut): the program holding a tile's first K step (its owner) reaches that part
+    at the very end of its run, while the programs after it did theirs at the start of theirs; so the owner
+    looks at the counter first, and when every other part is in, it adds them to its own accumulators in
+    registers and stores the tile through TMA, without writing or re-reading its own part. Whoever arrives
+    last also adds the others' parts to its own registers. FIXUP = 0: the last to arrive re-reads every part,
+    its own too, RED_N columns at a time (the first version, kept for comparison).
+    Then every program takes whole tiles, one in each `progs`, as the plain kernel does. REVERSED numbers the
+    programs backwards (the tests use it: the CPU interpreter runs programs one after another, in order)."""
     progs = tl.num_programs(0)
+    pid = progs - 1 - tl.program_id(0) if REVERSED else tl.program_id(0)
     tiles_m = tl.cdiv(M, BLOCK_M)
     tiles = tiles_m * tl.cdiv(N, BLOCK_N)
     k_steps = tl.cdiv(K, BLOCK_K)
@@ -201,6 +229,23 @@ def matmul_streamk_kernel(a_desc, b_desc, c_desc, c_ptr, part_ptr, count_ptr, M,
                        B_KMAJOR, FP32_MODE, UPCAST)
         if (k_lo == 0) & (k_hi == k_steps):  # the whole tile is ours
             c_desc.store([tile_m * BLOCK_M, tile_n * BLOCK_N], acc.to(c_desc.dtype))
+        elif FIXUP == 1:
+            first_p = ((t0 + 1) * progs - 1) // total  # the programs whose runs cover this tile
+            last_p = ((t0 + k_steps) * progs - 1) // total
+            others = last_p - first_p
+            last = pid < 0  # False, as a tensor
+            if k_lo == 0:  # the owner: are all the other parts in already?
+                last = tl.atomic_add(count_ptr + tile, 0, sem="acquire", scope="gpu") == others
+            if not last:
+                slot = part_ptr + (pid * MAX_SEG + tile - first_tile) * (BLOCK_M * BLOCK_N)
+                tl.store(slot + r[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :], acc)
+                tl.debug_barrier()  # every thread's part is written before the count below releases it
+                last = tl.atomic_add(count_ptr + tile, 1, sem="acq_rel", scope="gpu") == others
+            if last:  # every other part is in: add them to ours, store the tile, reset the counter
+                acc = _add_parts(acc, part_ptr, tile, first_p, last_p, pid, total, progs, k_steps, MAX_SEG,
+                                 BLOCK_M, BLOCK_N, SHARERS)
+                c_desc.store([tile_m * BLOCK_M, tile_n * BLOCK_N], acc.to(c_desc.dtype))
+                tl.atomic_xchg(count_ptr + tile, 0)  # ready for the next launch
         else:
             slot = part_ptr + (pid * MAX_SEG + tile - first_tile) * (BLOCK_M * BLOCK_N)
             tl.store(slot + r[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :], acc)
@@ -328,6 +373,7 @@ def operands(m: int, n: int, k: int, dtype: str, device: Optional[str] = None, k
 
 SK_EXTRA_WAVE = True  # share out one full wave more than the partial one (see streamk_plan)
 SK_MAX_SHARERS = 8  # at most this many programs share one tile (fewer programs for very few, very deep tiles)
+SK_FIXUP = 1  # 1: the tile's owner adds the other parts in registers (see matmul_streamk_kernel); 0: the first version
 
 
 def streamk_plan(tiles: int, k_steps: int, slots: int, extra_wave: Optional[bool] = None) -> dict:
@@ -378,9 +424,10 @@ def sm_count_of(device) -> int:
 
 def triton_matmul(a: torch.Tensor, b: torch.Tensor, dtype: str, out: Optional[torch.Tensor] = None,
                   config: Optional[TileConfig] = None, tma: str = "auto", autotune: bool = False,
-                  programs: Optional[int] = None):
+                  programs: Optional[int] = None, reversed_order: bool = False):
     """C = A @ B with the Triton kernel. Returns (C, path, compiled kernel or None). With a stream-K
-    config on the TMA path, `programs` programs run at once (default: one per SM)."""
+    config on the TMA path, `programs` programs run at once (default: one per SM); `reversed_order` numbers
+    them backwards (for tests: the interpreter runs them one by one)."""
     (m, k), n = a.shape, b.shape[1]
     config = config or DEFAULT_CONFIGS[dtype]
     out = torch.empty((m, n), device=a.device, dtype=out_dtype(dtype)) if out is None else out
@@ -416,7 +463,8 @@ def triton_matmul(a: torch.Tensor, b: torch.Tensor, dtype: str, out: Optional[to
             compiled = matmul_streamk_kernel[(plan["grid"],)](
                 a_desc, b_desc, c_desc, out, parts, counts, m, n, k, out.stride(0), plan["sk_tiles"],
                 plan["max_seg"], BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=config.group_m, SHARERS=sharers,
-                RED_N=red_n, num_warps=config.num_warps, num_stages=config.num_stages, **meta)
+                RED_N=red_n, FIXUP=SK_FIXUP, REVERSED=reversed_order, num_warps=config.num_warps,
+                num_stages=config.num_stages, **meta)
             return out, path, compiled
     else:
         args = (a, b, out, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1))
@@ -760,14 +808,18 @@ def predict_point(n: int, dtype: str, config: TileConfig, target: Target, tma: s
     return row
 
 
-def streamk_fixup_cycles(config: TileConfig, dtype: str, plan: dict) -> float:
-    """Clocks the busiest stream-K program spends on partial sums: it writes its FP32 part of up to two shared
-    tiles, and, as the last to arrive at one, reads every part of it and writes the tile of C, all through
-    its SM's L1 at L1_BYTES_PER_CLOCK."""
+def streamk_fixup_cycles(config: TileConfig, dtype: str, plan: dict, fixup: Optional[int] = None) -> float:
+    """Clocks the busiest stream-K program spends on partial sums, all through its SM's L1 at L1_BYTES_PER_CLOCK.
+    With the owner's shortcut (fixup 1) a program writes the FP32 part of at most one tile (the one its run starts
+    in) and, as the owner of the tile its run ends in, reads the other parts of it (max_sharers - 1) and writes
+    the tile of C. The first version (fixup 0) wrote a part of up to two tiles and, as the last to arrive, read
+    every part back, its own too."""
     if not plan["sk_tiles"]:
         return 0.0
+    fixup = SK_FIXUP if fixup is None else fixup
     part = config.block_m * config.block_n * 4
-    moved = 2 * part + plan["max_sharers"] * part + config.block_m * config.block_n * out_bytes(dtype)
+    written, read = (1, plan["max_sharers"] - 1) if fixup == 1 else (2, plan["max_sharers"])
+    moved = (written + read) * part + config.block_m * config.block_n * out_bytes(dtype)
     return moved / L1_BYTES_PER_CLOCK
 
 

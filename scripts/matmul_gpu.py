@@ -1,14 +1,21 @@
 """Device-side checks for the matmul lab (issue 15): the stream-K kernel against float64, then our kernel
-beside cuBLAS at every size of the default sweep, with the model's error.
+beside cuBLAS, with the model's error.
 
-Run on a GPU:  python scripts/matmul_gpu.py [check] [sweep] [floor] [lab] [labsk]   (default: check sweep floor)
-  check  every tile config and schedule the lab can pick, on odd shapes and odd program counts, against float64
-  sweep  bf16 at every N of DEFAULT_SIZES: cuBLAS, the lab's choice, and the candidate schedules side by side
-  floor  the model's probes (the smallest product, and a load's latency) beside cuBLAS's smallest products
-  lab    the lab's own default run (python -m labs run matmul), summarised
-  labsk  the same with streamk=on
-Prints a compact table per section; with $OUT set, writes matmul_gpu.json there. Sections stop being started
-once DEADLINE_S (env, seconds since start, default 220) has passed.
+Run on a GPU:  python scripts/matmul_gpu.py [check] [variants] [sweep] [floor] [lab] [labsk]
+               (default: check variants)
+  check     every stream-K variant on odd shapes, odd program counts and both program orders, against float64;
+            the counters must come back to zero
+  variants  bf16 at the sizes where the plain kernel is under 0.9x cuBLAS (N = 1024 ... 3072): cuBLAS, the lab's
+            choice, the plain big tile and each stream-K variant, each checked before it is timed; one table of
+            ratios to cuBLAS, with the registers and spills of each compiled variant, and how many partial sums the
+            tile owners' shortcut saved
+  sweep     bf16 at every N of DEFAULT_SIZES: cuBLAS and the lab's choice, with the model
+  floor     the model's probes (the smallest product, and a load's latency) beside cuBLAS's smallest products
+  lab       the lab's own default run (python -m labs run matmul), summarised
+  labsk     the same with streamk=on
+Prints a compact table per section; with $OUT set, writes matmul_gpu.json there. Sections (and sizes) stop being
+started once DEADLINE_S (env, seconds since start, default 220) has passed; VARIANT_SIZES (env, comma-separated)
+replaces the sizes of `variants`.
 """
 import json
 import os
@@ -16,6 +23,7 @@ import sys
 import time
 
 import torch
+import triton
 
 from labs import bench, gpu, matmul as mm
 
@@ -25,13 +33,19 @@ OUT = os.environ.get("OUT")
 results: dict = {"rows": []}
 T = mm.TileConfig
 BIG = mm.DEFAULT_CONFIGS["bf16"]
-CANDIDATES = {  # name -> (config, SK_EXTRA_WAVE); "dp" = the per-size tile without stream-K
-    "dp": (None, True),
-    "dp_big": (BIG, True),
-    "sk_big": (T(128, 256, 64, 8, 8, 3, True), True),
-    "sk_big1": (T(128, 256, 64, 8, 8, 3, True), False),
-    "sk_128w4": (T(128, 128, 64, 8, 4, 4, True), True),
+SK = T(128, 256, 64, 8, 8, 3, True)
+CANDIDATES = {  # name -> (config, SK_EXTRA_WAVE, SK_FIXUP); "lab" = the lab's per-size choice (config_for)
+    "lab": (None, True, 1),
+    "dp_big": (BIG, True, 1),
+    "sk0": (SK, True, 0),  # the first stream-K version: the last to arrive re-reads every part
+    "sk1": (SK, True, 1),  # the tile's owner adds the other parts in registers
+    "sk1_1": (SK, False, 1),  # the same, sharing out only the partial wave
+    "sk1_128": (T(128, 128, 64, 8, 8, 4, True), True, 1),  # smaller tiles, smaller parts
+    "dp_64": (T(64, 64, 64, 8, 4, 4), True, 1),  # small tiles, three programs per SM (N <= 1536 only)
 }
+VARIANT_SIZES = tuple(int(x) for x in os.environ.get("VARIANT_SIZES", "1024,1536,2048,2056,2064,2304,3072").split(","))
+TMA = "auto"  # the load path the candidates take ("on" forces TMA, for a dry run in the CPU interpreter)
+CHECK_SHAPES = ((517, 528, 560), (1001, 1032, 2056), (2057, 2064, 200), (264, 264, 4104))  # M odd; N, K 16-byte rows
 SEEN: set = set()
 
 
@@ -54,34 +68,122 @@ def fmt(v):
     return f"{v:.3g}" if isinstance(v, float) else str(v)
 
 
-def run_ours(a, b, out, cfg, extra_wave, programs=None):
-    mm.SK_EXTRA_WAVE = extra_wave
-    return mm.triton_matmul(a, b, "bf16", out, cfg, "auto", programs=programs)
+def run_ours(a, b, out, cfg, extra_wave, fixup=1, programs=None, reversed_order=False):
+    mm.SK_EXTRA_WAVE, mm.SK_FIXUP = extra_wave, fixup
+    try:
+        return mm.triton_matmul(a, b, "bf16", out, cfg, TMA, programs=programs, reversed_order=reversed_order)
+    finally:
+        mm.SK_EXTRA_WAVE, mm.SK_FIXUP = True, 1
 
 
 def section_check():
-    """Each stream-K config on odd shapes (M odd, N and K 16-byte multiples) and odd program counts,
-    output poisoned with NaN, against a full float64 product; the counters must come back to zero."""
-    shapes = [(517, 528, 560), (1001, 1032, 2056), (2057, 2064, 200), (264, 264, 4104)]
-    print(f"{'config':<26} {'M x N x K':<16} {'progs':>5} {'rel err':>9}  ok")
-    for name, (cfg, extra) in CANDIDATES.items():
-        if cfg is None or not cfg.streamk and name != "dp_big":
+    """Each stream-K variant on odd shapes (M odd, N and K 16-byte multiples), odd program counts and both
+    program orders, output poisoned with NaN, against a full float64 product; the counters must come back to zero."""
+    print(f"{'variant':<9} {'M x N x K':<16} {'progs':>5} {'rev':>3} {'rel err':>9}  ok")
+    for name, (cfg, extra, fixup) in CANDIDATES.items():
+        if cfg is None or not cfg.streamk:
             continue
-        for m, n, k in shapes:
-            for progs in (None, 7):
-                a, b = mm.operands(m, n, k, "bf16")
-                out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-                try:
-                    _, path, _ = run_ours(a, b, out, cfg, extra, progs)
+        for (m, n, k), progs, rev in [(sh, p, r) for sh in CHECK_SHAPES for p, r in ((None, False), (7, False), (None, True))]:
+            a, b = mm.operands(m, n, k, "bf16")
+            out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+            try:
+                for _ in range(2):  # the second call finds the counters the first left
+                    out.fill_(float("nan"))
+                    run_ours(a, b, out, cfg, extra, fixup, progs, rev)
                     torch.cuda.synchronize()
                     err = bench.check_close(out, mm.reference(a, b), "bf16", f"{name} {m}x{n}x{k} p{progs}")
-                    clean = all(int(t.abs().sum()) == 0 for t in mm._SCRATCH["cuda:0"][1:]) if cfg.streamk else True
-                    ok = "yes" if clean else "COUNTERS LEFT NONZERO"
-                except Exception as exc:
-                    err, ok = float("nan"), f"FAIL {exc}"[:200]
-                record("check", config=name, shape=f"{m}x{n}x{k}", programs=progs, err=err, ok=ok)
-                print(f"{name:<26} {f'{m}x{n}x{k}':<16} {str(progs):>5} {err:9.2e}  {ok}", flush=True)
-    mm.SK_EXTRA_WAVE = True
+                clean = int(mm._SCRATCH[str(a.device)][1].abs().sum()) == 0
+                ok = "yes" if clean else "COUNTERS LEFT NONZERO"
+            except Exception as exc:
+                err, ok = float("nan"), f"FAIL {exc}"[:200]
+            record("check", config=name, shape=f"{m}x{n}x{k}", programs=progs, reversed=rev, err=err, ok=ok)
+            if ok != "yes" or progs is None and not rev:
+                print(f"{name:<9} {f'{m}x{n}x{k}':<16} {str(progs):>5} {rev!s:>5} {err:9.2e}  {ok}", flush=True)
+    fails = [r for r in results["rows"] if r["section"] == "check" and r["ok"] != "yes"]
+    print(f"check: {len(fails)} failures", flush=True)
+
+
+def partial_segments(n, cfg, extra, slots=None):
+    """(pieces of tiles that a program holds only in part, tiles that more than one program shares)."""
+    bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
+    tiles, k_steps = triton.cdiv(n, bm) * triton.cdiv(n, bn), triton.cdiv(n, bk)
+    plan = mm.streamk_plan(tiles, k_steps, slots or torch.cuda.get_device_properties(0).multi_processor_count, extra)
+    total, grid = plan["sk_tiles"] * k_steps, plan["grid"]
+    pieces = 0
+    for p in range(grid):
+        start, end = p * total // grid, (p + 1) * total // grid
+        for t in range(start // k_steps, -(-end // k_steps)):
+            lo, hi = max(start, t * k_steps) - t * k_steps, min(end, t * k_steps + k_steps) - t * k_steps
+            pieces += not (lo == 0 and hi == k_steps)
+    shared = sum(((t * k_steps + k_steps) * grid - 1) // total > ((t * k_steps + 1) * grid - 1) // total
+                 for t in range(plan["sk_tiles"]))
+    return pieces, shared
+
+
+def section_variants():
+    """bf16 at VARIANT_SIZES: cuBLAS, then each candidate checked (finite everywhere, sampled rows and columns
+    against float64) and timed the same way; one table of ratios to cuBLAS."""
+    target = gpu.live_target()
+    params = mm.Params()
+    names = list(CANDIDATES)
+    table = []
+    mm.probe_floor_us(target)  # the model's floor and load latency, as the lab's run probes them
+    print(f"floor {mm.fixed_us(target):.2f} us, load latency {mm.load_latency_us(target):.2f} us", flush=True)
+    print(f"{'N':>5} {'cuBLAS':>7} | " + " ".join(f"{x:>8}" for x in names) + "  (ours / cuBLAS)", flush=True)
+    for n in VARIANT_SIZES:
+        if elapsed() > DEADLINE:
+            print("deadline: variants stopped", flush=True)
+            break
+        a, b = mm.operands(n, n, n, "bf16")
+        out = torch.full((n, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        c = mm.cublas_matmul(a, b, "bf16", out)
+        mm.check_sampled(c, a, b, "bf16", f"cublas {n}")
+        cub = bench.tflops(2 * n**3, mm.kernel_ms(lambda: mm.cublas_matmul(a, b, "bf16", out)))
+        row = {"n": n, "cublas": cub}
+        for name, (cfg, extra, fixup) in CANDIDATES.items():
+            cfg = cfg or mm.config_for(params, "bf16", n, target.sm_count, target.compute_capability)
+            if name == "lab":
+                row["lab_config"] = cfg.label
+            if name == "sk1_1" and triton.cdiv(n, 128) * triton.cdiv(n, 256) <= target.sm_count:
+                continue  # the same as sk1 when there is no full wave before the partial one
+            if name == "dp_64" and n > 1536:
+                continue
+            try:
+                if cfg.streamk:  # a first call sizes the scratch; then poison it, to count the slots written
+                    run_ours(a, b, out, cfg, extra, fixup)
+                    mm._SCRATCH[str(a.device)][0].fill_(float("nan"))
+                out.fill_(float("nan"))
+                _, _, comp = run_ours(a, b, out, cfg, extra, fixup)
+                mm.check_sampled(out, a, b, "bf16", f"{name} {n}")
+                if cfg.streamk:  # slots written (the owner's shortcut writes none) against pieces of tiles
+                    parts, tile = mm._SCRATCH[str(a.device)][0], cfg.block_m * cfg.block_n
+                    parts = parts[:parts.numel() // tile * tile].view(-1, tile)
+                    written = int((~parts.isnan().all(1)).sum())
+                    pieces, shared = partial_segments(n, cfg, extra)
+                    row[f"{name}_parts"] = f"{written}/{pieces} ({shared} shared tiles)"
+                if name not in SEEN:
+                    SEEN.add(name)
+                    print(f"   {name} {cfg.label}: {mm._compiled_resources(comp)} spills={getattr(comp, 'n_spills', '?')}",
+                          flush=True)
+                ms = mm.kernel_ms(lambda: run_ours(a, b, out, cfg, extra, fixup))
+                row[name] = bench.tflops(2 * n**3, ms)
+                mm.SK_EXTRA_WAVE, mm.SK_FIXUP = extra, fixup  # the model of this variant's schedule and fix-up
+                row[f"{name}_pred"] = mm.predict_point(n, "bf16", cfg, target).get("predicted_tflops")
+                mm.SK_EXTRA_WAVE, mm.SK_FIXUP = True, 1
+            except Exception as exc:
+                row[name] = float("nan")
+                print(f"   {name} at {n} failed: {exc}"[:300], flush=True)
+        record("variants", **row)
+        table.append(row)
+        print(f"{n:>5} {cub:7.1f} | " + " ".join(f"{row.get(x, float('nan')) / cub:8.2f}" for x in names), flush=True)
+        del a, b, out
+    save()
+    print("\n== ours / cuBLAS (bf16)   [model TFLOP/s in brackets]  parts written / pieces")
+    for row in table:
+        print(f"N={row['n']:>5} cuBLAS={row['cublas']:6.1f}  " + "  ".join(
+            f"{x}={row.get(x, float('nan')) / row['cublas']:.2f}[{row.get(x + '_pred') or float('nan'):.0f}]"
+            for x in names) + "  " + " ".join(f"{x}:{row[x + '_parts']}" for x in names if x + "_parts" in row)
+            + f"  lab={row.get('lab_config')}", flush=True)
 
 
 def section_sweep():
@@ -90,9 +192,7 @@ def section_sweep():
     params = mm.Params()
     print("ceilings:", target.describe_ceilings(), flush=True)
     mm.probe_floor_us(target)
-    head = f"{'N':>5} {'cuBLAS':>7} {'lab':>7} {'x':>5} {'model':>7} {'err%':>6}  lab config"
-    names = list(CANDIDATES)
-    print(head + "  | " + " ".join(f"{n:>9}" for n in names), flush=True)
+    print(f"{'N':>5} {'cuBLAS':>7} {'lab':>7} {'x':>5} {'model':>7} {'err%':>6}  lab config", flush=True)
     for n in mm.DEFAULT_SIZES:
         if elapsed() > DEADLINE:
             print("deadline: sweep stopped", flush=True)
@@ -111,28 +211,9 @@ def section_sweep():
         row = {"n": n, "cublas": cub, "lab": lab, "ratio": lab / cub, "model": pred,
                "err_pct": 100 * (lab - pred) / pred, "config": cfg.label, "path": path,
                **mm._compiled_resources(compiled)}
-        cand = {}
-        if path == "tma" and n >= 1024 or n in (512, 768):
-            for name, (c_cfg, extra) in CANDIDATES.items():
-                c_cfg = c_cfg or mm.tuned_config(n, "bf16", target.sm_count, target.compute_capability)
-                try:
-                    out.fill_(float("nan"))
-                    _, _, comp = run_ours(a, b, out, c_cfg, extra)
-                    mm.check_sampled(out, a, b, "bf16", f"{name} {n}")
-                    if name not in SEEN:
-                        SEEN.add(name)
-                        res = mm._compiled_resources(comp)
-                        print(f"   {name}: {res} spills={getattr(comp, 'n_spills', '?')}", flush=True)
-                    ms = mm.kernel_ms(lambda: run_ours(a, b, out, c_cfg, extra))
-                    cand[name] = bench.tflops(2 * n**3, ms)
-                except Exception as exc:
-                    cand[name] = float("nan")
-                    print(f"   {name} at {n} failed: {exc}"[:300], flush=True)
-            mm.SK_EXTRA_WAVE = True
-        row.update(cand)
         record("sweep", **row)
-        print(f"{n:>5} {cub:7.1f} {lab:7.1f} {lab / cub:5.2f} {pred:7.1f} {row['err_pct']:+6.1f}  {cfg.label:<24}"
-              + "  | " + " ".join(f"{cand.get(x, float('nan')) / cub:9.2f}" for x in names), flush=True)
+        print(f"{n:>5} {cub:7.1f} {lab:7.1f} {lab / cub:5.2f} {pred:7.1f} {row['err_pct']:+6.1f}  {cfg.label:<24}",
+              flush=True)
         del a, b, out
     save()
 
@@ -196,7 +277,7 @@ def main():
     results["gpu"] = {"name": info.name, "cc": info.compute_capability, "sms": info.sm_count,
                       "versions": gpu.software_versions()}
     print("GPU:", results["gpu"], flush=True)
-    for name in sys.argv[1:] or ["check", "sweep", "floor"]:
+    for name in sys.argv[1:] or ["check", "variants"]:
         if elapsed() > DEADLINE:
             print(f"deadline reached before section {name}", flush=True)
             break

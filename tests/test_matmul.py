@@ -453,17 +453,50 @@ def test_floor_probe_replaces_the_assumed_fixed_cost():
     ((100, 96, 64), mm.TileConfig(16, 32, 16, 2, 4, 2, True), 13),  # 21 tiles over 13 programs
 ], ids=["dp+sk", "all-sk", "one-tile", "odd-programs"])
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
-def test_streamk_matches_float64_and_resets_its_counters(shape, config, programs, dtype, device):
+@pytest.mark.parametrize("fixup,reversed_order", [(1, False), (1, True), (0, False)],
+                         ids=["owner", "owner-runs-last", "first-version"])
+def test_streamk_matches_float64_and_resets_its_counters(shape, config, programs, dtype, fixup, reversed_order, device,
+                                                         monkeypatch):
+    """Both fix-ups, and the programs numbered backwards: in the interpreter (one program after another) the
+    owner of each shared tile then runs after the other sharers and takes its shortcut."""
     if device == "cuda" and not mm.tma_supported(mm._device_cc(torch.device("cuda"))):
         pytest.skip("this GPU has no TMA")
+    monkeypatch.setattr(mm, "SK_FIXUP", fixup)
     m, n, k = shape
     for _ in range(2):  # the second call finds the counters the first one left: they must be back at zero
         a, b = mm.operands(m, n, k, dtype, device)
         out = torch.full((m, n), float("nan"), device=device, dtype=mm.out_dtype(dtype))
-        _, path, _ = mm.triton_matmul(a, b, dtype, out, config, tma="on", programs=programs)
+        _, path, _ = mm.triton_matmul(a, b, dtype, out, config, tma="on", programs=programs,
+                                      reversed_order=reversed_order)
         assert path == "tma"
         bench.check_close(out, mm.reference(a, b), dtype, f"stream-K {config.label} {shape}")
         assert int(mm._SCRATCH[str(a.device)][1].abs().sum()) == 0
+
+
+def test_streamk_owner_adds_the_other_parts_in_registers(device):
+    """9 tiles of 10 K steps over 5 programs (18 steps each): the runs end at steps 18, 36, 54 and 72, inside
+    tiles 1, 3, 5 and 7, so those 4 tiles are shared by 2 programs each: 8 pieces. In forward order (in the
+    interpreter, one program after another) each owner runs first and finds the other part missing, so all 8
+    pieces go to scratch. Numbered backwards, each owner runs after the other sharer, finds its part in, adds
+    it in registers and writes none of its own: only the 4 other pieces reach scratch, and the product is
+    still right."""
+    if device == "cuda":
+        pytest.skip("the order of programs is fixed only in the interpreter")
+    cfg, (m, n, k) = mm.TileConfig(16, 16, 16, 2, 4, 2, True), (45, 48, 160)
+    plan = mm.streamk_plan(9, 10, 5)
+    assert (plan["grid"], plan["sk_tiles"], plan["max_sharers"]) == (5, 9, 2)
+    written = {}
+    for reversed_order in (False, True):
+        a, b = mm.operands(m, n, k, "bf16", device)
+        out = torch.full((m, n), float("nan"), dtype=torch.bfloat16)
+        mm.triton_matmul(a, b, "bf16", out, cfg, tma="on", programs=5, reversed_order=reversed_order)  # scratch
+        parts = mm._SCRATCH["cpu"][0]
+        parts.fill_(float("nan"))
+        out.fill_(float("nan"))
+        mm.triton_matmul(a, b, "bf16", out, cfg, tma="on", programs=5, reversed_order=reversed_order)
+        bench.check_close(out, mm.reference(a, b), "bf16", f"stream-K reversed={reversed_order}")
+        written[reversed_order] = int((~parts.view(-1, 16 * 16).isnan().all(1)).sum())
+    assert written == {False: 8, True: 4}
 
 
 def test_streamk_plan_by_hand():
@@ -486,16 +519,18 @@ def test_streamk_model_by_hand():
     """Toy GPU (100 SMs, 1 GHz, 4096 FLOP per clock per SM): N = 2304 in 128x256 tiles gives 18 x 9 = 162
     tiles of 36 steps, one wave and 62 more. Without stream-K: 2 rounds x 36 steps x 1024 clocks = 73.7 us.
     With it, all 162 are shared: 5832 steps over 100 programs, 59 for the busiest (60.4 us), plus its
-    fix-up: 2 parts written + 2 read (128 x 256 x 4 bytes each) + the bf16 tile, 589824 bytes at 128 bytes
-    a clock = 4608 clocks."""
+    fix-up (the owner's shortcut): 1 part written + the other 1 read (128 x 256 x 4 bytes each) + the bf16 tile,
+    327680 bytes at 128 bytes a clock = 2560 clocks (the first version: 2 written + 2 read, 4608 clocks)."""
     t = toy_target()
     big = mm.DEFAULT_CONFIGS["bf16"]
     tiles = mm.predict_point(2304, "bf16", big, t)
     sk = mm.predict_point(2304, "bf16", dataclasses.replace(big, streamk=True), t)
     assert tiles["schedule"] == "tiles" and sk["schedule"] == "stream-K" and sk["sk_tiles"] == 162
     assert tiles["predicted_ms"] == pytest.approx((2 * 36 * 1024 / 1e9 + 3e-6) * 1e3)
-    assert sk["fixup_us"] == pytest.approx(4608 / 1e3)
-    assert sk["predicted_ms"] == pytest.approx(((59 * 1024 + 4608) / 1e9 + 3e-6) * 1e3)
+    assert sk["fixup_us"] == pytest.approx(2560 / 1e3)
+    assert sk["predicted_ms"] == pytest.approx(((59 * 1024 + 2560) / 1e9 + 3e-6) * 1e3)
+    plan = mm.streamk_plan(162, 36, 100)
+    assert mm.streamk_fixup_cycles(big, "bf16", plan, fixup=0) == pytest.approx(4608)
     assert not mm.config_for(mm.Params(), "bf16", 2304, 100, "9.0").streamk  # off unless asked for
     on = mm.config_for(mm.Params(streamk="on"), "bf16", 1024, 100, "9.0")
     assert on.streamk and (on.block_m, on.block_n) == (128, 256)
