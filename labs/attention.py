@@ -1348,6 +1348,68 @@ def _runner(fn, mode: str, q, k, v, do):
     return forward if mode == "fwd" else forward_backward
 
 
+# Timing budget (the default run must finish in a minute, compile time included). A point's first call compiles,
+# builds library plans and takes workspaces; the second gives its peak memory and, timed with events after an L2
+# flush, how long a call is. A call of LONG_CALL_MS or more (milliseconds of streaming gigabytes or of hundreds of
+# GFLOPs, nothing a launch or a clock step moves by much) is timed as the median of LONG_CALL_REPS such calls (that
+# second one included), where do_bench would spend five calls estimating, one warming up and one or more timing. A shorter call is timed by do_bench (median, L2
+# flushed before each call) with SHORT_WARMUP_MS of warm-up and SHORT_REP_MS of timed calls: 25 samples or more
+# of any call under a millisecond.
+LONG_CALL_MS = 5.0
+LONG_CALL_REPS = 3
+SHORT_WARMUP_MS, SHORT_REP_MS = 5, 25
+FLUSH_BYTES = 256 * 2**20  # what do_bench writes to empty the L2 (TIMER_BYTES accounts for it)
+
+
+def timer_cost(call_ms: float, flush_ms: float, host_ms: float = 0.0) -> tuple[int, float]:
+    """(calls, GPU ms) that timing one point costs under the rules above, for a call of call_ms on the GPU and
+    host_ms on the CPU, and an L2 flush of flush_ms: a bound on a run's time that needs no GPU."""
+    if call_ms >= LONG_CALL_MS:
+        return 1 + LONG_CALL_REPS, call_ms + LONG_CALL_REPS * (call_ms + flush_ms)
+    step = call_ms + flush_ms  # do_bench: one call, 5 to estimate, then the warm-up and the timed calls
+    warm, rep = max(1, int(SHORT_WARMUP_MS / step)), max(1, int(SHORT_REP_MS / step))
+    calls = 2 + 1 + 5 + warm + rep
+    return calls, 2 * call_ms + flush_ms + call_ms + 5 * step + warm * max(call_ms, host_ms) + rep * max(step, host_ms)
+
+
+def _flush_l2() -> None:
+    torch.empty(FLUSH_BYTES, dtype=torch.int8, device="cuda").zero_()
+
+
+def _event_ms(run) -> float:
+    """One call of `run` between CUDA events, the L2 emptied by a 256 MiB write before it (as do_bench does)."""
+    _flush_l2()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    result = run()
+    end.record()
+    torch.cuda.synchronize()
+    del result
+    return start.elapsed_time(end)
+
+
+def _peak_and_ms(run) -> tuple[int, float]:
+    """(bytes `run` allocates at its peak beyond what was allocated before, its time between CUDA events with an
+    emptied L2)."""
+    _flush_l2()
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    result = run()
+    end.record()
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - base
+    del result
+    return int(peak), start.elapsed_time(end)
+
+
+def _peak_bytes(fn) -> int:
+    """Bytes `fn` allocates at its peak beyond what was allocated before (scripts/attention_gpu.py uses it)."""
+    return _peak_and_ms(fn)[0]
+
+
 def _time_point(run, with_host: bool = False):
     """(peak bytes, median ms, CPU ms per call or None) of one point, or None if it ran out of memory: a point
     the prediction let through must not end the sweep (the allocator's fragmentation and the libraries'
@@ -1357,26 +1419,18 @@ def _time_point(run, with_host: bool = False):
 
     try:
         run()  # compile, cuDNN plans, cuBLAS workspace: before the memory baseline
-        peak = _peak_bytes(run)
+        peak, first_ms = _peak_and_ms(run)
         if with_host:
-            return (peak, *time_with_host_ms(run, warmup_ms=10, rep_ms=50))
-        return peak, bench.time_ms(run, warmup_ms=10, rep_ms=50), None
+            return (peak, *time_with_host_ms(run, warmup_ms=SHORT_WARMUP_MS, rep_ms=SHORT_REP_MS))
+        if first_ms >= LONG_CALL_MS:
+            times = sorted([first_ms] + [_event_ms(run) for _ in range(LONG_CALL_REPS - 1)])
+            return peak, times[len(times) // 2], None
+        return peak, bench.time_ms(run, warmup_ms=SHORT_WARMUP_MS, rep_ms=SHORT_REP_MS), None
     except torch.cuda.OutOfMemoryError:
         pass  # leaving the handler drops the traceback, and with it the frames holding the N x N matrices
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
     return None
-
-
-def _peak_bytes(fn) -> int:
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    base = torch.cuda.memory_allocated()
-    result = fn()
-    torch.cuda.synchronize()
-    peak = torch.cuda.max_memory_allocated() - base
-    del result
-    return int(peak)
 
 
 def _unavailable_reason(impl: str, dtype: str, d: int, causal: bool) -> Optional[str]:
@@ -1391,10 +1445,126 @@ def _unavailable_reason(impl: str, dtype: str, d: int, causal: bool) -> Optional
         return str(exc).split("\n")[0][:160]
 
 
+# Checking before timing. Every configuration the run times is checked against float64 first, all of them before
+# the first point is timed, CHECK_THREADS at a time: a check's first call compiles its Triton kernels (or builds
+# the library's plans), and Triton and cuDNN do most of that work with Python's lock released, so the compiles of
+# a run's 25 kernels overlap instead of queueing (Triton 3.6, compiling this file's kernels for sm_90 on a CPU:
+# 0.4 to 1.9 s each, 22 s in a row, and a Python thread kept 96 % of its speed while they compiled; Triton's own
+# AsyncCompileMode rests on the same property). The library backends are checked one after another in one of
+# those threads, because torch's sdpa_kernel switches the backend for the whole process, and cuDNN keeps the plans
+# it builds per thread: those of the checks' odd sizes are never used again, so building them aside costs nothing.
+CHECK_THREADS = 8
+
+
+def planned_config(shape: Shape, mode: str, target: Target) -> FlashConfig:
+    """The configuration our kernels take for this point on `target` (point_config's choice, without a GPU)."""
+    return tiles_for(shape.d, shape.dtype, _cc(target), causal=shape.causal, seq_len=shape.lq,
+                     batch_heads=shape.b * shape.h, sm_count=target.sm_count, mode=mode)
+
+
+def check_keys(params: Params, config_of) -> list[tuple]:
+    """Every configuration a run can time, once each, as (impl, dtype, d, causal, mode, cfg): naive attention and
+    the library backends by case (cfg None), ours by the tiles it takes at each N (config_of(shape, mode))."""
+    keys = {}
+    for dtype in params.dtypes:
+        for d in params.head_dims:
+            for mask in params.masks:
+                for impl in params.impls:
+                    for mode in params.modes:
+                        for n in params.seq_lens:
+                            cfg = config_of(_shape(params, n, d, mask, dtype), mode) if impl == "ours" else None
+                            keys[(impl, dtype, d, mask == "causal", mode, cfg)] = None
+    return list(keys)
+
+
+def triton_kernels(keys: list) -> set:
+    """The distinct Triton kernels (kernel, head dim, mask, tiles, TMA) that checking `keys` compiles."""
+    kernels = set()
+    for impl, dtype, d, causal, mode, cfg in keys:
+        if impl == "ours":
+            kernels.add(("fwd", dtype, d, causal, cfg.fwd, cfg.use_tma, cfg.lazy_rescale, cfg.warp_specialize))
+            if mode == "fwd+bwd":
+                kernels.add(("dq", dtype, d, causal, cfg.dq, cfg.use_tma))
+                kernels.add(("dkdv", dtype, d, causal, cfg.dkdv, cfg.use_tma, cfg.atomic_dq))
+    return kernels
+
+
+def _check(key: tuple) -> float:
+    impl, dtype, d, causal, mode, cfg = key
+    if impl == "ours":
+        return _check_ours(dtype, d, causal, mode, cfg)
+    return _check_reference_impl(impl, dtype, d, causal, mode)
+
+
+def in_parallel(jobs: dict, threads: int) -> dict:
+    """{name: job()}, the jobs spread over `threads` threads. A job that fails in a thread runs again alone in this
+    one, so that a real failure (a KernelMismatch, say) is raised here just as it would be without threads."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    results = {}
+    if threads > 1 and len(jobs) > 1:
+        with ThreadPoolExecutor(min(threads, len(jobs))) as pool:
+            futures = {name: pool.submit(job) for name, job in jobs.items()}
+            for name, future in futures.items():
+                try:
+                    results[name] = future.result()
+                except Exception:  # noqa: BLE001 - run again below, alone, where it raises for real
+                    pass
+    for name, job in jobs.items():
+        if name not in results:
+            results[name] = job()
+    return results
+
+
+def _run_checks(keys: list, device: torch.device) -> tuple[dict, dict]:
+    """(relative error by check key, why each library case cannot run or None) for every key."""
+    threads = CHECK_THREADS if device.type == "cuda" else 1  # the CPU interpreter patches triton as it runs
+    index = None
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        for kernel in (attention_fwd_kernel, attention_bwd_dq_kernel, attention_bwd_dkdv_kernel):
+            try:  # each kernel's per-device cache made here, so that no two threads create it at once
+                kernel.device_caches[index]
+            except Exception:  # noqa: BLE001 - another Triton: the threads create it, at worst compiling twice
+                pass
+
+    def on_device(job):
+        def run():
+            if device.type == "cuda":
+                torch.cuda.set_device(index)
+            return job()
+        return run
+
+    library = [k for k in keys if k[0] in SDPA_BACKENDS]
+
+    def library_checks():
+        why, errors = {}, {}
+        for key in library:
+            case = key[:4]
+            if case not in why:
+                why[case] = _unavailable_reason(*case)
+            if not why[case]:
+                errors[key] = _check(key)
+        return why, errors
+
+    jobs = {"library": on_device(library_checks)} if library else {}
+    jobs |= {key: on_device(functools.partial(_check, key)) for key in keys if key[0] not in SDPA_BACKENDS}
+    results = in_parallel(jobs, threads)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    why, library_errors = results.pop("library", ({}, {}))
+    return results | library_errors, why
+
+
 def measure(params: Params, target: Target, progress):
     cases = [(dtype, d, mask) for dtype in params.dtypes for d in params.head_dims for mask in params.masks]
     total = len(cases) * len(params.seq_lens) * len(params.impls) * len(params.modes)
-    done, checked, unavailable, skipped, rates = 0, {}, {}, [], {}
+    done, skipped, rates = 0, [], {}
+    device = torch.device("cuda", torch.cuda.current_device())
+    keys = check_keys(params, lambda shape, mode: point_config(shape, mode, device))
+    progress(0.0, f"checking {len(keys)} configurations against float64, {CHECK_THREADS} at a time "
+                  f"(their kernels compile meanwhile)")
+    checked, unavailable = _run_checks(keys, device)
     for dtype in params.dtypes:
         for d in params.head_dims:
             for n in params.seq_lens:
@@ -1440,8 +1610,7 @@ def measure(params: Params, target: Target, progress):
                             check_key = (impl, dtype, d, causal, mode, cfg)
                             if check_key not in checked:
                                 progress(frac, f"{label}: checking against float64")
-                                checked[check_key] = _check_ours(dtype, d, causal, mode, cfg) if impl == "ours" \
-                                    else _check_reference_impl(impl, dtype, d, causal, mode)
+                                checked[check_key] = _check(check_key)
                             run = _runner(_impl_fn(impl, causal), mode, q, k, v, do)
                             progress(frac, f"{label}: timing")
                             host_floor = impl == "ours" and _needs_host_floor(shape, mode, target)

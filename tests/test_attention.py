@@ -450,6 +450,86 @@ def test_gpu_a_point_that_runs_out_of_memory_is_skipped_not_fatal():
 
 
 # ------------------------------------------------------------------------------------------------
+# The run's time: what the default run checks, compiles and spends timing (a bound that needs no GPU)
+# ------------------------------------------------------------------------------------------------
+def _recording(key):
+    return json.loads((ROOT / "content" / "recorded" / key / "attention.json").read_text())
+
+
+@pytest.mark.parametrize("key", ["nvidia-h100-80gb-hbm3", "nvidia-h200"])
+def test_default_run_checks_every_configuration_it_times(key):
+    target = dataclasses.replace(H200, sm_count=132, compute_capability="9.0")
+    params = A.Params()
+    keys = A.check_keys(params, lambda shape, mode: A.planned_config(shape, mode, target))
+    assert len(keys) == len(set(keys))
+    for row in _recording(key)["rows"]:
+        if row.get("measured_ms") is None or row["impl"] == A.PROBE_IMPL:
+            continue
+        mask = "causal" if row["causal"] else "full"
+        shape = A._shape(params, row["seq_len"], row["head_dim"], mask, row["dtype"])
+        cfg = A.planned_config(shape, row["mode"], target) if row["impl"] == "ours" else None
+        assert (row["impl"], row["dtype"], row["head_dim"], row["causal"], row["mode"], cfg) in keys
+    # by hand: forward d=64 {full, causal} x {TMA, pointers}; d=128 full {TMA, pointers}, causal {64-row TMA,
+    # 128-row TMA, pointers}; dQ and dK/dV kernels {d} x {mask} x {TMA, pointers}
+    assert len(A.triton_kernels(keys)) == 4 + 5 + 2 * 8
+
+
+@pytest.mark.parametrize("key", ["nvidia-h100-80gb-hbm3", "nvidia-h200"])
+def test_timing_the_default_run_costs_under_20_seconds_of_calls(key):
+    """The timer's rules against the recorded call times: 31 s with the old rules (2 warm calls, do_bench with
+    10 ms of warm-up and 50 ms of timing for every point), ~15 s now; compiles, checks and plans come on top."""
+    recording = _recording(key)
+    flush_ms = A.FLUSH_BYTES / (recording["meta"]["ceilings"]["copy_tbps"] * 1e12) * 1e3
+    total_ms, long_points = 0.0, 0
+    for row in recording["rows"]:
+        if row.get("measured_ms") is None or row["impl"] == A.PROBE_IMPL:
+            continue
+        calls, ms = A.timer_cost(row["measured_ms"], flush_ms, row.get("host_ms") or 0.0)
+        assert calls >= 4 and ms >= calls * row["measured_ms"] * 0.99 - 2 * row["measured_ms"]
+        total_ms += ms
+        long_points += row["measured_ms"] >= A.LONG_CALL_MS
+    assert long_points >= 30  # the sweep's long end is where the calls were spent
+    assert total_ms < 20_000, f"{total_ms / 1e3:.1f} s"
+
+
+def test_timer_cost_hand_numbers():
+    assert A.timer_cost(100.0, 0.1) == (4, pytest.approx(100 + 3 * 100.1))  # warm call, then a median of 3
+    calls, ms = A.timer_cost(0.9, 0.1)  # do_bench: 5 estimates, 5 warm-up calls, 25 timed calls
+    assert calls == 2 + 1 + 5 + 5 + 25 and ms == pytest.approx(2 * 0.9 + 0.1 + 0.9 + 5 * 1.0 + 5 * 0.9 + 25 * 1.0)
+    assert A.timer_cost(0.1, 0.1, host_ms=0.5)[1] > A.timer_cost(0.1, 0.1)[1]  # a CPU-bound call costs its CPU
+
+
+def test_in_parallel_runs_failed_jobs_again_where_they_raise_for_real():
+    import threading
+
+    def only_in_main():
+        if threading.current_thread() is not threading.main_thread():
+            raise RuntimeError("not thread-safe")
+        return "main"
+
+    jobs = {i: (lambda i=i: i * i) for i in range(6)} | {"picky": only_in_main}
+    assert A.in_parallel(jobs, threads=4) == {i: i * i for i in range(6)} | {"picky": "main"}
+
+    def wrong():
+        raise bench.KernelMismatch("wrong everywhere")
+
+    with pytest.raises(bench.KernelMismatch):
+        A.in_parallel({"a": lambda: 1, "b": wrong}, threads=4)
+
+
+def test_run_checks_on_cpu_checks_ours_and_naive_and_names_unavailable_backends():
+    keys = [("ours", "fp32", 16, True, "fwd", A.INTERPRETER_CONFIG), ("naive", "fp32", 16, False, "fwd", None),
+            ("sdpa-flash", "fp32", 16, False, "fwd", None)]
+    errors, why = A._run_checks(keys, torch.device("cpu"))
+    assert errors[keys[0]] < bench.TOLERANCE["fp32"] and errors[keys[1]] < bench.TOLERANCE["fp32"]
+    flash_case = keys[2][:4]
+    if why.get(flash_case):  # no flash backend on the CPU: named, and not checked
+        assert keys[2] not in errors
+    else:
+        assert errors[keys[2]] < bench.TOLERANCE["fp32"]
+
+
+# ------------------------------------------------------------------------------------------------
 # The page
 # ------------------------------------------------------------------------------------------------
 def test_page_renders_without_gpu():
