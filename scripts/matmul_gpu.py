@@ -49,6 +49,16 @@ CHECK_SHAPES = ((517, 528, 560), (1001, 1032, 2056), (2057, 2064, 200), (264, 26
 SEEN: set = set()
 
 
+def cublas_point(n: int):
+    """Fresh bf16 operands of size n, cuBLAS checked against float64 on them, and its TFLOP/s."""
+    a, b = mm.operands(n, n, n, "bf16")
+    out = torch.full((n, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    c = mm.cublas_matmul(a, b, "bf16", out)
+    mm.check_sampled(c, a, b, "bf16", f"cublas {n}")
+    cub = bench.tflops(2 * n**3, mm.kernel_ms(lambda: mm.cublas_matmul(a, b, "bf16", out)))
+    return a, b, out, cub
+
+
 def elapsed() -> float:
     return time.monotonic() - T0
 
@@ -134,11 +144,7 @@ def section_variants():
         if elapsed() > DEADLINE:
             print("deadline: variants stopped", flush=True)
             break
-        a, b = mm.operands(n, n, n, "bf16")
-        out = torch.full((n, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-        c = mm.cublas_matmul(a, b, "bf16", out)
-        mm.check_sampled(c, a, b, "bf16", f"cublas {n}")
-        cub = bench.tflops(2 * n**3, mm.kernel_ms(lambda: mm.cublas_matmul(a, b, "bf16", out)))
+        a, b, out, cub = cublas_point(n)
         row = {"n": n, "cublas": cub}
         for name, (cfg, extra, fixup) in CANDIDATES.items():
             cfg = cfg or mm.config_for(params, "bf16", n, target.sm_count, target.compute_capability)
@@ -197,11 +203,7 @@ def section_sweep():
         if elapsed() > DEADLINE:
             print("deadline: sweep stopped", flush=True)
             return
-        a, b = mm.operands(n, n, n, "bf16")
-        out = torch.full((n, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-        c = mm.cublas_matmul(a, b, "bf16", out)
-        mm.check_sampled(c, a, b, "bf16", f"cublas {n}")
-        cub = bench.tflops(2 * n**3, mm.kernel_ms(lambda: mm.cublas_matmul(a, b, "bf16", out)))
+        a, b, out, cub = cublas_point(n)
         cfg = mm.config_for(params, "bf16", n, target.sm_count, target.compute_capability)
         out.fill_(float("nan"))
         _, path, compiled = mm.triton_matmul(a, b, "bf16", out, cfg, "auto")
