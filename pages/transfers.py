@@ -31,7 +31,8 @@ if "copies" in params.experiments:
     st.caption("Open circles: the model, latency + bytes / bandwidth. Live runs use their own smallest copy's time "
                "as the latency. Pageable copies are staged by one CPU thread: the model uses that thread's copy "
                "rate measured on the same buffer, never faster than on a buffer beyond the core's own cache (the "
-               "staging buffers are not in it); device to host adds the first staging buffer's trip over the link. "
+               "staging buffers are not in it); device to host writes your buffer as fast as a plain write of it "
+               "(it needs none of its old bytes) and adds the first staging buffer's trip over the link. "
                "Large pageable device-to-host copies lock the buffer's pages, copy, unlock them: the model adds the "
                "locking and unlocking times measured on the same buffer, and takes the faster route. "
                "Filled: measured now. Diamonds: recorded runs.")

@@ -69,10 +69,34 @@ def test_sizes_that_do_not_fit_are_refused():
 def test_staging_rates_are_measured_on_the_buffer_itself():
     import torch
 
-    buf = torch.ones(3 * 2**20 // 4)  # 3 MiB: one whole staging ring and a part of one
+    buf = torch.arange(1, 3 * 2**20 // 4 + 1, dtype=torch.float32)  # 3 MiB: a whole staging ring and a part
+    before = buf.clone()
     rates = t.staging_rates(buf)
     assert all(rates[k] > 0.1 for k in ("cpu_read_gbps", "cpu_copy_out_gbps", "cpu_write_gbps"))
-    assert torch.count_nonzero(buf) == 0  # the copy-out and the write reached every byte
+    # the write (zeros) comes before the copy-out, and the copy-out reaches every byte: no zero is left, and
+    # every value is one of the buffer's own, carried through the ring by the read pass
+    assert torch.count_nonzero(buf) == buf.numel()
+    assert bool(torch.isin(buf, before).all())
+
+
+def test_copy_and_probe_are_timed_in_turns_and_the_fastest_kept():
+    calls, copy_ms, probes = [], iter([5.0, 3.0, 4.0]), iter([
+        {"cpu_read_gbps": 9.0, "pin_ms": 2.0}, {"cpu_read_gbps": 12.0, "pin_ms": 3.0},
+        {"cpu_read_gbps": 10.0, "pin_ms": 1.5}])
+
+    def timer(fn, budget_ms, min_reps):
+        calls.append("copy")
+        assert budget_ms == pytest.approx(t.WALL_BUDGET_MS / 3) and min_reps >= 3
+        return next(copy_ms)
+
+    def probe():
+        calls.append("probe")
+        return next(probes)
+
+    ms, rates = t.paired_ms(lambda: None, probe, rounds=3, timer=timer)
+    assert calls == ["copy", "probe"] * 3
+    assert ms == 3.0 and rates == {"cpu_read_gbps": 12.0, "pin_ms": 1.5}  # the highest rate, the least time
+    assert t.paired_ms(lambda: None, None, rounds=2, timer=lambda *a, **k: 7.0) == (7.0, {})
 
 
 def test_pageable_model_uses_the_rate_measured_at_each_size():
@@ -107,6 +131,19 @@ def test_staging_never_runs_faster_than_out_of_the_cores_cache():
     big = {k: v | {"cpu_l2_bytes": 2**25} for k, v in rates.items()}
     rows = {(r["direction"], r["size_bytes"]): r for r in t.predict_with(p, H100, {}, big)}
     assert rows[("h2d", 2**20)]["model_bandwidth_gbps"] == 30.0
+
+
+def test_d2h_staging_writes_the_buffer_without_reading_it():
+    # 16 MiB is beyond the caches: the probe's memcpy out (7.3 GB/s) reads each line before writing it, the
+    # plain write goes at 10; the driver writes at 10, still no faster than the out-of-cache copy-out (4 MiB)
+    rates = {("d2h", 2**22): {"cpu_copy_out_gbps": 10.6, "cpu_write_gbps": 20.0, "cpu_l2_bytes": 2**21},
+             ("d2h", 2**24): {"cpu_copy_out_gbps": 7.3, "cpu_write_gbps": 10.0, "cpu_l2_bytes": 2**21},
+             ("h2d", 2**24): {"cpu_read_gbps": 7.0, "cpu_write_gbps": 10.0, "cpu_l2_bytes": 2**21}}
+    p = t.Params(experiments=("copies",), memories=("pageable",), sizes_kib=(4096, 16384))
+    rows = {(r["direction"], r["size_bytes"]): r for r in t.predict_with(p, H100, {}, rates)}
+    assert rows[("d2h", 2**24)]["model_bandwidth_gbps"] == 10.0
+    assert rows[("d2h", 2**22)]["model_bandwidth_gbps"] == 10.6  # the write's 20 capped by the copy-out's 10.6
+    assert rows[("h2d", 2**24)]["model_bandwidth_gbps"] == 7.0  # h2d reads the buffer: its write rate is no term
 
 
 def test_only_the_first_staging_buffer_of_a_d2h_copy_is_exposed():
