@@ -13,11 +13,12 @@ What you will learn:
 - the transpose ladder: naive (strided writes) -> shared-memory tiles -> tiles padded against
   bank conflicts, against `x.t().contiguous()`.
 
-The model is the lowest of three limits: DRAM bytes (what the L2 fetches, in 64-byte granules, at the
-calibrated copy bandwidth), DRAM requests (reads whose lanes each need their own sector arrive as
-separate small requests, served at a rate a probe measures in the same run) and the L1 (SMs x clock x
-useful bytes per wavefront). The lecture's sector model, 32-byte sectors at copy bandwidth, is kept
-beside it for comparison.
+The model is the lowest of its limits: DRAM bytes (what the L2 fetches, in 64-byte granules, at the
+calibrated copy bandwidth), DRAM requests (reads whose elements each need their own sector reach DRAM
+as separate requests, one per 128-byte line they touch; each costs what a lone request costs in a probe
+measured in the same run, and a second granule of the same line streams behind it at copy bandwidth)
+and the L1 (SMs x clock x useful bytes per wavefront); the transposes add the L2's request slots. The
+lecture's sector model, 32-byte sectors at copy bandwidth, is kept beside it for comparison.
 
 Three experiments:
 1. stride: y[i] = x[i * s] for s = 1, 2, 4, ... 64 floats. Writes stay contiguous; reads touch a
@@ -241,11 +242,24 @@ def stride_efficiency(stride: int, element_bytes: int = 4, fetch: int = SECTOR_B
 
 
 def requests_per_element(stride: int, element_bytes: int = 4) -> float:
-    """Separate DRAM requests per element read: one per granule when each lane needs its own sector
-    (lanes 32 bytes apart or more), none counted when lanes share sectors (the warp asks for whole
-    lines and DRAM streams them)."""
+    """Separate DRAM requests per element read. While neighbouring elements share sectors the L2 sees
+    whole lines and DRAM streams them: none counted. From 32 bytes apart every element needs its own
+    sector, and every 128-byte line the reads touch becomes one separate request (an L2 request never
+    spans more than one line): four elements share it at stride 8, two at stride 16, and from a line
+    apart on each element pays for its own."""
     gap = stride * element_bytes
-    return 0.0 if gap < SECTOR_BYTES else min(1.0, gap / GRANULE_BYTES)
+    return 0.0 if gap < SECTOR_BYTES else min(1.0, gap / LINE_BYTES)
+
+
+def riding_granules_per_element(stride: int, element_bytes: int = 4) -> float:
+    """Granules per element that travel inside a request already paid for. A separate request brings
+    every granule its line needs: the first at the request's price, the others at streaming speed
+    (one more at strides 8 and 16, where a line holds two needed granules; none from stride 32 on)."""
+    requests = requests_per_element(stride, element_bytes)
+    if not requests:
+        return 0.0
+    granules = fetched_bytes_per_element(stride, element_bytes, GRANULE_BYTES) / GRANULE_BYTES
+    return max(0.0, granules - requests)
 
 
 def walk_sectors_per_load(along_rows: bool, element_bytes: int = 4) -> float:
@@ -340,16 +354,24 @@ def stride_row(params, stride: int, target: Target, requests_per_s=None) -> dict
     the rate of separate DRAM requests."""
     n = stride_elements(params, stride)
     sector_eff, granule_eff = stride_efficiency(stride), stride_efficiency(stride, fetch=GRANULE_BYTES)
-    requests = n * requests_per_element(stride)
+    requests, riding = n * requests_per_element(stride), n * riding_granules_per_element(stride)
     row = {"experiment": "stride", "variant": f"stride {stride}", "stride": stride, "useful_bytes": 8 * n,
            "fetched_bytes": n * (fetched_bytes_per_element(stride, fetch=GRANULE_BYTES) + 4),
            "sector_efficiency": sector_eff, "granule_efficiency": granule_eff,
-           "sector_model_tbps": target.ceilings.copy_tbps * sector_eff, "dram_requests": requests}
+           "sector_model_tbps": target.ceilings.copy_tbps * sector_eff, "dram_requests": requests,
+           "riding_granules": riding}
     request_tbps = None
     if requests_per_s and requests:
-        request_tbps = 8 * n / (requests / requests_per_s) / 1e12
+        request_tbps = 8 * n / request_seconds(requests, riding, requests_per_s, target) / 1e12
     return _bounded(row, target.ceilings.copy_tbps * granule_eff, l1_bound_tbps(stride_wavefronts(stride), target),
                     8 * n, request_tbps)
+
+
+def request_seconds(requests: float, riding: float, requests_per_s: float, target: Target) -> float:
+    """Time DRAM spends on separate requests: each costs what the probe's lone-granule requests cost
+    (a fixed price plus its first granule), and the granules riding along stream at copy bandwidth.
+    Both rates are measured, so the balance between them follows each GPU's DRAM."""
+    return requests / requests_per_s + riding * GRANULE_BYTES / (target.ceilings.copy_tbps * 1e12)
 
 
 def stride_elements(params: Params, stride: int) -> int:

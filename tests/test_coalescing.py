@@ -1,6 +1,7 @@
 """The coalescing lab: Triton kernels against float64 (interpreter on CPU), the sector model, the CUDA
 transpose ladder (GPU only), the page."""
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -9,7 +10,8 @@ import torch
 
 from labs import bench, gpu, runner
 from labs.coalescing import (GRANULE_BYTES, LAB, Params, TRANSPOSES, fetched_bytes_per_element, ladder_gains,
-                             predict, requests_per_element, scattered_granules, scattered_read, scattered_reference,
+                             predict, requests_per_element, riding_granules_per_element, scattered_granules,
+                             scattered_read, scattered_reference,
                              stride_efficiency, stride_row, stride_wavefronts, strided_read, strided_reference,
                              transpose, transpose_reference, walk, walk_efficiency, walk_reference)
 from labs.params import ParamError
@@ -73,9 +75,11 @@ def test_granules_and_requests_by_hand():
     # 64-byte DRAM granules: strides up to 16 floats fetch the whole span, beyond that a granule per float
     assert [fetched_bytes_per_element(s, fetch=64) for s in (1, 2, 8, 16, 32, 64)] == [4, 8, 32, 64, 64, 64]
     assert stride_efficiency(16, fetch=64) == pytest.approx(8 / 68)
-    # lanes closer than a sector share it (whole lines, streamed); from 32 bytes apart each lane asks on its
-    # own: two floats per granule at stride 8, one from stride 16 on
-    assert [requests_per_element(s) for s in (1, 2, 4, 8, 16, 64)] == [0, 0, 0, 0.5, 1, 1]
+    # elements closer than a sector share it (whole lines, streamed); from 32 bytes apart every 128-byte line
+    # touched is one separate request: four floats share it at stride 8, two at 16, one each from 32 on
+    assert [requests_per_element(s) for s in (1, 2, 4, 8, 16, 32, 64)] == [0, 0, 0, 0.25, 0.5, 1, 1]
+    # the line's other needed granule rides along: one per line at strides 8 and 16, none beyond
+    assert [riding_granules_per_element(s) for s in (1, 4, 8, 16, 32, 64)] == [0, 0, 0.25, 0.5, 0, 0]
 
 
 def test_request_rate_caps_scattered_strides_once_measured():
@@ -87,9 +91,29 @@ def test_request_rate_caps_scattered_strides_once_measured():
     rate = 40e9  # separate requests per second
     after = stride_row(params, 16, H200, rate)
     n = 1024 * 2**20 // 4 // 16
-    assert after["dram_requests"] == n and after["bound"] == "DRAM requests"
-    assert after["predicted_ms"] == pytest.approx(n / rate * 1e3)
+    # n / 2 lines, each one request plus one granule streamed at copy bandwidth
+    streamed_s = (n / 2) * 64 / (H200.ceilings.copy_tbps * 1e12)
+    assert after["dram_requests"] == n / 2 and after["riding_granules"] == n / 2
+    assert after["bound"] == "DRAM requests"
+    assert after["predicted_ms"] == pytest.approx((n / 2 / rate + streamed_s) * 1e3)
+    # from stride 32 on every float is a lone request, exactly what the probe measured
+    far = stride_row(params, 32, H200, rate)
+    assert far["predicted_ms"] == pytest.approx(far["dram_requests"] / rate * 1e3) and far["riding_granules"] == 0
     assert stride_row(params, 2, H200, rate)["bound"] == "DRAM"  # streamed: no request limit
+
+
+def test_request_model_follows_each_gpus_dram():
+    """Stride 8 with the two recorded Hoppers' copy bandwidths and probe rates: a line costs one request plus
+    one streamed granule, and the streamed granule is cheaper where DRAM streams faster, so the H200 gains
+    more over counting both granules as requests than the H100 does."""
+    params, gains = Params(), {}
+    for key, copy, rate in (("h100", 3.0, 28.7e9), ("h200", 4.24, 35.3e9)):
+        target = dataclasses.replace(H200, ceilings=dataclasses.replace(H200.ceilings, copy_tbps=copy))
+        line_s = 1 / rate + 64 / (copy * 1e12)  # 4 floats per line, 8 useful bytes each
+        got = stride_row(params, 8, target, rate)["request_bound_tbps"]
+        assert got == pytest.approx(4 * 8 / line_s / 1e12)
+        gains[key] = got / (4 * 8 / (2 / rate) / 1e12)  # against two lone requests per line
+    assert 1.2 < gains["h100"] < gains["h200"] < 1.35
 
 
 
