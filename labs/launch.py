@@ -49,11 +49,16 @@ OPS = ("add", "matmul")
 # ---------------------------------------------------------------------------------------------
 # The chain, four ways
 # ---------------------------------------------------------------------------------------------
-def chain_eager(x: torch.Tensor, y: torch.Tensor, k: int, sync_each: bool = False) -> torch.Tensor:
-    """K PyTorch ops, each one kernel launch; with sync_each, a .item() after every op (a round trip)."""
+def chain_eager(x: torch.Tensor, y: torch.Tensor, k: int, sync_each: bool = False,
+                first: torch.Tensor | None = None) -> torch.Tensor:
+    """K PyTorch ops, each one kernel launch; with sync_each, a .item() after every op (a round trip).
+
+    `first` is a view of y's first element for the .item() calls. The timed calls pass one made beforehand, as the
+    round-trip probe does: making the view inside every call adds a few microseconds of Python that no probe has
+    (it put the chain with .item() at K = 1 a fifth to a third above its round-trip figure on both GPUs)."""
     torch.mul(x, A, out=y)  # op 1 reads x, so every call starts afresh
-    first = y[:1] if sync_each else None
     if sync_each:
+        first = y[:1] if first is None else first
         first.item()
     for i in range(1, k):
         if i % 2:
@@ -128,13 +133,14 @@ PROBES = {  # name -> what it measures
     "eager_matmul": "one PyTorch bf16 matmul (16 x 16), launched back to back",
     "eager_triton": "one launch of the fused Triton kernel (K = 1, on the chain's tensor), back to back",
     "graph_replay": "one replay of a CUDA graph holding a single tiny kernel, back to back",
-    "graph_kernel": "one more tiny kernel inside a replayed CUDA graph (slope of 16 vs 256 kernels)",
+    "graph_kernel": "one more of the chain's ops inside a replayed CUDA graph (slope of 16 vs 256 kernels)",
     "graph_fixed": "the GPU-side cost of one graph replay itself (intercept of 16 vs 256 kernels)",
     "round_trip": "one op on the chain's tensor followed by .item() of its first value (a round trip)",
+    "eager_stream_fixed": "the GPU's own cost of an eager add that streams 64 MiB, beyond its bytes at the copy rate",
 }
 # Used only until this GPU has been measured (here or in a committed recording); flagged as assumed.
 ASSUMED = {"eager_add": 5.0, "eager_matmul": 10.0, "eager_triton": 15.0, "graph_replay": 4.0,
-           "graph_kernel": 1.5, "graph_fixed": 1.5, "round_trip": 20.0}
+           "graph_kernel": 1.5, "graph_fixed": 1.5, "round_trip": 20.0, "eager_stream_fixed": 3.0}
 PROBE_OPS = 256  # ops per timed call in the probes (amortises the Python loop around them)
 _PROBED: dict = {}  # gpu key -> probe figures measured in this process
 
@@ -192,28 +198,33 @@ def probe_launch_us(name: str, n: int = 4096) -> float:
     return per_call_us(fn, budget_ms=40 if name == "round_trip" else 20) / ops
 
 
-PAIR_ROUNDS = 3  # point and probe timed alternately this many times each; the fastest round of each
+PAIR_ROUNDS = 8  # point and probe timed alternately this many times each; the median round of each
+PAIR_WARMUP_MS = 0.5  # calls before each round's timing, after switching between point and probe
 
 
-def paired_us(point, probe, probe_ops: int, budget_ms: float = 8.0) -> tuple:
-    """(us per call of `point`, us per op of `probe`), timed alternately in PAIR_ROUNDS rounds.
+def paired_us(point, probe, probe_ops: int, budget_ms: float = 24.0) -> tuple:
+    """(us per call of `point`, us per op of `probe`), timed alternately in PAIR_ROUNDS short rounds that share
+    `budget_ms` of timing per side; each side's median round.
 
-    The CPU-side launch cost drifts on a shared host, by 30 % and more within seconds: a probe timed
-    once before a group of points does not see what the host does while a later point is timed. Timed
-    in turns, a few milliseconds apart, the point and its probe see the same host. A hiccup of the host
-    (another process, an interrupt) only ever adds time, and it can hit two rounds of three: each side
-    keeps its fastest round, the cost with the least disturbance.
+    The CPU-side launch cost drifts on a shared host, by 30 % and more within seconds, and an H200 host switched
+    between a fast and a slow state (15 and 20-22 us for one Triton launch) every few tens of milliseconds. Timed
+    in turns, a few milliseconds apart, the point and its probe sample the same mix of states, and the median of
+    each lands in the same one. The fastest round of each did not: one probe round that caught a fast spell its
+    point never saw set the figure alone (16 alternating rounds on an H200, scripts/models_gpu.py hosttimers: the
+    fastest of 8 consecutive rounds missed the fused chain at K = 256 by 24-30 % in 8 of 9 windows, the fastest of
+    3 such rounds missed the chain with .item() by 21-23 %; the medians of 8 agreed within 6 % in every window of
+    every point).
     """
     points, probes = [], []
+    per_round = budget_ms / PAIR_ROUNDS
     for _ in range(PAIR_ROUNDS):
-        probes.append(per_call_us(probe, budget_ms=budget_ms, batches=3, warmup_ms=2) / probe_ops)
-        points.append(per_call_us(point, budget_ms=budget_ms, batches=3, warmup_ms=2))
-    return min(points), min(probes)
+        probes.append(per_call_us(probe, budget_ms=per_round, batches=3, warmup_ms=PAIR_WARMUP_MS) / probe_ops)
+        points.append(per_call_us(point, budget_ms=per_round, batches=3, warmup_ms=PAIR_WARMUP_MS))
+    return statistics.median(points), statistics.median(probes)
 
 
-def run_probes(step, n: int = 4096) -> dict:
+def run_probes(step, target: Target, n: int = 4096) -> dict:
     """Measure every figure in PROBES, in microseconds (n: elements of the chain's tensor)."""
-    t = torch.zeros(1, device="cuda")
     out = {}
     step("probe: PyTorch launch cost")
     # Measured first in a run, launches came out up to 30 % slower than the same launches a few seconds
@@ -227,14 +238,53 @@ def run_probes(step, n: int = 4096) -> dict:
     out["eager_triton"] = probe_launch_us("eager_triton", n)
     step("probe: CUDA graph replay and per-kernel cost")
     out["graph_replay"] = probe_launch_us("graph_replay", n)
-    few, many = capture(_repeat(lambda: t.add_(1.0), 16)), capture(_repeat(lambda: t.add_(1.0), PROBE_OPS))
-    few_us, many_us = per_call_us(few.replay), per_call_us(many.replay)
-    out["graph_kernel"] = (many_us - few_us) / (PROBE_OPS - 16)
-    out["graph_fixed"] = max(0.0, few_us - 16 * out["graph_kernel"])
+    out["graph_kernel"], out["graph_fixed"] = graph_kernel_us(n)
     step("probe: launch + .item() round trip")
     out["round_trip"] = probe_launch_us("round_trip", n)
-    del few, many
+    step("probe: a streaming kernel's own cost on the GPU")
+    out["eager_stream_fixed"] = stream_fixed_us(target)
     return out
+
+
+def graph_kernel_us(n: int) -> tuple:
+    """(us per kernel, us per replay) on the GPU: replays of graphs of 16 and PROBE_OPS kernels, each the chain's
+    own op pair (add, then multiply) on a tensor of the chain's size; the slope and intercept of the two."""
+    t = torch.zeros(n, device="cuda")
+
+    def pair():
+        t.add_(B)
+        t.mul_(A)
+
+    few, many = capture(_repeat(pair, 8)), capture(_repeat(pair, PROBE_OPS // 2))
+    # alternately, three times each, the median of each: timed once each, the intercept came out 2.1 us in one
+    # run and 1.5-1.6 us in two others on one H200, and the 2.1 put the graphs of 1 and 2 kernels 16-21 % off
+    rounds = [(per_call_us(few.replay, budget_ms=10), per_call_us(many.replay, budget_ms=10)) for _ in range(3)]
+    few_us, many_us = (statistics.median(side) for side in zip(*rounds))
+    per_kernel = (many_us - few_us) / (PROBE_OPS - 16)
+    return per_kernel, max(0.0, few_us - 16 * per_kernel)
+
+
+STREAM_MIB = 64  # each of the stream probe's two tensors: larger than any L2 the datasheet lists
+
+
+def stream_fixed_us(target: Target) -> float:
+    """What one eagerly launched kernel that streams from device memory costs the GPU beyond its bytes, in us.
+
+    In-place adds over two alternating 64 MiB tensors, launched back to back: each add takes the GPU 30-50 us, far
+    longer than its launch, so the queue stays full and the time per add is the GPU's. Less the bytes at the
+    measured copy rate, what remains is the kernel's fixed cost in a stream: starting it, the first loads' trip to
+    memory, the last wave's tail, the gap to the next kernel (3.5-4 us on an H200, about 4 us on an H100, against about
+    1 us for a tiny kernel inside a graph). The add's model charges it where the GPU, not the launch, sets the time.
+    """
+    tensors = [torch.zeros(STREAM_MIB * MiB // 4, device="cuda") for _ in range(2)]
+
+    def adds():
+        for i in range(16):
+            tensors[i % 2].add_(1.0)
+
+    us = per_call_us(adds, budget_ms=20, batches=3) / 16
+    del tensors
+    return max(0.0, us - memory_us(2 * STREAM_MIB * MiB, target))
 
 
 # The CPU-side figures drift on a shared host (30-50 % within one run, on an H100 host): every point is
@@ -344,12 +394,13 @@ def chain_us(variant: str, k: int, n: int, costs: dict, target: Target) -> float
     raise ParamError(f"unknown variant {variant!r}; choose from {', '.join(VARIANTS)}")
 
 
-def per_op_us(variant: str, n: int, costs: dict, target: Target) -> float:
-    """What one more op adds to a long chain (the slope of chain_us in K)."""
-    kernel = costs["graph_kernel"] + memory_us(8 * n, target)
-    return {"eager": max(costs["eager_add"], kernel), "graph": kernel,
-        "fused": n / (target.ceilings.fma_tflops * 1e12) * 1e6,
-            "eager+item": costs["round_trip"] + memory_us(8 * n, target)}[variant]
+def slope_us(times: dict) -> float:
+    """What one more op costs, read off a sweep: the least-squares slope of time (us) against K ({K: us}). The
+    measured and the predicted slope are both read this way, each off its own points."""
+    ks, ts = list(times), list(times.values())
+    mk, mt = sum(ks) / len(ks), sum(ts) / len(ts)
+    var = sum((k - mk) ** 2 for k in ks)
+    return sum((k - mk) * (t - mt) for k, t in zip(ks, ts)) / var if var else float("nan")
 
 
 def matmul_dtype(target: Target) -> str:
@@ -381,9 +432,12 @@ def regime_terms(op: str, size: int, costs: dict, target: Target) -> dict:
             "compute": flops / (peak * 1e12) * 1e6}
 
 
-def regime_us(terms: dict, costs: dict) -> float:
-    """The CPU's launch runs ahead of the GPU, whose own time is a fixed per-kernel cost plus the roofline."""
-    return max(terms["overhead"], costs["graph_kernel"] + max(terms["memory"], terms["compute"]))
+def regime_us(op: str, terms: dict, costs: dict) -> float:
+    """The CPU's launch runs ahead of the GPU, whose own time is a fixed per-kernel cost plus the roofline. The
+    add streams its bytes from memory, and its fixed cost is a streaming kernel's (the eager_stream_fixed probe);
+    the matmul's is the tiny kernel's, the few microseconds of it lost beside its FLOPs."""
+    fixed = costs["eager_stream_fixed"] if op == "add" else costs["graph_kernel"]
+    return max(terms["overhead"], fixed + max(terms["memory"], terms["compute"]))
 
 
 def model_rows(params: Params, target: Target, costs: dict) -> list[dict]:
@@ -393,13 +447,13 @@ def model_rows(params: Params, target: Target, costs: dict) -> list[dict]:
     if "chain" in params.experiments:
         for variant in params.variants:
             c = group_costs(costs, f"chain-{variant}")
-            for k in params.ks:
-                rows.append({"experiment": "chain", "variant": variant, "k": k, "size": n,
-                             "predicted_us": chain_us(variant, k, n, c, target),
-                             "predicted_per_op_us": chain_us(variant, k, n, c, target) / k})
-            if variant != "fused":  # the fused chain has no per-op launch to fit
+            times = {k: chain_us(variant, k, n, c, target) for k in params.ks}
+            for k, us in times.items():
+                rows.append({"experiment": "chain", "variant": variant, "k": k, "size": n, "predicted_us": us,
+                             "predicted_per_op_us": us / k})
+            if variant != "fused" and len(times) >= 2:  # the fused chain has no per-op launch to fit
                 rows.append({"experiment": "fit", "variant": variant, "k": None, "size": n,
-                             "predicted_us": per_op_us(variant, n, c, target)})
+                             "predicted_us": slope_us(times)})
     if "regimes" in params.experiments:
         for op in params.ops:
             c = group_costs(costs, f"regimes-{op}")
@@ -407,7 +461,7 @@ def model_rows(params: Params, target: Target, costs: dict) -> list[dict]:
                 terms = regime_terms(op, size, c, target)
                 nbytes, flops, _ = op_work(op, size, target)
                 rows.append({"experiment": "regimes", "variant": op, "k": None, "size": size, "bytes_moved": nbytes,
-                             "flops": flops, "predicted_us": regime_us(terms, c),
+                             "flops": flops, "predicted_us": regime_us(op, terms, c),
                              "predicted_regime": max(terms, key=terms.get),
                              **{f"predicted_{name}_us": v for name, v in terms.items()}})
     return rows
@@ -461,7 +515,7 @@ def _measure_chain(params: Params, target: Target, step):
         group = f"chain-{variant}"
         name = GROUP_PROBES[group]
         probe, probe_ops = probe_callable(name, n)
-        budget = 12.0 if variant == "eager+item" else 8.0
+        budget = 36.0 if variant == "eager+item" else 24.0  # ms of timing per side, all rounds together
         figures = []
         for k in params.ks:
             step(f"chain, {variant}, K = {k}: checking, then timing")
@@ -479,13 +533,13 @@ def _measure_chain(params: Params, target: Target, step):
                     def point():
                         chain_fused(x, y, k)
                 else:
-                    def point(sync_each=variant == "eager+item"):
-                        chain_eager(x, y, k, sync_each)
+                    def point(sync_each=variant == "eager+item", first=y[:1]):
+                        chain_eager(x, y, k, sync_each, first)
             us, probe_us = paired_us(point, probe, probe_ops, budget)
             del graph
             figures.append(probe_us)
-            measured[variant][k] = us
             predicted = chain_us(variant, k, n, point_costs(launch_costs(target), group, probe_us), target)
+            measured[variant][k] = (us, predicted)
             yield {"experiment": "chain", "variant": variant, "k": k, "size": n, "measured_us": us,
                    "measured_per_op_us": us / k, "check_rel_error": err, "probe": name, "probe_us": probe_us,
                    "predicted_us": predicted, "predicted_per_op_us": predicted / k}
@@ -495,11 +549,10 @@ def _measure_chain(params: Params, target: Target, step):
         del probe
     for variant, points in measured.items():  # what one more op costs: least-squares slope over K
         if len(points) >= 2 and variant != "fused":
-            ks, ts = list(points), list(points.values())
-            mk, mt = sum(ks) / len(ks), sum(ts) / len(ts)
-            var = sum((k - mk) ** 2 for k in ks)
-            slope = sum((k - mk) * (t - mt) for k, t in zip(ks, ts)) / var if var else float("nan")
-            yield {"experiment": "fit", "variant": variant, "k": None, "size": n, "measured_us": slope}
+            # the model's slope off the points' own predictions (each made with its paired figure), as measured
+            yield {"experiment": "fit", "variant": variant, "k": None, "size": n,
+                   "measured_us": slope_us({k: us for k, (us, _) in points.items()}),
+                   "predicted_us": slope_us({k: predicted for k, (_, predicted) in points.items()})}
 
 
 ROTATE_FROM_BYTES = MiB  # below this the launch dwarfs the kernel, wherever its data sits
@@ -572,7 +625,7 @@ def _measure_regimes(params: Params, target: Target, step):
             c = point_costs(launch_costs(target), group, probe_us)
             terms = regime_terms(op, size, c, target)
             yield {"experiment": "regimes", "variant": op, "k": None, "size": size, "measured_us": eager_us,
-                   "probe": name, "probe_us": probe_us, "predicted_us": regime_us(terms, c),
+                   "probe": name, "probe_us": probe_us, "predicted_us": regime_us(op, terms, c),
                    "predicted_overhead_us": terms["overhead"],
                    "measured_gpu_us": gpu_us, "measured_tbps": nbytes / (eager_us * 1e-6) / 1e12,
                    "measured_tflops": flops / (eager_us * 1e-6) / 1e12, "measured_regime": regime,
@@ -586,7 +639,7 @@ def _measure_regimes(params: Params, target: Target, step):
 
 
 def measure(params: Params, target: Target, progress):
-    points = 5  # probes
+    points = 6  # probes
     if "chain" in params.experiments:
         points += len(params.variants) * len(params.ks)
     if "regimes" in params.experiments:
@@ -597,7 +650,7 @@ def measure(params: Params, target: Target, progress):
         progress(min(done[0] / points, 1.0), message)
         done[0] += 1
 
-    figures = run_probes(step, params.elements)
+    figures = run_probes(step, target, params.elements)
     remember_probes(target.key, figures, target.name)
     for name, us in figures.items():
         yield {"experiment": "probe", "variant": name, "k": None, "size": None, "measured_us": us,
@@ -637,7 +690,10 @@ def repredict(recording: dict, target: Target) -> list[dict]:
         if row["experiment"] == "chain":
             row["predicted_us"] = chain_us(row["variant"], row["k"], row["size"], c, target)
         else:
-            row["predicted_us"] = regime_us(regime_terms(row["variant"], row["size"], c, target), c)
+            row["predicted_us"] = regime_us(row["variant"], regime_terms(row["variant"], row["size"], c, target), c)
+    for fit in (r for r in rows if r["experiment"] == "fit"):  # the slope of the points as now predicted
+        fit["predicted_us"] = slope_us({r["k"]: r["predicted_us"] for r in rows
+                                        if r["experiment"] == "chain" and r["variant"] == fit["variant"]})
     return rows
 
 

@@ -17,7 +17,9 @@ The experiment: out = sigmoid(sigmoid(sigmoid(x))), forward and backward, three 
 - recomputed: the forward kernel writes only out; the backward kernel reads dout and x and
   recomputes s1, s2 and out on the fly (1 + 1 + 2 + 1 = 5 accesses).
 Model: time = accesses x bytes per element x elements / bandwidth + kernels x launch cost, so
-recomputing should be 8/5 = 1.6x faster than storing.
+recomputing should be 8/5 = 1.6x faster than storing. At small sizes a step's Python outlasts its kernels:
+the run reads the CPU's clock at each launch of the timed steps, and the model feeds the kernels to the GPU
+at those times (step_ms).
 """
 
 from __future__ import annotations
@@ -120,13 +122,16 @@ def sigmoid3_backward(dout: torch.Tensor, x: Optional[torch.Tensor] = None, s1: 
 
 
 class StackedSigmoids(torch.autograd.Function):
-    """sigmoid(sigmoid(sigmoid(x))) with Triton kernels; `recompute` picks what the backward reads."""
+    """sigmoid(sigmoid(sigmoid(x))) with Triton kernels; `recompute` picks what the backward reads. `mark`, if
+    given, is called right after each kernel launch (the timer reads the CPU's clock there)."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, recompute: bool) -> torch.Tensor:
+    def forward(ctx, x: torch.Tensor, recompute: bool, mark=None) -> torch.Tensor:
         x = x.contiguous()
         out, s1, s2 = sigmoid3_forward(x, store=not recompute)
-        ctx.recompute = recompute
+        if mark is not None:
+            mark()
+        ctx.recompute, ctx.mark = recompute, mark
         # Saving the input costs nothing (it exists anyway); saving s1 and s2 is the activation memory.
         ctx.save_for_backward(*((x,) if recompute else (s1, s2)))
         return out
@@ -136,8 +141,12 @@ class StackedSigmoids(torch.autograd.Function):
         saved = ctx.saved_tensors
         dout = dout.contiguous()
         if ctx.recompute:
-            return sigmoid3_backward(dout, x=saved[0]), None
-        return sigmoid3_backward(dout, s1=saved[0], s2=saved[1]), None
+            dx = sigmoid3_backward(dout, x=saved[0])
+        else:
+            dx = sigmoid3_backward(dout, s1=saved[0], s2=saved[1])
+        if ctx.mark is not None:
+            ctx.mark()
+        return dx, None, None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -147,16 +156,21 @@ def sigmoid3_autograd(x: torch.Tensor) -> torch.Tensor:
     return torch.sigmoid(torch.sigmoid(torch.sigmoid(x)))
 
 
-VARIANTS = {  # name -> forward function
-    "stored": lambda x: StackedSigmoids.apply(x, False),
-    "recomputed": lambda x: StackedSigmoids.apply(x, True),
-    "autograd": sigmoid3_autograd,
+VARIANTS = {  # name -> forward function (x, mark=None); mark() is called after each of our kernel launches
+    "stored": lambda x, mark=None: StackedSigmoids.apply(x, False, mark),
+    "recomputed": lambda x, mark=None: StackedSigmoids.apply(x, True, mark),
+    "autograd": lambda x, mark=None: sigmoid3_autograd(x),  # PyTorch launches these: no clock to read inside
 }
 
 
-def forward_backward(forward, x: torch.Tensor, dout: torch.Tensor) -> tuple:
-    """(out, dx) for one training step's worth of this function (x must require grad)."""
-    out = forward(x)
+def forward_backward(forward, x: torch.Tensor, dout: torch.Tensor, mark=None) -> tuple:
+    """(out, dx) for one training step's worth of this function (x must require grad). With `mark`, the CPU's
+    clock is read after each of our kernel launches and at the end of the forward pass."""
+    if mark is None:
+        out = forward(x)
+    else:
+        out = forward(x, mark)
+        mark()
     (dx,) = torch.autograd.grad(out, x, dout)  # returns dx without accumulating into x.grad
     return out, dx
 
@@ -211,8 +225,8 @@ def timer_host_floor_ms(host_ms: float, target: Target) -> float:
     write runs, the events see only part of the CPU's time, and how much they miss depends on how long the write
     takes on this GPU (0.09 ms on an H100, 0.06 ms on an H200): the 2026-11-23 recordings of this lab had CPU-bound
     steps 0.03-0.06 ms under their CPU time on the H100 and 0-0.02 ms under it on the H200. This lab's timer
-    therefore waits for the write to finish before it starts the clock (time_with_host_ms(wait_for_flush=True)),
-    so the floor is the CPU's whole time on every GPU. scripts/models_gpu.py (section terms) tests the overlap.
+    therefore waits for the write to finish before it starts the clock (time_step), so the floor is the CPU's whole
+    time on every GPU. scripts/models_gpu.py (section terms) tests the overlap.
     """
     return host_ms
 
@@ -231,40 +245,103 @@ def time_with_host_ms(fn, warmup_ms: float = 25, rep_ms: float = 100, max_reps: 
     second apart (scripts/naive_models_gpu.py, section host), so a floor measured apart from the timed calls
     cannot be trusted to 15 %.
 
-    With `wait_for_flush`, the CPU waits for the L2-clearing write to finish before it records the first event
-    and starts the call. Without it (do_bench's way) the CPU prepares the call while the write runs, and a call
-    whose CPU side is the slower one is timed short by up to the write's time, which differs from GPU to GPU
-    (see timer_host_floor_ms).
+    Without `wait_for_flush` (do_bench's way, the attention lab's timer) the CPU prepares each call while the write
+    runs, and its clock runs between the two events' recording. With it, the CPU waits for the write before it
+    starts the call (see time_step).
+    """
+    timed = time_step(lambda mark: fn(), warmup_ms, rep_ms, max_reps, wait_for_flush)
+    return timed["gpu_ms"], timed["host_ms"]
+
+
+def time_step(step, warmup_ms: float = 25, rep_ms: float = 100, max_reps: int = 2000,
+              wait_for_flush: bool = True) -> dict:
+    """The GPU's and the CPU's time of one call of `step(mark)`, medians over the same calls:
+    {"gpu_ms": between the CUDA events around each call, "host_ms": the CPU's time, "marks_ms": [the CPU's time
+    from the start of its window to each mark() the step made, in order]}.
+
+    With `wait_for_flush`, the CPU waits for the L2-clearing write to finish before each call, so the GPU is idle
+    when the clock starts and the CPU gets no head start on any GPU. The GPU then sees all of the CPU's lead-in,
+    and the CPU's clock must cover everything the events can: it runs from before the start event is recorded to
+    after the end event is recorded. (Read between the two records, it missed the records themselves and the
+    Python around them, and CPU-bound steps came out 11-13 % above it on both an H100 and an H200.)
+    Without the wait (see time_with_host_ms) the clock runs between the two records, as it always has there.
     """
     flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
-    fn()
+    idle = lambda: None  # noqa: E731 - mark() outside the timed calls
+    step(idle)
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     for _ in range(5):
         flush.zero_()
-        fn()
+        step(idle)
     end.record()
     torch.cuda.synchronize()
     estimate = max(start.elapsed_time(end) / 5, 1e-3)
     for _ in range(max(1, int(warmup_ms / estimate))):
-        fn()
+        step(idle)
     n = max(5, min(max_reps, int(rep_ms / estimate)))
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
-    host = []
+    host, marks = [], []
     for i in range(n):
+        stamps = []
         flush.zero_()
         if wait_for_flush:
             torch.cuda.synchronize()  # the GPU is idle when the clock starts: no head start for the CPU
-        starts[i].record()
-        t0 = time.perf_counter()
-        fn()
-        host.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()  # before the start event: the CPU's window covers the events'
+            starts[i].record()
+        else:
+            starts[i].record()
+            t0 = time.perf_counter()
+        step(lambda: stamps.append(time.perf_counter()))
+        if not wait_for_flush:
+            host.append(time.perf_counter() - t0)
         ends[i].record()
+        if wait_for_flush:
+            host.append(time.perf_counter() - t0)
+        marks.append([t - t0 for t in stamps])
     torch.cuda.synchronize()
     gpu_ms = statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
-    return float(gpu_ms), statistics.median(host) * 1e3
+    per_mark = [statistics.median(m[j] for m in marks) * 1e3 for j in range(min(len(m) for m in marks))]
+    return {"gpu_ms": float(gpu_ms), "host_ms": statistics.median(host) * 1e3, "marks_ms": per_mark}
+
+
+# How many of each version's KERNELS its forward pass launches (the rest are the backward pass's).
+FORWARD_KERNELS = {"stored": 1, "recomputed": 1, "autograd": 3}
+
+
+def launch_times_ms(variant: str, marks_ms: list) -> tuple:
+    """(the CPU's clock at each kernel launch, at the end of the forward pass, at the end of the backward pass),
+    from the marks of one timed step (time_step; in order of the calls to mark()).
+
+    Our Triton versions read the clock right after each launch: [forward launch, forward end, backward launch,
+    backward end]. Autograd's six kernels are launched inside PyTorch, where no clock can be read ([forward end,
+    backward end]): each pass's launches are spread evenly over its CPU time, each at the end of its share.
+    """
+    if variant != "autograd":
+        launch_forward, forward_end, launch_backward, backward_end = marks_ms
+        return [launch_forward, launch_backward], forward_end, backward_end
+    forward_end, backward_end = marks_ms
+    k_forward = FORWARD_KERNELS[variant]
+    k_backward = len(KERNELS[variant]) - k_forward
+    launches = [forward_end * (j + 1) / k_forward for j in range(k_forward)]
+    launches += [forward_end + (backward_end - forward_end) * (j + 1) / k_backward for j in range(k_backward)]
+    return launches, forward_end, backward_end
+
+
+def step_ms(kernels_ms: list, launches_ms: list, host_ms: float) -> float:
+    """One training step from an idle GPU, with the CPU launching what the GPU runs.
+
+    The CPU's clock starts with the GPU's (time_step) and launches kernel i at launches_ms[i]. The GPU starts a
+    kernel once it is launched and the previous one is done. The step ends when both the GPU's last kernel and the
+    CPU's last record (host_ms) are done. A step whose Python outlasts its kernels takes host_ms; one whose kernels
+    outlast the Python takes the first launch (the CPU's lead-in, which the idle GPU waits for) plus the kernels.
+    """
+    done = 0.0
+    for launch, ms in zip(launches_ms, kernels_ms):
+        done = max(done, launch) + ms
+    return max(done, host_ms)
 
 
 def with_host_floor(row: dict, gpu_ms: float, host_ms: float, nbytes_moved: float, target: Target) -> dict:
@@ -274,6 +351,22 @@ def with_host_floor(row: dict, gpu_ms: float, host_ms: float, nbytes_moved: floa
     ms = max(gpu_ms, floor_ms)
     return {**row, "host_ms": host_ms, "gpu_model_ms": gpu_ms, "predicted_ms": ms,
             "predicted_tbps": nbytes_moved / (ms * 1e-3) / 1e12, "limited_by": "CPU" if floor_ms > gpu_ms else "GPU"}
+
+
+def with_step_model(row: dict, variant: str, nbytes: int, dtype: str, host_ms: float, marks_ms: list,
+                    target: Target) -> dict:
+    """The model once the step's CPU times are known (measured in the run by time_step): the GPU's kernels,
+    each from the roofline, fed by the CPU's launches (step_ms)."""
+    kernels = [kernel_ms(a, s, nbytes, dtype, target)[0] for a, s in KERNELS[variant]]
+    launches, forward_end, backward_end = launch_times_ms(variant, marks_ms)
+    ms = step_ms(kernels, launches, host_ms)
+    accesses = sum(a for a, _ in KERNELS[variant])
+    ours = variant != "autograd"  # our Triton kernels' launches were read; autograd's are spread
+    return {**row, "host_ms": host_ms, "host_forward_ms": forward_end, "host_backward_ms": backward_end,
+            "host_forward_launch_ms": launches[0] if ours else None,
+            "host_backward_launch_ms": launches[1] if ours else None, "gpu_model_ms": sum(kernels),
+            "predicted_ms": ms, "predicted_tbps": accesses * nbytes / (ms * 1e-3) / 1e12,
+            "limited_by": "CPU" if host_ms > sum(kernels) else "GPU"}
 
 
 def predict_ms(variant: str, nbytes: int, target: Target, dtype: str = "fp32") -> float:
@@ -368,18 +461,32 @@ def measure(params: Params, target: Target, progress):
             for variant, forward in VARIANTS.items():  # "stored" first: the others' speed-up is against it
                 progress(done / total, f"{dtype}, {size} MiB: {variant}: activation memory and timing")
                 held = activation_bytes(forward, x)
-                step = lambda: forward_backward(forward, x, dout)  # noqa: E731 - one training step
-                ms, host_ms = time_with_host_ms(step, wait_for_flush=True)  # CPU time measured in the timed calls
+
+                def step(mark, forward=forward):  # one training step, the CPU's clock read at its launches
+                    forward_backward(forward, x, dout, mark)
+                    mark()
+
+                timed = time_step(step)  # GPU and CPU times measured in the same calls
+                ms = timed["gpu_ms"]
                 stored_ms = ms if variant == "stored" else stored_ms
                 done += 1
                 accesses = sum(a for a, _ in KERNELS[variant])
                 row = {"dtype": dtype, "size_mib": size, "variant": variant, "measured_ms": ms,
                        "measured_speedup": stored_ms / ms, "measured_activation_bytes": held,
                        "measured_tbps": bench.tbps(accesses * size * MiB, ms), "check_rel_error": err}
-                yield with_host_floor(row, predict_ms(variant, size * MiB, target, dtype), host_ms,
-                                      accesses * size * MiB, target)
+                yield with_step_model(row, variant, size * MiB, dtype, timed["host_ms"], timed["marks_ms"], target)
             del x, dout
     progress(1.0, "done")
+
+
+def recorded_marks(row: dict) -> Optional[list]:
+    """A recorded row's CPU times in the order time_step's marks come (see launch_times_ms), or None where the
+    recording predates them."""
+    names = ["host_forward_ms", "host_backward_ms"]
+    if row.get("variant") != "autograd":
+        names = ["host_forward_launch_ms", "host_forward_ms", "host_backward_launch_ms", "host_backward_ms"]
+    marks = [row.get(name) for name in names]
+    return marks if all(isinstance(m, (int, float)) for m in marks) else None
 
 
 def repredict(recording: dict, target: Target) -> list[dict]:
@@ -387,14 +494,18 @@ def repredict(recording: dict, target: Target) -> list[dict]:
     from labs.params import from_dict
 
     params = from_dict(Params, recording["params"])
-    host = {(r["dtype"], r["size_mib"], r["variant"]): r["host_ms"] for r in recording["rows"]
-            if r.get("host_ms") is not None}
+    measured = {(r["dtype"], r["size_mib"], r["variant"]): r for r in recording["rows"]
+                if r.get("host_ms") is not None}
     rows = []
     for row in predict(params, target):
         key = (row["dtype"], row["size_mib"], row["variant"])
-        if key in host:
-            nbytes, accesses = row["size_mib"] * MiB, sum(a for a, _ in KERNELS[row["variant"]])
-            row = with_host_floor(row, predict_ms(row["variant"], nbytes, target, row["dtype"]), host[key],
+        got = measured.get(key)
+        nbytes, accesses = row["size_mib"] * MiB, sum(a for a, _ in KERNELS[row["variant"]])
+        marks = recorded_marks(got) if got is not None else None
+        if marks is not None:
+            row = with_step_model(row, row["variant"], nbytes, row["dtype"], got["host_ms"], marks, target)
+        elif got is not None:  # recorded before the launches' CPU times were: the CPU floor alone
+            row = with_host_floor(row, predict_ms(row["variant"], nbytes, target, row["dtype"]), got["host_ms"],
                                   accesses * nbytes, target)
         rows.append(row)
     return rows

@@ -1,8 +1,10 @@
 """Device-side checks for issue 15 (models on every GPU and size; kernels against the libraries), one call.
 
-Run on a GPU:  python scripts/models_gpu.py [launchlab] [sass] [calibrate] [matmul] [naive] [launch] [flash] [terms]
-(default: all)
+Run on a GPU:  python scripts/models_gpu.py [hosttimers] [launchlab] [sass] [calibrate] [matmul] [naive] [launch] [flash]
+[terms] (default: all)
 Sections:
+- hosttimers: the recompute lab's CPU times per phase of a step (time_step's marks) and its default run; the launch
+  lab's point/probe pairs in 16 short rounds, its new probes, and two default runs;
 - launchlab: the launch lab's default run, points timed in turns with their own launch figure; share within 15 %;
 - sass: the matmul ladder's CUDA kernels disassembled (ladder.sass under $OUT), for the instruction counts;
 - calibrate: this GPU's ceilings (copy, FMA, matmul), so the models can be checked against measured terms;
@@ -126,7 +128,7 @@ def section_launch():
     from labs import launch as L
 
     for attempt in range(2):
-        figs = L.run_probes(lambda m: None)
+        figs = L.run_probes(lambda m: None, gpu.live_target())
         single = bench.per_call_us(lambda: None)
         t = torch.zeros(4096, device="cuda")
         one_add = bench.per_call_us(lambda: t.add_(0.5))
@@ -240,6 +242,108 @@ def section_launchlab():
     if OUT:
         with open(os.path.join(OUT, "launch.json"), "w") as fh:
             fh.write(result.to_json())
+
+
+def _launch_default_run(tag: str):
+    """One default run of the launch lab: its share within 15 % and its misses; the result under $OUT."""
+    from labs import launch as L, runner
+
+    started = time.monotonic()
+    result = runner.run(L.LAB, L.Params(), use_cache=False)
+    rows = [r for r in result.rows if r.get("error_pct") is not None]
+    within = sum(abs(r["error_pct"]) <= 15 for r in rows)
+    record("launchrun", tag=tag, seconds=time.monotonic() - started, points=len(rows), within15=within,
+           share=within / max(1, len(rows)), over50=sum(abs(r["error_pct"]) > 50 for r in rows))
+    for r in rows:
+        if abs(r["error_pct"]) > 15:
+            record("launchrun-miss", tag=tag, variant=f"{r['experiment']}/{r['variant']}", k=r.get("k"),
+                   size=r.get("size"), measured_us=r["measured_us"], predicted_us=r["predicted_us"],
+                   probe_us=r.get("probe_us"), error_pct=r["error_pct"])
+    if OUT:
+        with open(os.path.join(OUT, f"launch_{tag}.json"), "w") as fh:
+            fh.write(result.to_json())
+
+
+def section_hosttimers():
+    """Round four's timers. Recompute: every default point's step timed by the lab's time_step, with the CPU's
+    clock read after the start record, after each Triton launch, after the forward and the backward pass (which
+    model of the CPU's launches the GPU sees), then the lab's default run. Launch: point and probe alternated in
+    16 short rounds for a few points (how the host's states fall), the probes the model added, and the lab's
+    default run twice."""
+    from labs import launch as L, recompute as R, runner
+    from labs.bench import per_call_us
+    from labs.gpu import MiB
+
+    target = gpu.live_target()
+    for dtype in ("fp32", "bf16"):
+        R.check_kernels(dtype)
+        for size in (16, 64, 256, 1024):
+            n = size * MiB // bench.element_bytes(dtype)
+            x = bench.random_tensor((n,), dtype).requires_grad_(True)
+            dout = bench.random_tensor((n,), dtype)
+            for variant, forward in R.VARIANTS.items():
+                def step(mark, forward=forward):
+                    mark()  # just after the start record; then the lab's own marks (launches, pass ends)
+                    R.forward_backward(forward, x, dout, mark)
+                    mark()
+                timed = R.time_step(step)
+                kernels = [R.kernel_ms(a, s_, size * MiB, dtype, target)[0] for a, s_ in R.KERNELS[variant]]
+                model = R.with_step_model({}, variant, size * MiB, dtype, timed["host_ms"], timed["marks_ms"][1:],
+                                          target)
+                record("recompute-marks", dtype=dtype, size=size, variant=variant, gpu_ms=timed["gpu_ms"],
+                       host_ms=timed["host_ms"], marks=[round(m, 5) for m in timed["marks_ms"]],
+                       kernels=[round(k, 5) for k in kernels], predicted_ms=model["predicted_ms"],
+                       error_pct=100 * (timed["gpu_ms"] - model["predicted_ms"]) / model["predicted_ms"])
+            del x, dout
+    started = time.monotonic()
+    result = runner.run(R.LAB, R.Params(), use_cache=False)
+    rows = [r for r in result.rows if r.get("error_pct") is not None]
+    for r in rows:
+        record("recompute-run", dtype=r["dtype"], size=r["size_mib"], variant=r["variant"],
+               measured_ms=r["measured_ms"],
+               predicted_ms=r["predicted_ms"], host_ms=r["host_ms"], fwd_launch_ms=r["host_forward_launch_ms"],
+               fwd_ms=r["host_forward_ms"], bwd_launch_ms=r["host_backward_launch_ms"], bwd_ms=r["host_backward_ms"],
+               gpu_model_ms=r["gpu_model_ms"], error_pct=r["error_pct"])
+    within = sum(abs(r["error_pct"]) <= 15 for r in rows)
+    record("recompute-run", seconds=time.monotonic() - started, points=len(rows), within15=within)
+    if OUT:
+        with open(os.path.join(OUT, "recompute.json"), "w") as fh:
+            fh.write(result.to_json())
+
+    # launch: how the host's states fall between a point and its probe, in 16 short rounds
+    n = 4096
+    x, y = L.grid_input(n), torch.empty(n, device="cuda")
+    first = y[:1]
+    t1 = torch.zeros(1, device="cuda")
+    one = L.capture(lambda: t1.add_(1.0))
+    add_sets = [(bench.random_tensor((1,), "fp32"),)] * 16
+    cases = {
+        "fused-4": (lambda: L.chain_fused(x, y, 4), "eager_triton"),
+        "fused-256": (lambda: L.chain_fused(x, y, 256), "eager_triton"),
+        "item-1-view": (lambda: L.chain_eager(x, y, 1, True, first), "round_trip"),
+        "item-1-slice": (lambda: L.chain_eager(x, y, 1, True), "round_trip"),
+        "item-256": (lambda: L.chain_eager(x, y, 256, True, first), "round_trip"),
+        "eager-64": (lambda: L.chain_eager(x, y, 64), "eager_add"),
+        "add-1x16": (lambda: [L._call("add", s_) for s_ in add_sets], "eager_add"),
+        "graph-1": (one.replay, "graph_replay"),
+    }
+    for name, (point, probe_name) in cases.items():
+        probe, ops = L.probe_callable(probe_name, n)
+        pts, prb = [], []
+        for _ in range(16):
+            prb.append(per_call_us(probe, budget_ms=3, batches=3, warmup_ms=0.5) / ops)
+            pts.append(per_call_us(point, budget_ms=3, batches=3, warmup_ms=0.5))
+        record("launch-rounds", case=name, probe=probe_name, points=[round(v, 2) for v in pts],
+               probes=[round(v, 2) for v in prb])
+    # the graph's per-kernel cost: a one-element add (the old probe) against the chain's own op pair at n
+    few, many = L.capture(L._repeat(lambda: t1.add_(1.0), 16)), L.capture(L._repeat(lambda: t1.add_(1.0), 256))
+    old_kernel = (per_call_us(many.replay) - per_call_us(few.replay)) / 240
+    record("launch-probes", graph_kernel_1=old_kernel, graph_kernel_chain=L.graph_kernel_us(n)[0],
+           stream_fixed=L.stream_fixed_us(target), stream_fixed_again=L.stream_fixed_us(target))
+    del few, many, one
+    for tag in ("run1", "run2"):  # twice: one run's share moves with the host
+        if time.monotonic() - T0 < DEADLINE:
+            _launch_default_run(tag)
 
 
 def section_sass():
@@ -357,7 +461,7 @@ def section_ladderncu():
         print(out.stdout[-2000:], out.stderr[-2000:])
 
 
-SECTIONS = {"launchlab": section_launchlab, "ladderncu": section_ladderncu, "ladderchild": section_ladderchild, "ncu": section_ncu, "ncuchild": section_ncuchild, "sass": section_sass, "calibrate": section_calibrate, "matmul": section_matmul, "naive": section_naive,
+SECTIONS = {"hosttimers": section_hosttimers, "launchlab": section_launchlab, "ladderncu": section_ladderncu, "ladderchild": section_ladderchild, "ncu": section_ncu, "ncuchild": section_ncuchild, "sass": section_sass, "calibrate": section_calibrate, "matmul": section_matmul, "naive": section_naive,
             "launch": section_launch, "flash": section_flash, "terms": section_terms}
 
 if __name__ == "__main__":

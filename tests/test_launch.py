@@ -14,7 +14,7 @@ from tests.conftest import render_page
 ROOT = Path(__file__).resolve().parent.parent
 H200 = gpu.datasheet_target(gpu.datasheet_by_name("H200"))
 COSTS = {"eager_add": 4.0, "eager_matmul": 9.0, "eager_triton": 12.0, "graph_replay": 3.0, "graph_kernel": 1.0,
-         "graph_fixed": 0.5, "round_trip": 20.0}
+         "graph_fixed": 0.5, "round_trip": 20.0, "eager_stream_fixed": 3.0}
 
 
 def toy_target(copy_tbps=1.0, fma_tflops=10.0, bf16=100.0):
@@ -54,8 +54,27 @@ def test_chain_model_by_hand():
     assert ln.chain_us("eager+item", 10, 1000, COSTS, t) == pytest.approx(10 * 20.008)
     # a big tensor makes every op GPU-bound: 1e6 floats read and written = 8 us per op at 1 TB/s
     assert ln.chain_us("eager", 3, 10**6, COSTS, t) == pytest.approx(3 * 9.0)
-    assert ln.per_op_us("graph", 1000, COSTS, t) == pytest.approx(1.008)
-    assert ln.per_op_us("eager", 1000, COSTS, t) == 4.0
+
+
+def test_fit_rows_are_the_slope_of_the_points_both_measured_and_predicted():
+    assert ln.slope_us({1: 5.0, 2: 7.0, 4: 11.0, 8: 19.0}) == pytest.approx(2.0)  # 3 + 2 K
+    t = toy_target(copy_tbps=1.0)
+    params = ln.Params(experiments=("chain",), ks=(1, 2, 4, 8, 16), variants=("eager", "graph", "fused"))
+    rows = {(r["experiment"], r["variant"]): r for r in ln.model_rows(params, t, COSTS)}
+    assert rows[("fit", "eager")]["predicted_us"] == pytest.approx(4.0)  # K launches of 4 us
+    # the graph's flat start (the replay call, 3 us, dominates at K = 1 and 2) bends the slope below the
+    # per-kernel 1.008 us, exactly as it bends a measured slope: both are read off the points the same way
+    graph = {k: ln.chain_us("graph", k, params.elements, COSTS, t) for k in params.ks}
+    assert rows[("fit", "graph")]["predicted_us"] == pytest.approx(ln.slope_us(graph))
+    assert ("fit", "fused") not in rows
+    # a point timed with its own figure: the fit predicted off the points as re-predicted
+    probes = [{"experiment": "probe", "variant": k, "measured_us": v} for k, v in COSTS.items()]
+    own = [{"experiment": "chain", "variant": "eager", "k": k, "size": params.elements, "measured_us": 1.0,
+            "probe_us": 4.0 if k < 16 else 6.0} for k in params.ks]
+    recording = {"params": {"experiments": ["chain"], "ks": list(params.ks), "variants": ["eager"]},
+                 "rows": probes + own}
+    fit = next(r for r in ln.repredict(recording, t) if r["experiment"] == "fit")
+    assert fit["predicted_us"] == pytest.approx(ln.slope_us({1: 4.0, 2: 8.0, 4: 16.0, 8: 32.0, 16: 96.0}))
 
 
 def test_regimes_by_hand():
@@ -63,13 +82,14 @@ def test_regimes_by_hand():
     terms = ln.regime_terms("add", 10**6, COSTS, t)
     assert terms["memory"] == pytest.approx(8.0) and terms["overhead"] == 4.0
     assert max(terms, key=terms.get) == "memory"
-    assert ln.regime_us(terms, COSTS) == pytest.approx(1.0 + 8.0)
+    assert ln.regime_us("add", terms, COSTS) == pytest.approx(3.0 + 8.0)  # a streaming kernel's fixed cost
     tiny = ln.regime_terms("add", 16, COSTS, t)
-    assert max(tiny, key=tiny.get) == "overhead" and ln.regime_us(tiny, COSTS) == 4.0
+    assert max(tiny, key=tiny.get) == "overhead" and ln.regime_us("add", tiny, COSTS) == 4.0
     big = ln.regime_terms("matmul", 4096, COSTS, t)  # 2 * 4096^3 FLOP at 100 TFLOP/s
     assert big["compute"] == pytest.approx(2 * 4096**3 / 100e12 * 1e6)
     assert big["memory"] == pytest.approx(3 * 4096**2 * 2 / 1e12 * 1e6)
     assert max(big, key=big.get) == "compute"
+    assert ln.regime_us("matmul", big, COSTS) == pytest.approx(1.0 + big["compute"])  # a tiny kernel's fixed cost
 
 
 def test_default_sweep_spans_three_regimes_on_a_real_gpu_model():

@@ -49,6 +49,19 @@ def test_what_each_version_saves_for_backward(device):
     assert len(_saved_for_backward("autograd", x)) == 3  # each sigmoid keeps its output: s1, s2 and out
 
 
+def test_each_version_marks_its_launches_in_the_order_the_model_reads_them(device):
+    # ours: after the forward launch, at the forward pass's end, after the backward launch (+ the step's own
+    # last mark: 4, as launch_times_ms unpacks them); autograd's launches happen inside PyTorch: 1 (+ 1)
+    x = torch.randn(4099, device=device, requires_grad=True)
+    for variant, marks in (("stored", 3), ("recomputed", 3), ("autograd", 1)):
+        calls = []
+        out, dx = recompute.forward_backward(recompute.VARIANTS[variant], x, torch.ones_like(x),
+                                             lambda: calls.append(len(calls)))
+        assert len(calls) == marks and dx.shape == x.shape
+        launches, _, _ = recompute.launch_times_ms(variant, [float(i) for i in range(marks + 1)])
+        assert len(launches) == len(recompute.KERNELS[variant])
+
+
 def test_gradient_does_not_accumulate_into_x(device):
     x = torch.randn(100, device=device, requires_grad=True)
     recompute.forward_backward(recompute.VARIANTS["recomputed"], x, torch.ones_like(x))
@@ -139,10 +152,44 @@ def test_gpu_and_cpu_times_come_from_the_same_calls():
     # a call whose CPU side sleeps 2 ms: the CPU is the floor, and the events see (most of) it
     ms, host_ms = recompute.time_with_host_ms(lambda: (time.sleep(0.002), x * 2), rep_ms=40)
     assert host_ms >= 2.0 and ms > 1.5
-    # waiting for the L2-clearing write before the clock starts: a CPU-bound call is timed at no less than
-    # its CPU time (without the wait, the CPU may prepare it while the write runs: up to 0.09 ms on an H100)
+    # waiting for the L2-clearing write before the clock starts: a CPU-bound call is timed at its CPU time
+    # (without the wait, the CPU may prepare it while the write runs: up to 0.09 ms on an H100)
     ms, host_ms = recompute.time_with_host_ms(lambda: (time.sleep(0.0002), x * 2), rep_ms=40, wait_for_flush=True)
-    assert host_ms >= 0.2 and ms >= 0.97 * host_ms
+    assert host_ms >= 0.2 and abs(ms - host_ms) <= 0.02 + 0.05 * host_ms
+
+
+@pytest.mark.gpu
+def test_step_timer_reads_the_marks_and_its_cpu_window_holds_the_events():
+    import time
+
+    x = bench.random_tensor((MiB,), "fp32")
+
+    def step(mark):
+        time.sleep(0.0003)  # a CPU-bound "forward pass"
+        x.mul_(1.0)
+        mark()
+        x.add_(0.0)  # the "backward pass": one tiny kernel, whose tail is all the GPU adds after the CPU
+        mark()
+
+    timed = recompute.time_step(step, rep_ms=40)
+    forward_ms, backward_ms = timed["marks_ms"]
+    assert 0.3 <= forward_ms < backward_ms < timed["host_ms"]
+    assert timed["gpu_ms"] <= timed["host_ms"] + 0.01  # the CPU's window covers what the events see
+    kernels = [0.002, 0.002]  # each tiny kernel a few microseconds: the model is the CPU's time
+    model = recompute.step_ms(kernels, [forward_ms, backward_ms], timed["host_ms"])
+    assert model == pytest.approx(timed["host_ms"], rel=0.05) and timed["gpu_ms"] == pytest.approx(model, rel=0.15)
+
+
+@pytest.mark.gpu
+def test_our_versions_read_the_clock_at_each_launch():
+    x = bench.random_tensor((MiB,), "fp32").requires_grad_(True)
+    dout = bench.random_tensor((MiB,), "fp32")
+    for variant, marks in (("stored", 4), ("autograd", 2)):
+        timed = recompute.time_step(lambda mark, v=variant: (recompute.forward_backward(
+            recompute.VARIANTS[v], x, dout, mark), mark()), rep_ms=20)
+        assert len(timed["marks_ms"]) == marks and timed["marks_ms"] == sorted(timed["marks_ms"])
+        launches, forward_end, backward_end = recompute.launch_times_ms(variant, timed["marks_ms"])
+        assert len(launches) == len(recompute.KERNELS[variant]) and launches[-1] <= backward_end < timed["host_ms"]
 
 
 # --- the page -------------------------------------------------------------------------------------
@@ -164,6 +211,33 @@ def test_page_renders_fast_without_a_gpu():
     at.radio(key="recompute_dtype").set_value("bf16").run()
     assert not at.exception
     assert "(bf16)" in at.get("plotly_chart")[0].proto.spec
+
+
+def test_step_model_by_hand():
+    # kernels launched at 0.1 ms and 0.25 ms of CPU time; the step's last record at 0.32 ms
+    assert recompute.step_ms([0.05, 0.05], [0.1, 0.25], 0.32) == pytest.approx(0.32)  # the CPU's time
+    assert recompute.step_ms([0.05, 0.1], [0.1, 0.25], 0.32) == pytest.approx(0.35)  # last kernel after its launch
+    assert recompute.step_ms([0.5, 0.5], [0.1, 0.25], 0.32) == pytest.approx(1.1)  # GPU-bound after the lead-in
+
+
+def test_launch_times_are_read_for_ours_and_spread_for_autograd():
+    launches, forward_end, backward_end = recompute.launch_times_ms("recomputed", [0.09, 0.1, 0.25, 0.3])
+    assert launches == [0.09, 0.25] and (forward_end, backward_end) == (0.1, 0.3)
+    # autograd's three forward and three backward launches: each at the end of its third of its pass
+    launches, _, _ = recompute.launch_times_ms("autograd", [0.3, 0.6])
+    assert launches == pytest.approx([0.1, 0.2, 0.3, 0.4, 0.5, 0.6])
+    row = recompute.with_step_model({}, "stored", 64 * MiB, "fp32", 0.5, [0.15, 0.2, 0.4, 0.45], ROUND)
+    kernels = [recompute.kernel_ms(a, s, 64 * MiB, "fp32", ROUND)[0] for a, s in recompute.KERNELS["stored"]]
+    assert row["predicted_ms"] == pytest.approx(max(0.5, max(0.15 + kernels[0], 0.4) + kernels[1]))
+    assert row["host_forward_launch_ms"] == 0.15 and row["gpu_model_ms"] == pytest.approx(sum(kernels))
+    # what a recording keeps is enough to predict it again offline (scripts/repredict.py)
+    recording = {"params": {"dtypes": ["fp32"], "sizes_mib": [64]}, "rows": [
+        {**row, "dtype": "fp32", "size_mib": 64, "variant": "stored"},
+        {**recompute.with_step_model({}, "autograd", 64 * MiB, "fp32", 0.3, [0.1, 0.25], ROUND), "dtype": "fp32",
+         "size_mib": 64, "variant": "autograd"}]}
+    again = {r["variant"]: r for r in recompute.repredict(recording, ROUND)}
+    assert again["stored"]["predicted_ms"] == pytest.approx(row["predicted_ms"])
+    assert again["autograd"]["host_forward_ms"] == 0.1 and again["recomputed"].get("host_ms") is None
 
 
 def test_host_floor_is_the_cpus_time_and_the_slower_side_wins():
