@@ -26,24 +26,12 @@ import time
 
 import torch
 
+from devreport import Report
 from labs import bench, gpu
 
-T0 = time.monotonic()
-DEADLINE = float(os.environ.get("DEADLINE_S", "240"))
-OUT = os.environ.get("OUT")
-results: dict = {"rows": []}
-
-
-def record(section, **row):
-    row["section"] = section
-    results["rows"].append(row)
-    print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()), flush=True)
-
-
-def save():
-    if OUT:
-        with open(os.path.join(OUT, "models_gpu.json"), "w") as fh:
-            json.dump(results, fh, indent=1)
+REPORT = Report("models_gpu", deadline_s=240)
+results, record, late, save = REPORT.results, REPORT.record, REPORT.late, REPORT.save
+OUT = REPORT.out
 
 
 def section_calibrate():
@@ -66,7 +54,7 @@ def section_matmul():
                mm.TileConfig(256, 128, 64, 8, 8, 3), mm.TileConfig(128, 128, 128, 8, 8, 3),
                mm.TileConfig(64, 64, 64, 8, 4, 4)]
     for n in MATMUL_SIZES:
-        if time.monotonic() - T0 > DEADLINE:
+        if late():
             return
         a, b = mm.operands(n, n, n, "bf16")
         out = torch.empty((n, n), device="cuda", dtype=torch.bfloat16)
@@ -97,7 +85,7 @@ def section_naive():
 
     for d in (64, 128):
         for n in (1024, 2048, 4096, 8192, 16384):
-            if time.monotonic() - T0 > DEADLINE:
+            if late():
                 return
             b, h = 4, 16
             if 2 * b * h * n * n * 2 + 2**30 > 0.85 * gpu.free_memory_bytes():
@@ -141,7 +129,7 @@ def section_flash():
 
     for d in (64, 128):
         for n in (1024, 2048, 4096, 8192):
-            if time.monotonic() - T0 > DEADLINE:
+            if late():
                 return
             for causal in (False, True):
                 q, k, v, do = (bench.random_tensor((4, 16, n, d), "bf16") for _ in range(4))
@@ -342,7 +330,7 @@ def section_hosttimers():
            stream_fixed=L.stream_fixed_us(target), stream_fixed_again=L.stream_fixed_us(target))
     del few, many, one
     for tag in ("run1", "run2"):  # twice: one run's share moves with the host
-        if time.monotonic() - T0 < DEADLINE:
+        if not late():
             _launch_default_run(tag)
 
 
@@ -465,17 +453,5 @@ SECTIONS = {"hosttimers": section_hosttimers, "launchlab": section_launchlab, "l
             "launch": section_launch, "flash": section_flash, "terms": section_terms}
 
 if __name__ == "__main__":
-    wanted = sys.argv[1:] or [name for name in SECTIONS if not name.endswith("child")]
     print(torch.cuda.get_device_name(), torch.__version__, flush=True)
-    for name in wanted:
-        if time.monotonic() - T0 > DEADLINE:
-            print(f"skipped {name}: past the deadline")
-            continue
-        started = time.monotonic()
-        try:
-            SECTIONS[name]()
-        except Exception as exc:  # noqa: BLE001 - one broken section must not lose the others
-            print(f"{name} failed: {type(exc).__name__}: {exc}")
-        print(f"-- {name}: {time.monotonic() - started:.1f} s", flush=True)
-        save()
-    save()
+    REPORT.run_sections(SECTIONS, sys.argv[1:] or [name for name in SECTIONS if not name.endswith("child")])

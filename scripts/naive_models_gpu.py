@@ -16,22 +16,11 @@ import time
 
 import torch
 
+from devreport import Report
 from labs import bench
 
-T0 = time.monotonic()
-DEADLINE = float(os.environ.get("DEADLINE_S", "220"))
-OUT = os.environ.get("OUT")
-results: dict = {"rows": []}
-
-
-def record(section, **row):
-    row["section"] = section
-    results["rows"].append(row)
-    print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()), flush=True)
-
-
-def late() -> bool:
-    return time.monotonic() - T0 > DEADLINE
+REPORT = Report("naive_models_gpu", deadline_s=220)
+results, record, late = REPORT.results, REPORT.record, REPORT.late
 
 
 def section_profile():
@@ -184,15 +173,5 @@ def section_decode():
 SECTIONS = {"profile": section_profile, "probes": section_probes, "host": section_host, "decode": section_decode}
 
 if __name__ == "__main__":
-    chosen = sys.argv[1:] or list(SECTIONS)
     print(torch.cuda.get_device_name(), torch.__version__, flush=True)
-    for name in chosen:
-        t = time.monotonic()
-        try:
-            SECTIONS[name]()
-        except Exception as exc:  # noqa: BLE001 - keep the other sections
-            print(f"section {name} failed: {type(exc).__name__}: {exc}", flush=True)
-        print(f"[{name}: {time.monotonic() - t:.0f} s]", flush=True)
-        if OUT:
-            with open(os.path.join(OUT, "naive_models_gpu.json"), "w") as fh:
-                json.dump(results, fh, indent=1, default=str)
+    REPORT.run_sections(SECTIONS, sys.argv[1:] or list(SECTIONS))
