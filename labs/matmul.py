@@ -8,6 +8,8 @@ What you will learn:
 - tile quantization: ceil(N / BLOCK) tiles per side, so the edge tiles are partly padding;
 - wave quantization: the tiles run in waves of (SMs x blocks per SM); one tile past a full wave costs
   a whole extra wave;
+- the row tail: when the big tiles leave a last wave mostly empty, the rows that wave would cover go to a
+  second launch of small tiles, started early (programmatic dependent launch) so that they fill the idle SMs;
 - alignment: when a row of the matrix is not a multiple of 16 bytes, neither the TMA copy engine nor
   16-byte vector loads can be used, and the kernel falls back to narrow loads;
 - the wavy plot of the lecture: TFLOP/s against N, points coloured by the largest power of two dividing
@@ -103,10 +105,17 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
 def matmul_tma_kernel(a_desc, b_desc, c_desc, M, N, K,
                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                       GROUP_M: tl.constexpr, B_KMAJOR: tl.constexpr, FP32_MODE: tl.constexpr,
-                      UPCAST: tl.constexpr = False):
+                      UPCAST: tl.constexpr = False, LAUNCH_DEPENDENTS: tl.constexpr = False,
+                      WAIT_PRIMARY: tl.constexpr = False):
     """TMA path: the copy engine moves whole tiles between memory and shared memory, and fills the
     parts of a tile outside the matrix with zeros (so no masks at all). It needs every row to start
-    on a 16-byte boundary."""
+    on a 16-byte boundary. LAUNCH_DEPENDENTS: let the next kernel in the stream (launched with programmatic
+    dependent launch) start its programs on SMs this one frees, once all of this one's programs have started.
+    WAIT_PRIMARY (for the kernel so launched): before it ends, wait for the kernel before it to finish, so that
+    whatever comes next in the stream finds both done (PTX's griddepcontrol.wait; CUDA does not promise that
+    work queued after a dependent launch also waits for the kernel the dependent overlapped)."""
+    if LAUNCH_DEPENDENTS:
+        tl.extra.cuda.gdc_launch_dependents()
     tile_m, tile_n = _tile_of(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     off_m = tile_m * BLOCK_M
     off_n = tile_n * BLOCK_N
@@ -126,6 +135,8 @@ def matmul_tma_kernel(a_desc, b_desc, c_desc, M, N, K,
         else:
             acc = tl.dot(a, b, acc)
     c_desc.store([off_m, off_n], acc.to(c_desc.dtype))  # the engine clips the tile at the edges
+    if WAIT_PRIMARY:
+        tl.extra.cuda.gdc_wait()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -274,6 +285,52 @@ def matmul_streamk_kernel(a_desc, b_desc, c_desc, c_ptr, part_ptr, count_ptr, M,
 
 
 # ---------------------------------------------------------------------------------------------
+# Split-K tail: full waves of whole tiles, then the leftover tiles cut along K across the idle SMs
+# ---------------------------------------------------------------------------------------------
+@triton.jit(do_not_specialize=["M", "N", "K", "DP_TILES", "SPLIT"])
+def matmul_splittail_kernel(a_desc, b_desc, c_desc, ws_ptr, count_ptr, M, N, K, DP_TILES, SPLIT,
+                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                            GROUP_M: tl.constexpr, B_KMAJOR: tl.constexpr, FP32_MODE: tl.constexpr,
+                            UPCAST: tl.constexpr = False):
+    """One program per tile, as the plain TMA kernel, for the first DP_TILES tiles (the full waves). The
+    tiles after them (the partial wave) are each cut into SPLIT pieces along K, one program per piece, so
+    that the partial wave keeps about every SM busy for 1 / SPLIT of a tile instead of a few SMs for a
+    whole one. Every program runs a single K loop, like the plain kernel (its load pipeline fills once).
+    A piece adds its FP32 sum into the tile's slot of a workspace with atomic adds (done in the L2, no
+    program waits), then counts itself in on the tile's counter; the last piece to arrive reads the
+    finished sum, stores the tile of C, and leaves the slot and the counter at zero for the next launch."""
+    pid = tl.program_id(0)
+    k_steps = tl.cdiv(K, BLOCK_K)
+    tile = pid
+    k_lo = 0
+    k_hi = k_steps
+    if pid >= DP_TILES:  # a piece of a tail tile: consecutive programs share the tile (and its panels)
+        q = pid - DP_TILES
+        tile = DP_TILES + q // SPLIT
+        part = q % SPLIT
+        k_lo = part * k_steps // SPLIT
+        k_hi = (part + 1) * k_steps // SPLIT
+    tile_m, tile_n = _tile_of(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    acc = _k_steps(a_desc, b_desc, tile_m * BLOCK_M, tile_n * BLOCK_N, k_lo, k_hi, BLOCK_M, BLOCK_N, BLOCK_K,
+                   B_KMAJOR, FP32_MODE, UPCAST)
+    if pid < DP_TILES:
+        c_desc.store([tile_m * BLOCK_M, tile_n * BLOCK_N], acc.to(c_desc.dtype))
+    else:
+        slot = tile - DP_TILES
+        r = tl.arange(0, BLOCK_M)
+        c = tl.arange(0, BLOCK_N)
+        ws = ws_ptr + slot * (BLOCK_M * BLOCK_N) + r[:, None] * BLOCK_N + c[None, :]
+        tl.atomic_add(ws, acc, sem="relaxed", scope="gpu")
+        tl.debug_barrier()  # every thread's adds are issued before the count below releases them
+        arrived = tl.atomic_add(count_ptr + slot, 1, sem="acq_rel", scope="gpu")
+        if arrived == SPLIT - 1:  # the last piece: the sum is complete
+            total = tl.load(ws, cache_modifier=".cg")  # from the L2, where the adds were done
+            c_desc.store([tile_m * BLOCK_M, tile_n * BLOCK_N], total.to(c_desc.dtype))
+            tl.store(ws, tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32), cache_modifier=".cg")
+            tl.atomic_xchg(count_ptr + slot, 0)  # ready for the next launch
+
+
+# ---------------------------------------------------------------------------------------------
 # Launching it: tile shapes, operand layout, and which load path a size takes
 # ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
@@ -285,11 +342,14 @@ class TileConfig:
     num_warps: int = 8  # warps per program (4 warps = one warpgroup on Hopper)
     num_stages: int = 3  # tiles of A and B in flight in shared memory (software pipelining)
     streamk: bool = False  # persistent stream-K schedule (TMA path only): the partial wave's K steps shared out
+    split_tail: bool = False  # split-K tail (TMA path only): the partial wave's tiles cut along K (splittail_plan)
+    row_tail: bool = False  # row tail (TMA path only): the full waves' tile rows, then the rest in ROW_TAIL_TILE
 
     @property
     def label(self) -> str:
         return (f"{self.block_m}x{self.block_n}x{self.block_k} G{self.group_m} "
-                f"w{self.num_warps} s{self.num_stages}" + (" SK" if self.streamk else ""))
+                f"w{self.num_warps} s{self.num_stages}" + (" SK" if self.streamk else "")
+                + (" ST" if self.split_tail else "") + (" RT" if self.row_tail else ""))
 
 
 # Fixed configs per dtype, chosen from measurements on an H200 (scripts/matmul_gpu.py; Triton 3.6):
@@ -306,13 +366,20 @@ DEFAULT_CONFIGS = {
 # Per-size choice for the 16-bit dtypes (measured on an H100 against cuBLAS, scripts/models_gpu.py matmul):
 # a 128x256 tile leaves SMs idle when the matrix has fewer tiles than SMs (N = 1024: 32 tiles for 132 SMs,
 # 0.59x cuBLAS), so smaller N takes the largest tile that still gives about every SM one (64x128: 0.86-0.96x
-# at N = 1024-1280; 64x64: 0.89-0.96x at N <= 768). Between 128x256 and 128x128, the one whose last wave is
-# fuller wins when it fills the waves by a tenth more (N = 2304: 162 tiles in 2 waves of 132 against 324 in
-# 3 waves; 0.76x -> 0.86x).
+# at N = 1024-1280; 64x64: 0.89-0.96x at N <= 768), with the deepest pipeline (6, 4 or 3 stages) whose programs
+# per SM still hold every tile at once (N = 1536: 288 tiles of 64x128; 4 stages fit 2 programs an SM, 264 slots,
+# 0.79x; 3 stages fit 3, 396 slots, 0.84x. N = 1024: 128 tiles, one program an SM with 6 stages, 0.97x against
+# 0.87x with 4). Where the big tile's last wave is less than half full (N = 2056-3072, 5120) the row tail takes
+# over (ROW_TAIL_TILE below; it replaced a 128x128 tile there: 0.86x -> 1.04x at 2304, 0.75x -> 0.90x at 3072,
+# 0.53x -> 0.61x at 2056, 0.61x -> 0.69x at 2064, and 0.88-0.92x -> 0.99x at 5120 on an H100). Between 128x256 and
+# 128x128 otherwise, the one whose last wave is fuller wins when it fills the waves by a tenth more.
 SMALL_TILES = (TileConfig(64, 128, 64, 8, 4, 4), TileConfig(64, 64, 64, 8, 4, 4))
 NARROW_TILE = TileConfig(128, 128, 64, 8, 4, 4)
 MIN_SM_SHARE = 0.7  # a tile shape is large enough when it gives at least 70 % of the SMs a tile
 WAVE_GAIN = 0.1  # the narrower tile must fill its waves this much better to be worth its extra loads
+# Pipeline depths tried for a small tile, deepest first (measured for 64x128 on an H100; 64x64, used at N <= 768,
+# keeps the 4 stages it was measured with there: 0.89-0.99x cuBLAS).
+SMALL_STAGES = {(64, 128): (6, 4, 3)}
 
 # A handful of configs for the autotuned option (compiling each costs seconds, so few), by element bytes.
 AUTOTUNE_CONFIGS = {
@@ -400,7 +467,70 @@ def streamk_plan(tiles: int, k_steps: int, slots: int, extra_wave: Optional[bool
             "max_seg": (share + k_steps - 1) // k_steps + 1 if sk else 1, "max_sharers": max(sharers)}
 
 
+# The split-K tail is measured, not chosen by default: its atomic adds ran at about 1 TB/s on an H100, so the fix-up
+# cost about what the split saved (N = 3072: 0.83x cuBLAS against 0.75x plain, 0.90x for the row tail; N = 2048 with
+# every tile cut in two: 0.49x against 0.99x).
+SPLIT_MAX = 8  # at most this many pieces per tail tile (each adds a whole tile of FP32 sums in the L2)
+
+
+def splittail_plan(tiles: int, k_steps: int, slots: int, split: Optional[int] = None) -> dict:
+    """How the split-K tail kernel cuts the work (the launcher and the model both use this).
+
+    `slots` programs run at once. The full waves stay whole tiles; the tiles of the partial wave (all of
+    them when there is less than one wave) are each cut into `split` pieces along K, as many as the slots
+    can hold side by side: slots // tail tiles, at most SPLIT_MAX and K_STEPS. With more tail tiles than
+    half the slots, split is 1 and the kernel is the plain one. Returns the grid, the whole tiles (dp_tiles),
+    the tail tiles, the split and the K steps of the longest piece."""
+    tail = tiles % slots
+    if split is None:
+        split = max(1, min(SPLIT_MAX, k_steps, slots // tail)) if tail else 1
+    if split <= 1:
+        return {"grid": tiles, "dp_tiles": tiles, "tail_tiles": 0, "split": 1, "piece_steps": k_steps}
+    return {"grid": tiles - tail + tail * split, "dp_tiles": tiles - tail, "tail_tiles": tail, "split": split,
+            "piece_steps": -(-k_steps // split)}
+
+
+# The rows after the full waves: short tiles (measured on an H100 against 64x128 with 4, 5 and 6 stages: at 3072,
+# 0.90x cuBLAS against 0.82-0.88x; at 2304, 1.04x against 0.86-0.97x). Under the dependent launch below, a 64x64
+# program (64 KiB of shared memory) fits on an SM beside a 128x256 one (144 KiB) that is still finishing.
+ROW_TAIL_TILE = TileConfig(64, 64, 64, 8, 4, 4)
+ROW_TAIL_FILL = 0.5  # the row tail replaces the big tile's last wave when that wave is less than half full
+# The second launch is a programmatic dependent launch (Hopper): its programs may start on the SMs the big tiles'
+# last wave frees, instead of after the whole first kernel has drained (the two write different rows of C).
+# The early start (programmatic dependent launch) measured faster on an H100 (N = 3072: 0.90 against 0.86-0.87 x
+# cuBLAS; 2304: 1.04 against 0.90), but that run's tail kernel did not wait for the big one before ending, and CUDA
+# does not promise that the next work in the stream then waits for the big kernel. With the wait (WAIT_PRIMARY) the
+# gain is not measured yet, so the default is two launches in plain stream order.
+ROW_TAIL_PDL = False
+_PDL_WORKS: dict = {}  # "ok": whether this Triton launched one (a failure turns it off for the process)
+
+
+def row_tail_rows(m: int, n: int, config: TileConfig, slots: int) -> int:
+    """Rows of C the big tile covers under the row-tail schedule: the whole tile rows that fit in the full waves
+    (0 when there is no full wave, M when the waves are all full). The rest go to ROW_TAIL_TILE in a second launch,
+    whose many short tiles keep the SMs busy where the big tiles' last wave would have left most of them idle."""
+    tiles_n = -(-n // config.block_n)
+    tiles = -(-m // config.block_m) * tiles_n
+    if tiles % slots == 0:
+        return m
+    return min(m, (tiles // slots * slots) // tiles_n * config.block_m)
+
+
 _SCRATCH: dict = {}
+_TAIL_SCRATCH: dict = {}
+
+
+def _tail_scratch(device, elems: int, tiles: int):
+    """The split-K tail's FP32 workspace and counters: zero at first, and left at zero by every launch (so a
+    CUDA graph can replay it); kept apart from stream-K's scratch, which that kernel leaves dirty."""
+    key = str(device)
+    ws, counts = _TAIL_SCRATCH.get(key, (None, None))
+    if ws is None or ws.numel() < elems:
+        ws = torch.zeros(max(elems, 1), device=device, dtype=torch.float32)
+    if counts is None or counts.numel() < tiles:
+        counts = torch.zeros(max(tiles, 1), device=device, dtype=torch.int32)
+    _TAIL_SCRATCH[key] = (ws, counts)
+    return ws, counts
 
 
 def _scratch(device, part_elems: int, tiles: int):
@@ -424,13 +554,19 @@ def sm_count_of(device) -> int:
 
 def triton_matmul(a: torch.Tensor, b: torch.Tensor, dtype: str, out: Optional[torch.Tensor] = None,
                   config: Optional[TileConfig] = None, tma: str = "auto", autotune: bool = False,
-                  programs: Optional[int] = None, reversed_order: bool = False):
+                  programs: Optional[int] = None, reversed_order: bool = False, split: Optional[int] = None,
+                  tail_config: Optional[TileConfig] = None, extra_meta: Optional[dict] = None):
     """C = A @ B with the Triton kernel. Returns (C, path, compiled kernel or None). With a stream-K
     config on the TMA path, `programs` programs run at once (default: one per SM); `reversed_order` numbers
-    them backwards (for tests: the interpreter runs them one by one)."""
+    them backwards (for tests: the interpreter runs them one by one). With a split-tail config, `programs`
+    is likewise the slots of a wave and `split` overrides the plan's pieces per tail tile. With a row-tail
+    config, `programs` is the slots of the big tile's waves and `tail_config` overrides ROW_TAIL_TILE.
+    `extra_meta`: more launch arguments of the plain kernels (the row tail's programmatic dependent launch)."""
     (m, k), n = a.shape, b.shape[1]
     config = config or DEFAULT_CONFIGS[dtype]
     out = torch.empty((m, n), device=a.device, dtype=out_dtype(dtype)) if out is None else out
+    if config.row_tail and not autotune:
+        return _row_tail_matmul(a, b, dtype, out, config, tma, programs, tail_config or ROW_TAIL_TILE)
     kmajor_b = b.stride(0) == 1 and b.stride(1) != 1
     cc = _device_cc(a.device)
     e = a.element_size()
@@ -466,6 +602,16 @@ def triton_matmul(a: torch.Tensor, b: torch.Tensor, dtype: str, out: Optional[to
                 RED_N=red_n, FIXUP=SK_FIXUP, REVERSED=reversed_order, num_warps=config.num_warps,
                 num_stages=config.num_stages, **meta)
             return out, path, compiled
+        if config.split_tail and not autotune:
+            tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
+            slots = programs or sm_count_of(a.device) * max(1, blocks_per_sm(config, dtype, "tma", cc))
+            plan = splittail_plan(tiles, triton.cdiv(k, bk), slots, split)
+            ws, counts = _tail_scratch(a.device, plan["tail_tiles"] * bm * bn, plan["tail_tiles"])
+            compiled = matmul_splittail_kernel[(plan["grid"],)](
+                a_desc, b_desc, c_desc, ws, counts, m, n, k, plan["dp_tiles"], plan["split"], BLOCK_M=bm,
+                BLOCK_N=bn, BLOCK_K=bk, GROUP_M=config.group_m, num_warps=config.num_warps,
+                num_stages=config.num_stages, **meta)
+            return out, path, compiled
     else:
         args = (a, b, out, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1))
         kernel = _autotuned("ptr", e) if autotune else matmul_kernel
@@ -479,7 +625,39 @@ def triton_matmul(a: torch.Tensor, b: torch.Tensor, dtype: str, out: Optional[to
         grid = (triton.cdiv(m, config.block_m) * triton.cdiv(n, config.block_n),)
         compiled = kernel[grid](*args, BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
                                 GROUP_M=config.group_m, num_warps=config.num_warps, num_stages=config.num_stages,
-                                **meta)
+                                **meta, **(extra_meta or {}))
+    return out, path, compiled
+
+
+def _row_tail_matmul(a, b, dtype, out, config, tma, programs, tail_config):
+    """The row-tail schedule: two launches of the plain kernel on row slices of A and C (B is shared), the big
+    tile on the rows of the full waves, then the short tile on the rest. Falls back to one launch of the big tile
+    off the TMA path (the per-size choices were measured there)."""
+    (m, k), n = a.shape, b.shape[1]
+    big = dataclasses.replace(config, row_tail=False)
+    cc = _device_cc(a.device)
+    slots = programs or sm_count_of(a.device) * max(1, blocks_per_sm(big, dtype, "tma", cc))
+    rows = row_tail_rows(m, n, big, slots)
+    if rows in (0, m):
+        return triton_matmul(a, b, dtype, out, big if rows else tail_config, tma)
+    pdl = ROW_TAIL_PDL and _PDL_WORKS.get("ok", True) and a.device.type == "cuda"
+    if pdl:
+        try:
+            _, path, compiled = triton_matmul(a[:rows], b, dtype, out[:rows], big, tma,
+                                              extra_meta={"LAUNCH_DEPENDENTS": True})
+            if path == "tma":
+                triton_matmul(a[rows:], b, dtype, out[rows:], tail_config, tma,
+                              extra_meta={"launch_pdl": True, "WAIT_PRIMARY": True})
+                _PDL_WORKS["ok"] = True
+                return out, path, compiled
+        except Exception:  # a Triton without programmatic dependent launch: two plain launches from now on
+            if _PDL_WORKS.get("ok"):
+                raise
+            _PDL_WORKS["ok"] = False
+    _, path, compiled = triton_matmul(a[:rows], b, dtype, out[:rows], big, tma)
+    if path != "tma":  # the slices cannot take the TMA path: do it all in one launch
+        return triton_matmul(a, b, dtype, out, big, tma)
+    triton_matmul(a[rows:], b, dtype, out[rows:], tail_config, tma)
     return out, path, compiled
 
 
@@ -758,6 +936,28 @@ def probe_floor_us(target: Target) -> float:
     return one
 
 
+def _step_of(config: TileConfig, cyc: dict, target: Target):
+    """Clocks of one K step when `a` programs share an SM: a x step, but no less than a load's latency over the
+    num_stages - 1 loads each program keeps in flight (Little's law: few programs, short steps)."""
+    latency = load_latency_us(target) * 1e-6 * clock_hz(target) / max(1, config.num_stages - 1)
+    return lambda a: max(a * cyc["step"], latency)
+
+
+def _grid_cycles(m: int, n: int, config: TileConfig, dtype: str, path: str, target: Target,
+                 flop_per_clock: float) -> float:
+    """Clocks of the busiest SM for one launch of plain tiles over an m x n block of C (K = n). An SM shares its
+    tensor cores among its r programs: it runs ceil(tiles / SMs) tiles, r at a time."""
+    if m <= 0:
+        return 0.0
+    r = max(1, blocks_per_sm(config, dtype, path, target.compute_capability))
+    tiles = math.ceil(m / config.block_m) * math.ceil(n / config.block_n)
+    k_steps = math.ceil(n / config.block_k)
+    step_of = _step_of(config, step_cycles(config, dtype, path, flop_per_clock), target)
+    rounds = math.ceil(tiles / target.sm_count)
+    waves_sm = math.ceil(rounds / r)
+    return k_steps * ((waves_sm - 1) * step_of(r) + step_of(rounds - (waves_sm - 1) * r))
+
+
 def predict_point(n: int, dtype: str, config: TileConfig, target: Target, tma: str = "auto") -> dict:
     """The model for the Triton kernel at one square size: roofline, tile and wave quantization, alignment."""
     path = load_path(n, dtype, target.compute_capability, tma)
@@ -774,14 +974,14 @@ def predict_point(n: int, dtype: str, config: TileConfig, target: Target, tma: s
     waves = math.ceil(tiles / slots)
     k_steps = math.ceil(n / config.block_k)
     cyc = step_cycles(config, dtype, path, flop_per_clock)
-    # an SM shares its tensor cores among its r programs: the busiest SM runs ceil(tiles / SMs) tiles,
-    # r at a time. A step of `a` programs together takes a x step, but no less than a load's latency over
-    # the num_stages - 1 loads each program keeps in flight (Little's law: few programs, short steps).
-    rounds = math.ceil(tiles / target.sm_count)
-    latency = load_latency_us(target) * 1e-6 * clock_hz(target) / max(1, config.num_stages - 1)
-    step_of = lambda a: max(a * cyc["step"], latency)  # noqa: E731
-    waves_sm = math.ceil(rounds / r)
-    busy_cycles = k_steps * ((waves_sm - 1) * step_of(r) + step_of(rounds - (waves_sm - 1) * r))
+    step_of = _step_of(config, cyc, target)
+    busy_cycles = _grid_cycles(n, n, config, dtype, path, target, flop_per_clock)
+    tail_rows = 0
+    if config.row_tail and path == "tma":  # the full waves' rows in big tiles, then the rest in short ones
+        rows = row_tail_rows(n, n, config, slots)
+        tail_rows = n - rows
+        busy_cycles = _grid_cycles(rows, n, config, dtype, path, target, flop_per_clock) + \
+            _grid_cycles(tail_rows, n, ROW_TAIL_TILE, dtype, path, target, flop_per_clock)
     fixup_cycles, sk_tiles = 0.0, 0
     if config.streamk and path == "tma":  # the busiest program's share of steps, plus its fix-up traffic
         plan = streamk_plan(tiles, k_steps, slots)
@@ -802,7 +1002,8 @@ def predict_point(n: int, dtype: str, config: TileConfig, target: Target, tma: s
         "tile_util": n * n / (tiles_m * config.block_m * tiles_n * config.block_n),
         "k_util": n / (k_steps * config.block_k), "dram_bytes": dram, "bound": bound,
         "predicted_ms": total_s * 1e3, "predicted_tflops": 2.0 * n**3 / total_s / 1e12,
-        "schedule": "stream-K" if sk_tiles else "tiles", "sk_tiles": sk_tiles,
+        "schedule": "stream-K" if sk_tiles else ("row tail" if tail_rows else "tiles"), "sk_tiles": sk_tiles,
+        "tail_rows": tail_rows,
         "fixup_us": fixup_cycles / clock_hz(target) * 1e6,
     })
     return row
@@ -884,6 +1085,8 @@ def explain_misses(rows: list, band_pct: float = MISS_BAND_PCT) -> list[dict]:
             reason = "rows not 32-byte aligned: 5 sectors read for 4 of data"
         elif r.get("n", 0) < 1100 or r.get("bound") == "launch":
             reason = "small N: start-up and first loads dominate"
+        elif " RT" in str(r.get("config", "")) and err > 0:
+            reason = "row tail: the short tiles overlap the big ones' last wave"
         elif (r.get("last_wave_util") or 1) < 0.75 and err > 0:
             reason = "partial last wave: fewer SMs busy, higher clock"
         else:
@@ -967,10 +1170,31 @@ def tuned_config(n: int, dtype: str, sm_count: int, compute_capability: str = "9
         if tiles_of(n, config) >= MIN_SM_SHARE * sm_count:
             break
     if config is not big:
-        return config
+        return _deepest_in_one_wave(n, config, dtype, sm_count, compute_capability)
+    if row_tail_applies(n, big, dtype, sm_count, compute_capability):
+        return dataclasses.replace(big, row_tail=True)
     narrow_gain = wave_fill(n, NARROW_TILE, dtype, sm_count, compute_capability) - \
         wave_fill(n, big, dtype, sm_count, compute_capability)
     return NARROW_TILE if narrow_gain >= WAVE_GAIN else big
+
+
+def _deepest_in_one_wave(n: int, config: TileConfig, dtype: str, sm_count: int,
+                         compute_capability: str) -> TileConfig:
+    """`config` with the most stages (SMALL_STAGES) whose programs per SM still run every tile in one wave: a
+    deeper pipeline hides more of a load's latency, but a second wave for a few tiles costs a whole tile's time."""
+    for stages in SMALL_STAGES.get((config.block_m, config.block_n), ()):
+        deeper = dataclasses.replace(config, num_stages=stages)
+        if tiles_of(n, deeper) <= sm_count * blocks_per_sm(deeper, dtype, "tma", compute_capability):
+            return deeper
+    return config
+
+
+def row_tail_applies(n: int, big: TileConfig, dtype: str, sm_count: int, compute_capability: str = "9.0") -> bool:
+    """The row tail is worth its second launch when the big tile makes at least one full wave and a last wave
+    less than ROW_TAIL_FILL full (the SMs of the last wave would mostly idle)."""
+    slots = sm_count * max(1, blocks_per_sm(big, dtype, "tma", compute_capability))
+    tiles = tiles_of(n, big)
+    return tiles > slots and 0 < tiles % slots < ROW_TAIL_FILL * slots
 
 
 def config_for(params: Params, dtype: str, n: Optional[int] = None, sm_count: Optional[int] = None,
@@ -997,7 +1221,8 @@ def parse_label(label: str) -> Optional[TileConfig]:
     try:
         parts = label.split()
         bm, bn, bk = (int(x) for x in parts[0].split("x"))
-        return TileConfig(bm, bn, bk, int(parts[1][1:]), int(parts[2][1:]), int(parts[3][1:]), "SK" in parts[4:])
+        return TileConfig(bm, bn, bk, int(parts[1][1:]), int(parts[2][1:]), int(parts[3][1:]), "SK" in parts[4:],
+                          "ST" in parts[4:], "RT" in parts[4:])
     except (AttributeError, IndexError, ValueError):
         return None
 
@@ -1090,6 +1315,7 @@ def check(params: Params, target: Target) -> None:
 # The measurement
 # ---------------------------------------------------------------------------------------------
 PROBE_TMA = (517, 528, 560)  # M odd; N and K multiples of 16 elements so the TMA path applies
+PROBE_ROW_TAIL_SLOTS = 7  # 15 big tiles of PROBE_TMA in 2 waves of 7: rows 0-511 big, the other 5 in the tail
 PROBE_ODD = (333, 347, 351)  # all odd: the pointer path, element by element, every edge partial
 
 
@@ -1108,7 +1334,9 @@ def probe_check(dtype: str, params: Params, path_kind: str, device: str = "cuda"
     a, b = operands(m, n, k, dtype, device)
     out = torch.full((m, n), float("nan"), device=a.device, dtype=out_dtype(dtype))
     config = config or config_for(params, dtype)
-    triton_matmul(a, b, dtype, out, config, params.tma if path_kind == "tma" else "off", params.autotune)
+    # a row-tail config on a few slots, so that this small shape runs both of its launches
+    triton_matmul(a, b, dtype, out, config, params.tma if path_kind == "tma" else "off", params.autotune,
+                  programs=PROBE_ROW_TAIL_SLOTS if config.row_tail else None)
     return bench.check_close(out, reference(a, b), dtype,
                              f"Triton matmul ({dtype}, {m}x{n}x{k}, {path_kind}, {config.label})")
 
@@ -1203,7 +1431,20 @@ def lesson_numbers(target: Target) -> dict:
         "util_2304": f"{100 * p2304.get('last_wave_util', 0):.0f}",
         "pred_2048": f"{p2048.get('predicted_tflops', 0):.0f}", "pred_2304": f"{p2304.get('predicted_tflops', 0):.0f}",
         "ceilings_source": target.describe_ceilings(),
-    } | _ladder_numbers(target)
+    } | _row_tail_numbers(target) | _ladder_numbers(target)
+
+
+def _row_tail_numbers(target: Target, n: int = 3072) -> dict:
+    """The row tail at N = 3072 on this GPU: big tiles, full waves, the rows left over and their short tiles."""
+    big = DEFAULT_CONFIGS["bf16"]
+    slots = target.sm_count * max(1, blocks_per_sm(big, "bf16", "tma", target.compute_capability))
+    tiles = tiles_of(n, big)
+    rows = row_tail_rows(n, n, big, slots)
+    tail = ROW_TAIL_TILE
+    return {"rt_tiles": str(tiles), "rt_full_waves": str(tiles // slots), "rt_last_wave": str(tiles % slots),
+            "rt_big_rows": str(rows), "rt_tail_rows": str(n - rows),
+            "rt_tail_tile": f"{tail.block_m}x{tail.block_n}",
+            "rt_tail_tiles": str(math.ceil((n - rows) / tail.block_m) * math.ceil(n / tail.block_n))}
 
 
 def _ladder_numbers(target: Target) -> dict:

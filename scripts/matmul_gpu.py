@@ -13,6 +13,15 @@ Run on a GPU:  python scripts/matmul_gpu.py [check] [variants] [sweep] [floor] [
   floor     the model's probes (the smallest product, and a load's latency) beside cuBLAS's smallest products
   lab       the lab's own default run (python -m labs run matmul), summarised
   labsk     the same with streamk=on
+  tailcheck the split-K tail kernel on odd shapes, odd slot counts and forced splits, twice each, against float64;
+            the workspace and counters must come back to zero
+  hybrid    bf16 at HYBRID_SIZES: the row-tail schedule (big tiles on the full waves' rows, short tiles on the rest)
+            with several tail tiles, one after the other or on a second stream, beside plain tiles and cuBLAS
+            (HYBRID_SET=pdl: the row tail's variants with and without the early start; HYBRID_SET=final: the lab's
+            choice against its nearest alternatives)
+  rowcheck  the row tail on odd shapes and few slots (both launches), with and without the early start
+  tail      bf16 at TAIL_SIZES: plain tiles of several shapes, the split-K tail kernel, the Hopper lab's persistent
+            kernels, beside cuBLAS (ratios, model, registers and spills)
 Prints a compact table per section; with $OUT set, writes matmul_gpu.json there. Sections (and sizes) stop being
 started once DEADLINE_S (env, seconds since start, default 220) has passed; VARIANT_SIZES (env, comma-separated)
 replaces the sizes of `variants`.
@@ -78,7 +87,7 @@ def fmt(v):
     return f"{v:.3g}" if isinstance(v, float) else str(v)
 
 
-def run_ours(a, b, out, cfg, extra_wave, fixup=1, programs=None, reversed_order=False):
+def run_ours(a, b, out, cfg, extra_wave, fixup=1, programs=None, reversed_order=False):  # stream-K variants
     mm.SK_EXTRA_WAVE, mm.SK_FIXUP = extra_wave, fixup
     try:
         return mm.triton_matmul(a, b, "bf16", out, cfg, TMA, programs=programs, reversed_order=reversed_order)
@@ -219,6 +228,260 @@ def section_sweep():
         del a, b, out
     save()
 
+
+def section_tailcheck():
+    """The split-K tail kernel on odd shapes (M odd, N and K 16-byte rows), a few slot counts and splits, output
+    poisoned with NaN, twice each (the second launch finds what the first left), against a full float64 product."""
+    fails = 0
+    for cfg in (T(128, 256, 64, 8, 8, 3, split_tail=True), T(128, 128, 64, 8, 4, 4, split_tail=True)):
+        runs = ((None, None), (7, None), (5, 3))  # (slots, split): the plan's own, few slots, a forced split
+        for (m, n, k), progs, split in [(sh, p, s) for sh in CHECK_SHAPES for p, s in runs]:
+            a, b = mm.operands(m, n, k, "bf16")
+            out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+            try:
+                for _ in range(2):
+                    out.fill_(float("nan"))
+                    mm.triton_matmul(a, b, "bf16", out, cfg, "auto", programs=progs, split=split)
+                    torch.cuda.synchronize()
+                    err = bench.check_close(out, mm.reference(a, b), "bf16", f"tail {m}x{n}x{k} p{progs} s{split}")
+                ws, counts = mm._TAIL_SCRATCH[str(a.device)]
+                ok = "yes" if float(ws.abs().sum()) == 0 and int(counts.abs().sum()) == 0 else "SCRATCH LEFT NONZERO"
+            except Exception as exc:
+                err, ok = float("nan"), f"FAIL {exc}"[:200]
+            fails += ok != "yes"
+            record("tailcheck", config=cfg.label, shape=f"{m}x{n}x{k}", programs=progs, split=split, err=err, ok=ok)
+            if ok != "yes" or progs is None:
+                print(f"tail {cfg.label:<26} {m}x{n}x{k:<6} p={progs} s={split} err={err:.2e} {ok}", flush=True)
+    print(f"tailcheck: {fails} failures", flush=True)
+
+HYBRID_SIZES = tuple(int(x) for x in os.environ.get(
+    "HYBRID_SIZES", "3072,2304,2056,2064,1536,1024,5120,2560,3584,1280,1792,2048,4096").split(","))
+
+
+def hybrid_candidates():
+    """name -> (config, tail config, how): how = 'serial' (the lab's launcher), 'side-after' / 'side-before' (the
+    tail on a second stream, launched after / before the big tiles), None for a plain config."""
+    big, big2 = T(128, 256, 64, 8, 8, 3, row_tail=True), T(128, 128, 64, 8, 4, 3, row_tail=True)
+    if os.environ.get("HYBRID_SET") == "final":  # the lab's choice against its nearest alternatives
+        return {
+            "lab": (None, None, None),
+            "p64x64s4": (T(64, 64, 64, 8, 4, 4), None, None),
+            "p64x64s6": (T(64, 64, 64, 8, 4, 6), None, None),
+            "p64x128s4": (T(64, 128, 64, 8, 4, 4), None, None),
+            "p64x128s6": (T(64, 128, 64, 8, 4, 6), None, None),
+            "rt_nopdl": (big, None, "nopdl"),
+            "rt_64x128s5": (big, T(64, 128, 64, 8, 4, 5), "serial"),
+        }
+    if os.environ.get("HYBRID_SET") == "pdl":  # after the row tail became the lab's choice: its variants
+        return {
+            "lab": (None, None, None),
+            "p128x256": (T(128, 256, 64, 8, 8, 3), None, None),
+            "rt_nopdl": (big, T(64, 128, 64, 8, 4, 4), "nopdl"),
+            "rt_64x128s4": (big, T(64, 128, 64, 8, 4, 4), "serial"),
+            "rt_64x128s5": (big, T(64, 128, 64, 8, 4, 5), "serial"),
+            "rt_64x128s6": (big, T(64, 128, 64, 8, 4, 6), "serial"),
+            "rt_64x64s4": (big, T(64, 64, 64, 8, 4, 4), "serial"),
+            "rt_64x64s6": (big, T(64, 64, 64, 8, 4, 6), "serial"),
+        }
+    return {
+        "lab": (None, None, None),
+        "p128x256": (T(128, 256, 64, 8, 8, 3), None, None),
+        "p128x128s3": (T(128, 128, 64, 8, 4, 3), None, None),
+        "p64x128s3": (T(64, 128, 64, 8, 4, 3), None, None),
+        "p64x128s4": (T(64, 128, 64, 8, 4, 4), None, None),
+        "rt_64x128s4": (big, T(64, 128, 64, 8, 4, 4), "serial"),
+        "rt_64x128s3": (big, T(64, 128, 64, 8, 4, 3), "serial"),
+        "rt_64x64": (big, T(64, 64, 64, 8, 4, 4), "serial"),
+        "rt_128x128s3": (big, T(128, 128, 64, 8, 4, 3), "serial"),
+        "rt_64x256": (big, T(64, 256, 64, 8, 4, 3), "serial"),
+        "rt2_64x128s3": (big2, T(64, 128, 64, 8, 4, 3), "serial"),
+        "rt2_64x64": (big2, T(64, 64, 64, 8, 4, 4), "serial"),
+        "rtA_64x128s4": (big, T(64, 128, 64, 8, 4, 4), "side-after"),
+        "rtB_64x128s4": (big, T(64, 128, 64, 8, 4, 4), "side-before"),
+    }
+
+
+SIDE = {}
+
+
+def on_two_streams(a, b, out, big, tail, before):
+    """The row-tail schedule with the tail on a second stream (fork and join, which a CUDA graph keeps)."""
+    side = SIDE.setdefault("s", torch.cuda.Stream())
+    big = mm.dataclasses.replace(big, row_tail=False)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    slots = sms * max(1, mm.blocks_per_sm(big, "bf16", "tma", "9.0"))
+    rows = mm.row_tail_rows(a.shape[0], b.shape[1], big, slots)
+    if rows in (0, a.shape[0]):
+        return mm.triton_matmul(a, b, "bf16", out, big if rows else tail)
+    main = torch.cuda.current_stream()
+    side.wait_stream(main)
+    if not before:
+        res = mm.triton_matmul(a[:rows], b, "bf16", out[:rows], big)
+    with torch.cuda.stream(side):
+        mm.triton_matmul(a[rows:], b, "bf16", out[rows:], tail)
+    if before:
+        res = mm.triton_matmul(a[:rows], b, "bf16", out[:rows], big)
+    main.wait_stream(side)
+    return res
+
+
+def without_pdl(fn):
+    """fn() with the row tail's second launch an ordinary one."""
+    mm.ROW_TAIL_PDL = False
+    try:
+        return fn()
+    finally:
+        mm.ROW_TAIL_PDL = True
+
+
+def section_rowcheck():
+    """The row-tail schedule on odd shapes (M odd, N and K 16-byte rows) with few slots, so that both launches
+    run, with and without programmatic dependent launch, twice each, against a full float64 product."""
+    fails = 0
+    cfg = T(128, 256, 64, 8, 8, 3, row_tail=True)
+    for (m, n, k), progs in (((517, 528, 560), 7), ((1001, 1032, 2056), 9), ((2057, 2064, 200), 132),
+                             ((3072, 3072, 3072), None), ((2056, 2056, 2056), None)):
+        for pdl in (True, False):
+            a, b = mm.operands(m, n, k, "bf16")
+            out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+            rows = mm.row_tail_rows(m, n, cfg, progs or 132)
+            try:
+                for _ in range(2):
+                    out.fill_(float("nan"))
+                    run = lambda: mm.triton_matmul(a, b, "bf16", out, cfg, "auto", programs=progs)  # noqa: E731
+                    run() if pdl else without_pdl(run)
+                    torch.cuda.synchronize()
+                    err = bench.check_close(out, mm.reference(a, b), "bf16", f"row tail {m}x{n}x{k} p{progs}")
+                ok = "yes"
+            except Exception as exc:
+                err, ok = float("nan"), f"FAIL {exc}"[:200]
+            fails += ok != "yes"
+            record("rowcheck", shape=f"{m}x{n}x{k}", programs=progs, pdl=pdl, rows=rows, err=err, ok=ok)
+            print(f"row tail {m}x{n}x{k} slots={progs} big rows={rows} pdl={pdl} err={err:.2e} {ok}", flush=True)
+    print(f"rowcheck: {fails} failures; PDL launched: {mm._PDL_WORKS}", flush=True)
+
+
+def section_hybrid():
+    """bf16 at HYBRID_SIZES: cuBLAS, plain tiles and row-tail variants, each checked against float64 before timing."""
+    target = gpu.live_target()
+    params = mm.Params()
+    cands = hybrid_candidates()
+    mm.probe_floor_us(target)
+    for n in HYBRID_SIZES:
+        if elapsed() > DEADLINE:
+            print("deadline: hybrid stopped", flush=True)
+            break
+        a, b, out, cub = cublas_point(n)
+        row = {"n": n, "cublas": cub}
+        cells = []
+        for name, (cfg, tail, how) in cands.items():
+            try:
+                cfg = cfg or mm.config_for(params, "bf16", n, target.sm_count, target.compute_capability)
+                if how in ("side-after", "side-before"):
+                    fn = lambda: on_two_streams(a, b, out, cfg, tail, how == "side-before")  # noqa: E731
+                elif how == "nopdl":
+                    fn = lambda: without_pdl(  # noqa: E731
+                        lambda: mm.triton_matmul(a, b, "bf16", out, cfg, "auto", tail_config=tail))
+                else:
+                    fn = lambda: mm.triton_matmul(a, b, "bf16", out, cfg, "auto", tail_config=tail)  # noqa: E731
+                out.fill_(float("nan"))
+                fn()
+                torch.cuda.synchronize()
+                mm.check_sampled(out, a, b, "bf16", f"{name} {n}")
+                ms = bench.graph_time_ms(fn, timer=lambda f: bench.time_ms(f, 10, 40))
+                row[name] = bench.tflops(2 * n**3, ms)
+                if name == "lab":
+                    row["lab_config"] = cfg.label
+                if how in (None, "serial", "nopdl"):
+                    row[name + "_pred"] = mm.predict_point(n, "bf16", cfg, target).get("predicted_tflops")
+                cells.append(f"{name}={row[name] / cub:.2f}")
+            except Exception as exc:
+                print(f"   {name} at {n} failed: {exc!r}"[:400], flush=True)
+        record("hybrid", **row)
+        best = max((k for k in cands if k in row), key=lambda k: row[k])
+        print(f"N={n} cuBLAS={cub:.1f} lab[{row.get('lab_config')}] " + " ".join(cells) + f"  | best {best}",
+              flush=True)
+        del a, b, out
+    save()
+
+TAIL_SIZES = tuple(int(x) for x in os.environ.get(
+    "TAIL_SIZES", "3072,2056,2064,1536,2304,1024,2048,2560,4096").split(","))
+
+
+def tail_candidates():
+    """name -> (kind, config, split): 'mm' = this lab's launcher (plain or split-tail), 'hp' = the Hopper lab's
+    persistent kernel (labs/hopper.py Switches), 'lab' = the lab's per-size choice."""
+    from labs import hopper as hp
+
+    c = {"lab": ("mm", None, None)}
+    for bm, bn, w, st in ((128, 256, 8, 3), (256, 128, 8, 3), (128, 128, 8, 4), (128, 128, 4, 4), (128, 128, 4, 3),
+                          (64, 128, 4, 3), (64, 256, 4, 3), (64, 128, 4, 4)):
+        c[f"p{bm}x{bn}w{w}s{st}"] = ("mm", T(bm, bn, 64, 8, w, st), None)
+    for bm, bn, w, st in ((128, 256, 8, 3), (256, 128, 8, 3), (128, 128, 8, 4), (128, 128, 4, 4), (64, 128, 4, 4)):
+        c[f"t{bm}x{bn}w{w}s{st}"] = ("mm", T(bm, bn, 64, 8, w, st, split_tail=True), None)
+    for sp in (2, 3, 4, 6):
+        c[f"t128x256_sp{sp}"] = ("mm", T(128, 256, 64, 8, 8, 3, split_tail=True), sp)
+    c["hp_grp_s4"] = ("hp", hp.Switches(True, 4, False, "grouped", False), None)
+    c["hp_pers"] = ("hp", hp.Switches(True, 3, True, "hilbert", False), None)
+    c["hp_flat"] = ("hp", hp.Switches(True, 3, True, "hilbert", False, flatten=True), None)
+    c["hp_256x128"] = ("hp", hp.Switches(True, 3, True, "hilbert", False, block=(256, 128, 64)), None)
+    c["hp_128x128f"] = ("hp", hp.Switches(True, 4, True, "grouped", False, block=(128, 128, 64), flatten=True), None)
+    return c
+
+
+def section_tail():
+    """bf16 at TAIL_SIZES: cuBLAS; plain tiles of several shapes; the split-K tail kernel (auto split and forced
+    splits); the Hopper lab's persistent kernels. Each checked against float64 before it is timed; a table of
+    ratios to cuBLAS with the model's prediction for the lab's own kernels, and registers / spills once each."""
+    from labs import hopper as hp
+
+    target = gpu.live_target()
+    params = mm.Params()
+    cands = tail_candidates()
+    mm.probe_floor_us(target)
+    print(f"floor {mm.fixed_us(target):.2f} us, load latency {mm.load_latency_us(target):.2f} us", flush=True)
+    for n in TAIL_SIZES:
+        if elapsed() > DEADLINE:
+            print("deadline: tail stopped", flush=True)
+            break
+        a, b, out, cub = cublas_point(n)
+        row = {"n": n, "cublas": cub}
+        cells = []
+        for name, (kind, cfg, split) in cands.items():
+            if elapsed() > DEADLINE + 20:
+                break
+            try:
+                if kind == "mm":
+                    cfg = cfg or mm.config_for(params, "bf16", n, target.sm_count, target.compute_capability)
+                    fn = lambda: mm.triton_matmul(a, b, "bf16", out, cfg, "auto", split=split)  # noqa: E731
+                else:
+                    fn = hp.prepare(a, b, out, cfg)
+                out.fill_(float("nan"))
+                res = fn()
+                mm.check_sampled(out, a, b, "bf16", f"{name} {n}")
+                comp = res[2] if kind == "mm" else res
+                if name not in SEEN:
+                    SEEN.add(name)
+                    lab = cfg.label if kind == "mm" else cfg.config_label
+                    print(f"   {name} [{lab}]: {mm._compiled_resources(comp)} spills={getattr(comp, 'n_spills', '?')}",
+                          flush=True)
+                ms = bench.graph_time_ms(fn, timer=lambda f: bench.time_ms(f, 10, 40))  # kernel_ms, shorter
+                row[name] = bench.tflops(2 * n**3, ms)
+                if kind == "mm":
+                    row[name + "_pred"] = mm.predict_point(n, "bf16", cfg, target).get("predicted_tflops")
+                    if name == "lab":
+                        row["lab_config"] = cfg.label
+                cells.append(f"{name}={row[name] / cub:.2f}")
+            except Exception as exc:
+                print(f"   {name} at {n} failed: {exc!r}"[:400], flush=True)
+        record("tail", **row)
+        print(f"N={n} cuBLAS={cub:.1f} lab[{row.get('lab_config')}] " + " ".join(cells), flush=True)
+        best = max((k for k in cands if k in row), key=lambda k: row[k])
+        print(f"   best {best} {row[best] / cub:.2f}; model for ST: " + " ".join(
+            f"{k}:{row[k]:.0f}/{row.get(k + '_pred') or 0:.0f}" for k in cands if k.startswith("t") and k in row),
+            flush=True)
+        del a, b, out
+    save()
 
 def section_floor():
     """The model's probes (the smallest product; a load's latency), and the smallest products of both kernels."""
