@@ -517,33 +517,21 @@ def row_tail_rows(m: int, n: int, config: TileConfig, slots: int) -> int:
 
 
 _SCRATCH: dict = {}
-_TAIL_SCRATCH: dict = {}
 
 
-def _tail_scratch(device, elems: int, tiles: int):
-    """The split-K tail's FP32 workspace and counters: zero at first, and left at zero by every launch (so a
-    CUDA graph can replay it); kept apart from stream-K's scratch, which that kernel leaves dirty."""
-    key = str(device)
-    ws, counts = _TAIL_SCRATCH.get(key, (None, None))
-    if ws is None or ws.numel() < elems:
-        ws = torch.zeros(max(elems, 1), device=device, dtype=torch.float32)
+def _scratch_for(purpose: str, device, elems: int, tiles: int):
+    """FP32 scratch and one int32 counter per tile for `purpose`, kept from call to call and grown when a call needs
+    more, so that a CUDA graph can replay the launch. The counters start at zero and every kernel that uses them
+    leaves them at zero; each purpose has its own pair ("streamk": partial tiles, which that kernel leaves dirty;
+    "splittail": the split-K tail's workspace, which it leaves clean)."""
+    key = (purpose, str(device))
+    buf, counts = _SCRATCH.get(key, (None, None))
+    if buf is None or buf.numel() < elems:
+        buf = torch.zeros(max(elems, 1), device=device, dtype=torch.float32)
     if counts is None or counts.numel() < tiles:
         counts = torch.zeros(max(tiles, 1), device=device, dtype=torch.int32)
-    _TAIL_SCRATCH[key] = (ws, counts)
-    return ws, counts
-
-
-def _scratch(device, part_elems: int, tiles: int):
-    """FP32 slots for the partial tiles and one arrival counter per tile, kept from call to call (the kernel
-    leaves the counters at zero), so that a CUDA graph can replay the launch."""
-    key = str(device)
-    parts, counts = _SCRATCH.get(key, (None, None))
-    if parts is None or parts.numel() < part_elems:
-        parts = torch.zeros(max(part_elems, 1), device=device, dtype=torch.float32)
-    if counts is None or counts.numel() < tiles:
-        counts = torch.zeros(max(tiles, 1), device=device, dtype=torch.int32)
-    _SCRATCH[key] = (parts, counts)
-    return parts, counts
+    _SCRATCH[key] = (buf, counts)
+    return buf, counts
 
 
 def sm_count_of(device) -> int:
@@ -592,7 +580,7 @@ def triton_matmul(a: torch.Tensor, b: torch.Tensor, dtype: str, out: Optional[to
             tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
             slots = programs or sm_count_of(a.device) * max(1, blocks_per_sm(config, dtype, "tma", cc))
             plan = streamk_plan(tiles, triton.cdiv(k, bk), slots)
-            parts, counts = _scratch(a.device, plan["grid"] * plan["max_seg"] * bm * bn, tiles)
+            parts, counts = _scratch_for("streamk", a.device, plan["grid"] * plan["max_seg"] * bm * bn, tiles)
             sharers = 1 << max(0, plan["max_sharers"] - 1).bit_length()  # rounded up to a power of two
             # registers for the parts in flight: about 48 a thread (SHARERS x BLOCK_M x RED_N FP32 values)
             red_n = max(16, min(bn, 1 << ((48 * 32 * config.num_warps) // (sharers * bm)).bit_length() - 1))
@@ -606,7 +594,7 @@ def triton_matmul(a: torch.Tensor, b: torch.Tensor, dtype: str, out: Optional[to
             tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
             slots = programs or sm_count_of(a.device) * max(1, blocks_per_sm(config, dtype, "tma", cc))
             plan = splittail_plan(tiles, triton.cdiv(k, bk), slots, split)
-            ws, counts = _tail_scratch(a.device, plan["tail_tiles"] * bm * bn, plan["tail_tiles"])
+            ws, counts = _scratch_for("splittail", a.device, plan["tail_tiles"] * bm * bn, plan["tail_tiles"])
             compiled = matmul_splittail_kernel[(plan["grid"],)](
                 a_desc, b_desc, c_desc, ws, counts, m, n, k, plan["dp_tiles"], plan["split"], BLOCK_M=bm,
                 BLOCK_N=bn, BLOCK_K=bk, GROUP_M=config.group_m, num_warps=config.num_warps,

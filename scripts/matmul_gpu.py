@@ -111,7 +111,7 @@ def section_check():
                     run_ours(a, b, out, cfg, extra, fixup, progs, rev)
                     torch.cuda.synchronize()
                     err = bench.check_close(out, mm.reference(a, b), "bf16", f"{name} {m}x{n}x{k} p{progs}")
-                clean = int(mm._SCRATCH[str(a.device)][1].abs().sum()) == 0
+                clean = int(mm._SCRATCH[("streamk", str(a.device))][1].abs().sum()) == 0
                 ok = "yes" if clean else "COUNTERS LEFT NONZERO"
             except Exception as exc:
                 err, ok = float("nan"), f"FAIL {exc}"[:200]
@@ -166,12 +166,12 @@ def section_variants():
             try:
                 if cfg.streamk:  # a first call sizes the scratch; then poison it, to count the slots written
                     run_ours(a, b, out, cfg, extra, fixup)
-                    mm._SCRATCH[str(a.device)][0].fill_(float("nan"))
+                    mm._SCRATCH[("streamk", str(a.device))][0].fill_(float("nan"))
                 out.fill_(float("nan"))
                 _, _, comp = run_ours(a, b, out, cfg, extra, fixup)
                 mm.check_sampled(out, a, b, "bf16", f"{name} {n}")
                 if cfg.streamk:  # slots written (the owner's shortcut writes none) against pieces of tiles
-                    parts, tile = mm._SCRATCH[str(a.device)][0], cfg.block_m * cfg.block_n
+                    parts, tile = mm._SCRATCH[("streamk", str(a.device))][0], cfg.block_m * cfg.block_n
                     parts = parts[:parts.numel() // tile * tile].view(-1, tile)
                     written = int((~parts.isnan().all(1)).sum())
                     pieces, shared = partial_segments(n, cfg, extra)
@@ -244,7 +244,7 @@ def section_tailcheck():
                     mm.triton_matmul(a, b, "bf16", out, cfg, "auto", programs=progs, split=split)
                     torch.cuda.synchronize()
                     err = bench.check_close(out, mm.reference(a, b), "bf16", f"tail {m}x{n}x{k} p{progs} s{split}")
-                ws, counts = mm._TAIL_SCRATCH[str(a.device)]
+                ws, counts = mm._SCRATCH[("splittail", str(a.device))]
                 ok = "yes" if float(ws.abs().sum()) == 0 and int(counts.abs().sum()) == 0 else "SCRATCH LEFT NONZERO"
             except Exception as exc:
                 err, ok = float("nan"), f"FAIL {exc}"[:200]

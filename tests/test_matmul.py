@@ -475,7 +475,7 @@ def test_streamk_matches_float64_and_resets_its_counters(shape, config, programs
                                       reversed_order=reversed_order)
         assert path == "tma"
         bench.check_close(out, mm.reference(a, b), dtype, f"stream-K {config.label} {shape}")
-        assert int(mm._SCRATCH[str(a.device)][1].abs().sum()) == 0
+        assert int(mm._SCRATCH[("streamk", str(a.device))][1].abs().sum()) == 0
 
 
 def test_streamk_owner_adds_the_other_parts_in_registers(device):
@@ -495,7 +495,7 @@ def test_streamk_owner_adds_the_other_parts_in_registers(device):
         a, b = mm.operands(m, n, k, "bf16", device)
         out = torch.full((m, n), float("nan"), dtype=torch.bfloat16)
         mm.triton_matmul(a, b, "bf16", out, cfg, tma="on", programs=5, reversed_order=reversed_order)  # scratch
-        parts = mm._SCRATCH["cpu"][0]
+        parts = mm._SCRATCH[("streamk", "cpu")][0]
         parts.fill_(float("nan"))
         out.fill_(float("nan"))
         mm.triton_matmul(a, b, "bf16", out, cfg, tma="on", programs=5, reversed_order=reversed_order)
@@ -663,5 +663,5 @@ def test_split_tail_kernel_matches_float64_and_leaves_its_workspace_clean(shape,
         out = torch.full((m, n), float("nan"), device=device, dtype=torch.float16)
         mm.triton_matmul(a, b, "fp16", out, cfg, tma="on", programs=slots, split=split)
         bench.check_close(out, mm.reference(a, b), "fp16", f"split tail {shape}")
-        ws, counts = mm._TAIL_SCRATCH[str(a.device)]
+        ws, counts = mm._SCRATCH[("splittail", str(a.device))]
         assert float(ws.abs().sum()) == 0 and int(counts.abs().sum()) == 0
