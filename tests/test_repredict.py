@@ -59,3 +59,33 @@ def test_transfers_use_the_runs_own_staging_rates():
     assert after[slowed] >= slowed / 0.5e9 * 1e3  # at most 0.5 GB/s now
     assert after[slowed] > 2 * before[slowed]
     assert all(after[s] == pytest.approx(before[s]) for s in before if s != slowed)
+
+
+def test_a_recorded_run_shown_with_the_current_model_keeps_its_old_error_beside_the_new():
+    """The app shows recordings against this version's model (labs/repredict.py): every matched point gets the
+    current prediction and its error, and the error it was recorded with stays in recorded_error_pct."""
+    from labs.repredict import repredicted_rows, with_current_model
+    from labs.results import Result
+
+    lab = get_lab("coalescing")
+    raw = _recording("coalescing")
+    shown = with_current_model(lab, Result.from_dict(raw))
+    after = {r["variant"]: r["after_pct"] for r in repredicted_rows(lab, raw)}
+    assert shown.meta["repredicted"] and len(shown.rows) == len(raw["rows"])
+    for old, new in zip(raw["rows"], shown.rows):
+        assert new[f"measured_{lab.metric}"] == old[f"measured_{lab.metric}"]  # the measurement is untouched
+        if old.get("error_pct") is not None:
+            assert new["recorded_error_pct"] == old["error_pct"]
+            assert new["error_pct"] == pytest.approx(after[old["variant"]])
+    shown.rows[0]["measured_gbps"] = -1.0  # a page that changes what it was given does not change the next one
+    assert with_current_model(lab, Result.from_dict(raw)).rows[0].get("measured_gbps") != -1.0
+
+
+def test_a_recording_the_current_model_cannot_read_is_shown_as_recorded():
+    from labs.repredict import with_current_model_or_recorded
+    from labs.results import Result
+
+    raw = _recording("coalescing")
+    raw["meta"] = {**raw["meta"], "ceilings": {}, "date": "unreadable"}  # no ceilings: no Target to predict for
+    result = Result.from_dict(raw)
+    assert with_current_model_or_recorded(get_lab("coalescing"), result) is result

@@ -20,6 +20,7 @@ from labs import gpu as gpu_mod
 from labs import params as params_mod
 from labs import runner
 from labs.lab import Lab
+from labs.repredict import with_current_model_or_recorded
 from labs.results import Result, list_recorded, normalised
 from ui import classroom, text
 from ui.counters import counters_panel
@@ -241,13 +242,18 @@ class LabPage:
         return result
 
     def _recorded_panel(self) -> list:
-        recorded = list_recorded(self.lab.name)
+        # each recorded point against the model of this version (labs/repredict.py), not the one it was recorded with
+        recorded = [with_current_model_or_recorded(self.lab, r) for r in list_recorded(self.lab.name)]
         if not recorded:
             st.caption("No recorded runs of this lab yet.")
             return []
         labels = [r.label for r in recorded]
         chosen = st.multiselect("Recorded runs of real GPUs to show", labels, default=labels,
                                 key=f"recorded:{self.lab.name}")
+        if any(r.meta.get("repredicted") for r in recorded):
+            st.caption("Recorded runs are compared with this version's model, re-predicted from each run's own GPU, "
+                       "ceilings and in-run probes; `recorded_error_pct` is the error the run showed when it was "
+                       "recorded.")
         return [r for r in recorded if r.label in chosen]
 
     def table_and_downloads(self, result: Result, title: str = "Numbers") -> None:
