@@ -1,4 +1,4 @@
-"""Roofline: navigation only. Learn (Home, Glossary) · Labs (one page per lab) · Your GPU."""
+"""Roofline: navigation only. Learn (Home, Glossary, Model scorecard) · Labs (one page per lab) · Your GPU."""
 
 from pathlib import Path
 
@@ -17,7 +17,8 @@ def page_if_present(path: str, **kwargs):
 
 
 learn = page_if_present("pages/home.py", title="Home", icon=":material/home:", default=True) + \
-    page_if_present("pages/glossary.py", title="Glossary", icon=":material/menu_book:", url_path="glossary")
+    page_if_present("pages/glossary.py", title="Glossary", icon=":material/menu_book:", url_path="glossary") + \
+    page_if_present("pages/scorecard.py", title="Model scorecard", icon=":material/fact_check:", url_path="scorecard")
 lab_pages = [p for lab in all_labs() for p in page_if_present(f"pages/{lab.name}.py", title=lab.title,
                                                                url_path=lab.name)]
 your_gpu = page_if_present("pages/gpu.py", title="Your GPU", icon=":material/memory:", url_path="gpu")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 import sys
 
 from labs import gpu
@@ -105,3 +106,65 @@ def with_current_model_or_recorded(lab, result: Result) -> Result:
         return with_current_model(lab, result)
     except (ParamError, KeyError, TypeError, ValueError):
         return result
+
+
+WITHIN_PCT = 15.0  # a model within this is doing its job (content/home.md)
+FAR_PCT = 50.0  # a point off by more than this needs a sentence on its page saying why
+
+
+def _percentile(values: list, q: float):
+    """The q-th percentile (0-100) by nearest rank; None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q / 100 * len(ordered)) - 1))]
+
+
+def score(errors: list) -> dict:
+    """How well a model held on a set of points: its share within 15 %, the median and 90th-percentile size of
+    its error, the worst point, and how many are off by more than 50 %."""
+    known = [abs(e) for e in errors if e is not None]
+    return {"points": len(known),
+            "within_15_pct": 100.0 * sum(e <= WITHIN_PCT for e in known) / len(known) if known else None,
+            "median_abs_error_pct": _percentile(known, 50), "p90_abs_error_pct": _percentile(known, 90),
+            "worst_abs_error_pct": max(known) if known else None,
+            "over_50_pct": sum(e > FAR_PCT for e in known)}
+
+
+def scorecard(labs) -> list[dict]:
+    """One row per lab and recorded GPU: how the model of this version holds on that recording's points (score),
+    beside how the model of the recording's own version held (`recorded_within_15_pct`). A recording this version
+    cannot re-predict is scored as recorded, and says so."""
+    from labs.results import list_recorded
+
+    rows = []
+    for lab in labs:
+        for result in list_recorded(lab.name):
+            shown = with_current_model_or_recorded(lab, result)
+            errors = [r.get("error_pct") for r in shown.rows if r.get("error_pct") is not None]
+            recorded = [r.get("recorded_error_pct", r.get("error_pct")) for r in shown.rows
+                        if r.get("error_pct") is not None]
+            gpu_meta = result.meta.get("gpu", {})
+            rows.append({"lab": lab.name, "title": lab.title, "gpu": gpu_meta.get("name", "?"),
+                         "gpu_key": gpu_meta.get("key", "?"), "date": str(result.meta.get("date", ""))[:10],
+                         "commit": result.meta.get("git_commit"), "repredicted": bool(shown.meta.get("repredicted")),
+                         **score(errors), "recorded_within_15_pct": score(recorded)["within_15_pct"]})
+    return rows
+
+
+def misses(lab, band_pct: float = WITHIN_PCT) -> list[dict]:
+    """The points of every recording of `lab` that the current model misses by more than band_pct, worst first:
+    the lab's key columns, the GPU, the measurement, the prediction and the error."""
+    from labs.results import list_recorded
+
+    out = []
+    for result in list_recorded(lab.name):
+        shown = with_current_model_or_recorded(lab, result)
+        gpu_name = result.meta.get("gpu", {}).get("name", "?")
+        for r in shown.rows:
+            e = r.get("error_pct")
+            if e is not None and abs(e) > band_pct:
+                out.append({"gpu": gpu_name, **{k: r.get(k) for k in lab.key},
+                            f"measured_{lab.metric}": r.get(f"measured_{lab.metric}"),
+                            f"predicted_{lab.metric}": r.get(f"predicted_{lab.metric}"), "error_pct": e})
+    return sorted(out, key=lambda r: -abs(r["error_pct"]))

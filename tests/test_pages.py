@@ -11,8 +11,7 @@ from labs import all_labs, gpu
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = ["pages/home.py", "pages/gpu.py"] + [f"pages/{lab.name}.py" for lab in all_labs()
                                               if (ROOT / "pages" / f"{lab.name}.py").exists()]
-if (ROOT / "pages" / "glossary.py").exists():
-    PAGES.append("pages/glossary.py")
+PAGES += [p for p in ("pages/glossary.py", "pages/scorecard.py") if (ROOT / p).exists()]
 
 
 def open_page(page: str) -> AppTest:
@@ -83,3 +82,23 @@ def test_query_parameters_preset_the_lab_and_bad_ones_warn():
     at.switch_page("pages/roofline.py")
     at.run()
     assert not at.exception
+
+
+def test_scorecard_scores_every_recorded_lab_and_lists_a_labs_misses():
+    from labs.repredict import misses, scorecard
+
+    at = open_page("pages/scorecard.py")
+    assert not at.exception, [e.value for e in at.exception]
+    expected = scorecard(all_labs())
+    assert expected, "the repository holds recordings"
+    table = at.dataframe[0].value
+    assert len(table) == len(expected)
+    assert set(table["lab"]) == {r["title"] for r in expected}
+    shares = {(r["title"], r["gpu"]): r["within_15_pct"] for r in expected}
+    for _, row in table.iterrows():
+        assert row["within 15 % (%)"] == pytest.approx(shares[(row["lab"], row["GPU"])])
+    at.selectbox(key="scorecard:lab").set_value("Coalescing").run()
+    lab = next(lab for lab in all_labs() if lab.title == "Coalescing")
+    listed = at.dataframe[1].value if misses(lab) else None
+    if listed is not None:
+        assert len(listed) == len(misses(lab)) and (listed["error_pct"].abs() > 15).all()

@@ -89,3 +89,27 @@ def test_a_recording_the_current_model_cannot_read_is_shown_as_recorded():
     raw["meta"] = {**raw["meta"], "ceilings": {}, "date": "unreadable"}  # no ceilings: no Target to predict for
     result = Result.from_dict(raw)
     assert with_current_model_or_recorded(get_lab("coalescing"), result) is result
+
+
+def test_score_by_hand():
+    from labs.repredict import score
+
+    s = score([1.0, -2.0, 14.0, -16.0, 30.0, 60.0, None, -3.0, 5.0, 8.0, 0.0])
+    assert s["points"] == 10 and s["within_15_pct"] == pytest.approx(70.0) and s["over_50_pct"] == 1
+    # |errors| sorted: 0 1 2 3 5 8 14 16 30 60 -> nearest-rank median the 5th, 90th percentile the 9th
+    assert s["median_abs_error_pct"] == 5.0 and s["p90_abs_error_pct"] == 30.0 and s["worst_abs_error_pct"] == 60.0
+    assert score([None])["within_15_pct"] is None
+
+
+def test_scorecard_rows_are_the_current_model_on_each_recording():
+    from labs.repredict import scorecard
+
+    lab = get_lab("coalescing")
+    rows = {r["gpu_key"]: r for r in scorecard([lab])}
+    for key, row in rows.items():
+        raw = json.loads((RECORDED_DIR / key / "coalescing.json").read_text())
+        after = [r["after_pct"] for r in repredict.repredicted_rows(lab, raw)]
+        before = [r["error_pct"] for r in raw["rows"] if r.get("error_pct") is not None]
+        assert row["repredicted"] and row["points"] == len(after)
+        assert row["within_15_pct"] == pytest.approx(100 * repredict.shares(after)[0])
+        assert row["recorded_within_15_pct"] == pytest.approx(100 * repredict.shares(before)[0])
