@@ -25,6 +25,8 @@ PAGES = {"": "The labs", "gpu": "Datasheet table"}
 PAGES.update({lab.name: lab.summary[:60] for lab in all_labs() if (ROOT / "pages" / f"{lab.name}.py").exists()})
 if (ROOT / "pages" / "glossary.py").exists():
     PAGES["glossary"] = "Glossary"
+if (ROOT / "pages" / "scorecard.py").exists():
+    PAGES["scorecard"] = "Model scorecard"
 
 
 def free_port() -> int:
