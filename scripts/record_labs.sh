@@ -3,6 +3,7 @@
 # change: one device call (any single-GPU kind). Usage: bash scripts/record_labs.sh LAB [LAB ...]
 # Each lab is skipped once BUDGET_S seconds have passed; the GPU's recordings are packed into $OUT after every lab,
 # so what was recorded comes back even if the call runs out of time. The log of each run is packed beside them.
+# GPU_TESTS (env, test files): run their GPU-marked tests after the recordings, if the budget allows.
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD ROOFLINE_CACHE=${ROOFLINE_CACHE:-/tmp/rc}
 BUDGET_S=${BUDGET_S:-540}
@@ -18,4 +19,8 @@ for lab in "$@"; do
   echo "== $lab: rc $rc in $((SECONDS - t)) s"; grep -v "^\[" "/tmp/record/$lab.log" | tail -"${TAIL:-4}"
   pack
 done
+if [ -n "${GPU_TESTS:-}" ] && [ "$SECONDS" -lt "$BUDGET_S" ]; then
+  # shellcheck disable=SC2086 - GPU_TESTS is a list of files
+  python3 -m pytest $GPU_TESTS -q -m gpu -p no:cacheprovider 2>&1 | tail -"${TAIL:-15}"
+fi
 echo "total $SECONDS s"
