@@ -1198,10 +1198,26 @@ def config_for(params: Params, dtype: str, n: Optional[int] = None, sm_count: Op
         if params.streamk == "on":
             d = dataclasses.replace(DEFAULT_CONFIGS[dtype], streamk=True)
         return dataclasses.replace(d, group_m=params.group_m)
-    d = DEFAULT_CONFIGS[dtype]
+    d = DEFAULT_CONFIGS[dtype] if any(chosen) else fitted_default(dtype, compute_capability)
     return TileConfig(params.block_m or d.block_m, params.block_n or d.block_n, params.block_k or d.block_k,
                       params.group_m, params.num_warps or d.num_warps, params.num_stages or d.num_stages,
                       params.streamk == "on" and tma_path)
+
+
+def fitted_default(dtype: str, compute_capability: str) -> TileConfig:
+    """The dtype's default tile, made to fit one SM's shared memory where the GPU has less than Hopper's 227 KiB
+    (99 KiB on an L4 or L40S, 64 KiB on a T4): fewer stages first (down to 2), then half the longer side of the
+    tile, until one program fits. Only the default shrinks; a tile the learner sets is refused by check() instead."""
+    config = DEFAULT_CONFIGS[dtype]
+    smem = sm_shape(compute_capability).smem_bytes
+    while shared_bytes(config, dtype, "vec16") > smem and min(config.block_m, config.block_n) > 16:
+        if config.num_stages > 2:
+            config = dataclasses.replace(config, num_stages=config.num_stages - 1)
+        else:  # halve the longer side and start again from the default depth
+            side = "block_n" if config.block_n >= config.block_m else "block_m"
+            config = dataclasses.replace(config, **{side: getattr(config, side) // 2},
+                                         num_stages=DEFAULT_CONFIGS[dtype].num_stages)
+    return config
 
 
 def parse_label(label: str) -> Optional[TileConfig]:
@@ -1291,7 +1307,7 @@ def check(params: Params, target: Target) -> None:
             raise ParamError(f"N = {n} in {dtype} needs {need / 1e9:.1f} GB (A, B, C and the L2 flush buffer); "
                              f"this GPU has {free / 1e9:.1f} GB free. Choose sizes up to {largest}.")
     for dtype in params.dtypes:
-        cfg = config_for(params, dtype)
+        cfg = config_for(params, dtype, compute_capability=target.compute_capability)
         if blocks_per_sm(cfg, dtype, "vec16", target.compute_capability) == 0:
             raise ParamError(f"Tile {cfg.label} needs {shared_bytes(cfg, dtype, 'vec16') // 1024} KiB of shared "
                              f"memory in {dtype}; an SM of {target.name} has "
@@ -1321,7 +1337,7 @@ def probe_check(dtype: str, params: Params, path_kind: str, device: str = "cuda"
     m, n, k = PROBE_TMA if path_kind == "tma" else PROBE_ODD
     a, b = operands(m, n, k, dtype, device)
     out = torch.full((m, n), float("nan"), device=a.device, dtype=out_dtype(dtype))
-    config = config or config_for(params, dtype)
+    config = config or config_for(params, dtype, compute_capability=_device_cc(a.device))
     # a row-tail config on a few slots, so that this small shape runs both of its launches
     triton_matmul(a, b, dtype, out, config, params.tma if path_kind == "tma" else "off", params.autotune,
                   programs=PROBE_ROW_TAIL_SLOTS if config.row_tail else None)

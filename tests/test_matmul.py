@@ -665,3 +665,21 @@ def test_split_tail_kernel_matches_float64_and_leaves_its_workspace_clean(shape,
         bench.check_close(out, mm.reference(a, b), "fp16", f"split tail {shape}")
         ws, counts = mm._SCRATCH[("splittail", str(a.device))]
         assert float(ws.abs().sum()) == 0 and int(counts.abs().sum()) == 0
+
+
+def test_the_default_tile_shrinks_to_fit_an_sm_but_a_chosen_tile_is_refused():
+    """An L4's or L40S's SM has 99 KiB of shared memory and a T4's 64 KiB: the default tile (144 KiB in bf16 on
+    Hopper) takes fewer stages, then a narrower tile, so the defaults run everywhere; the same tile set by hand
+    is refused with the reason."""
+    for name in ("L4", "L40S", "RTX 4090", "A10G", "A100 40GB", "H100 SXM"):
+        target = gpu.datasheet_target(gpu.datasheet_by_name(name))
+        mm.LAB.check(mm.Params(), target)  # no refusal
+        for dtype in ("bf16", "fp16", "fp8", "tf32", "fp32"):
+            cfg = mm.config_for(mm.Params(), dtype, compute_capability=target.compute_capability)
+            assert mm.blocks_per_sm(cfg, dtype, "vec16", target.compute_capability) >= 1
+    assert mm.fitted_default("bf16", "8.9") == mm.TileConfig(128, 256, 64, 8, 8, 2)  # 96 of 99 KiB
+    assert mm.fitted_default("bf16", "7.5") == mm.TileConfig(128, 128, 64, 8, 8, 2)  # 64 of 64 KiB
+    assert mm.fitted_default("bf16", "9.0") == mm.DEFAULT_CONFIGS["bf16"]
+    l4 = gpu.datasheet_target(gpu.datasheet_by_name("L4"))
+    with pytest.raises(ParamError, match="shared memory"):
+        mm.LAB.check(mm.Params(block_n=256, num_stages=3), l4)

@@ -67,8 +67,13 @@ def test_byte_model_halves_time_with_half_the_bytes():
 def test_fp8_is_left_out_where_unsupported():
     a100 = gpu.datasheet_target(gpu.datasheet_by_name("A100 80GB"))  # compute capability 8.0
     assert "fp8" not in {r["dtype"] for r in predict(Params(), a100) if r["experiment"] == "relu"}
-    with pytest.raises(ParamError, match="fp8"):
-        LAB.check(Params(), a100)
+    LAB.check(Params(), a100)  # the defaults run: fp8 is skipped with a note (measure_relu)
+    with pytest.raises(ParamError, match="fp8"):  # fp8 alone has nothing to run
+        LAB.check(Params(dtypes=("fp8",)), a100)
+    from labs.precision import measure_relu
+
+    note = next(measure_relu(Params(dtypes=("fp8",)), a100, lambda f, m: None, 1))  # before any GPU work
+    assert isinstance(note, str) and "fp8 skipped" in note and "8.0" in note
 
 
 def test_time_ratios_compare_with_byte_ratios():
