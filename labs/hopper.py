@@ -546,12 +546,12 @@ ASM_STEP = "3 TMA"  # the step whose PTX the page shows
 
 
 def check(params: Params, target: Target) -> None:
+    if not mm.tma_supported(target.compute_capability):  # first: no dtype choice makes this GPU a Hopper
+        raise ParamError(f"This lab is about Hopper (compute capability 9.0 or newer: TMA, wgmma); {target.name} "
+                         f"is {target.compute_capability}. The model and the recorded runs are shown instead.")
     support = mm.dtype_support(target)
     if support.get(params.dtype):
         raise ParamError(support[params.dtype])
-    if not mm.tma_supported(target.compute_capability):
-        raise ParamError(f"This lab is about Hopper (compute capability 9.0 or newer: TMA, wgmma); {target.name} "
-                         f"is {target.compute_capability}. The model and the recorded runs are shown instead.")
     multiple = 16 // bench.element_bytes(params.dtype)
     odd = [n for n in params.sizes if n % multiple]
     if odd and any(sw.tma for s in params.steps for sw in step_candidates(s)):

@@ -1028,7 +1028,8 @@ def dtype_support(target: Target) -> dict:
     reasons = {}
     for d in DTYPES:
         if d in ("bf16", "tf32") and cc < (8, 0):
-            reasons[d] = f"{d} needs tensor cores of compute capability 8.0 or newer; {target.name} is {target.compute_capability}."
+            reasons[d] = (f"{d} needs tensor cores of compute capability 8.0 or newer; {target.name} is "
+                          f"{target.compute_capability}. Choose fp16 (its tensor cores have it) or fp32.")
         elif d == "fp8" and cc < (8, 9):
             reasons[d] = (f"fp8 (e4m3) needs compute capability 8.9 or newer (Ada, Hopper); {target.name} is "
                           f"{target.compute_capability}.")
