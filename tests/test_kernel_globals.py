@@ -2,6 +2,7 @@
 tl.constexpr globals (and modules, other jitted functions). CI runs the kernels in the interpreter
 only, so this checks every kernel in labs/ for globals the GPU would refuse."""
 
+import dis
 import importlib
 import pkgutil
 import types
@@ -27,11 +28,13 @@ def lab_kernels():
 
 
 def globals_read(fn) -> set:
-    """Names the function's code (nested code included) loads from its module's globals."""
+    """Names the function's code (nested code included) loads from its module's globals: the LOAD_GLOBAL
+    instructions only (co_names also lists attribute names such as `.T`, which are not globals even when the
+    module happens to hold a global of that name)."""
     names, stack = set(), [fn.__code__]
     while stack:
         code = stack.pop()
-        names.update(code.co_names)
+        names.update(i.argval for i in dis.get_instructions(code) if i.opname in ("LOAD_GLOBAL", "LOAD_NAME"))
         stack.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
     return {n for n in names if n in fn.__globals__}
 
@@ -56,3 +59,15 @@ def test_the_check_catches_a_plain_global():
     exec(compile(source, "probe_module", "exec"), namespace)  # noqa: S102 - a fixed test snippet
     kernel = namespace["k"]
     assert "FACTOR" in globals_read(kernel.fn) and not allowed(namespace["FACTOR"])
+
+
+def test_attribute_names_are_not_globals():
+    def kernel(x):
+        return x.T + LIMIT  # noqa: F821 - set below, for the test's length only
+
+    # a module global that shares its name with the attribute, and one the kernel really reads
+    kernel.__globals__.update(T=object(), LIMIT=4)
+    try:
+        assert globals_read(kernel) == {"LIMIT"}
+    finally:
+        del kernel.__globals__["T"], kernel.__globals__["LIMIT"]
