@@ -102,3 +102,15 @@ def test_scorecard_scores_every_recorded_lab_and_lists_a_labs_misses():
     listed = at.dataframe[1].value if misses(lab) else None
     if listed is not None:
         assert len(listed) == len(misses(lab)) and (listed["error_pct"].abs() > 15).all()
+
+
+def test_a_lab_page_states_how_its_model_holds_on_the_recorded_runs():
+    from labs.repredict import score, with_current_model
+    from labs.results import list_recorded
+
+    at = open_page("pages/coalescing.py")
+    lab = next(lab for lab in all_labs() if lab.name == "coalescing")
+    shown = " ".join(c.value for c in at.caption)
+    for result in list_recorded("coalescing"):
+        s = score([r.get("error_pct") for r in with_current_model(lab, result).rows])
+        assert f"{result.meta['gpu']['name']} {s['within_15_pct']:.0f} % of {s['points']} points" in shown

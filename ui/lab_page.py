@@ -20,7 +20,7 @@ from labs import gpu as gpu_mod
 from labs import params as params_mod
 from labs import runner
 from labs.lab import Lab
-from labs.repredict import with_current_model_or_recorded
+from labs.repredict import score, with_current_model_or_recorded
 from labs.results import Result, list_recorded, normalised
 from ui import classroom, text
 from ui.counters import counters_panel
@@ -253,7 +253,7 @@ class LabPage:
         if any(r.meta.get("repredicted") for r in recorded):
             st.caption("Recorded runs are compared with this version's model, re-predicted from each run's own GPU, "
                        "ceilings and in-run probes; `recorded_error_pct` is the error the run showed when it was "
-                       "recorded.")
+                       "recorded. " + model_scores(recorded))
         return [r for r in recorded if r.label in chosen]
 
     def table_and_downloads(self, result: Result, title: str = "Numbers") -> None:
@@ -269,6 +269,16 @@ class LabPage:
         c1.download_button("Download CSV", result.to_csv(), f"{name}.csv", "text/csv", key=f"csv:{name}")
         c2.download_button("Download JSON", result.to_json(), f"{name}.json", "application/json", key=f"json:{name}")
         counters_panel(self.lab, result.params)  # "Count it": hardware counters beside the model (ui/counters.py)
+
+
+def model_scores(recorded: list) -> str:
+    """One sentence: how this model holds on each recorded run (share of points within 15 %), with a link."""
+    parts = []
+    for r in recorded:
+        s = score([row.get("error_pct") for row in r.rows])
+        if s["points"]:
+            parts.append(f"{r.meta.get('gpu', {}).get('name', '?')} {s['within_15_pct']:.0f} % of {s['points']} points")
+    return f"Within 15 % of the model: {'; '.join(parts)} ([model scorecard](scorecard))." if parts else ""
 
 
 def recorded_caption(results: list) -> str:
