@@ -1051,14 +1051,16 @@ def repredict(recording: dict, target: Target) -> list[dict]:
 
 
 def lesson_numbers(target: Target) -> dict:
-    p = Params()
+    # the default dtype, or fp16 on a GPU without bf16 tensor cores (a T4), so the lesson has numbers everywhere
+    dtype = next((d for d in ("bf16", "fp16") if target.ceilings.matmul_tflops.get(d)), "bf16")
+    p = Params(dtype=dtype)
     c = target.ceilings
     peak = matmul_tflops(target, p.dtype)
     k, n = p.gemm_k, p.gemm_n
-    m1 = predict_gemm(Params(gemm_m=(1, 64, 4096), gemm_kernels=("cublas",)), target)
+    m1 = predict_gemm(Params(dtype=dtype, gemm_m=(1, 64, 4096), gemm_kernels=("cublas",)), target)
     ridge = roofline_ridge_m(k, n, p.dtype, target)
     hd = p.d_model // p.heads
-    block = {r["batch"]: r for r in predict_block(Params(block_batch=(1, 64)), target)}
+    block = {r["batch"]: r for r in predict_block(Params(dtype=dtype, block_batch=(1, 64)), target)}
     return {
         "gpu": target.name,
         "ceilings_source": target.describe_ceilings(),

@@ -89,7 +89,8 @@ with memory_tab:
 
 # --- the lab ---------------------------------------------------------------------------------
 def ridge_lines(fig, target, params, shown):
-    predicted = inference.roofline_ridge_m(params.gemm_k, params.gemm_n, params.dtype, target)
+    has_rate = bool(target.ceilings.matmul_tflops.get(params.dtype))  # a T4 has no bf16 rate: no model ridge
+    predicted = inference.roofline_ridge_m(params.gemm_k, params.gemm_n, params.dtype, target) if has_rate else None
     if predicted:
         fig.add_vline(x=predicted, line_dash="dash", line_color="gray",
                       annotation_text=f"predicted ridge M = {predicted:.0f}", annotation_position="top left")
@@ -119,8 +120,9 @@ def gemm_charts(params, live, model, recorded, shown):
             for rec in recorded:
                 charts.add_series(fig, charts.rows_where(rec.rows, experiment="gemm", kernel=kernel), "m",
                                   f"measured_{y}", f"{rec.label}, {kernel}", charts.RECORDED_STYLE, hover)
-    peak = inference.matmul_tflops(target, params.dtype)
-    rate_fig.add_hline(y=peak, line_color="black", annotation_text=f"bf16 matmul peak {peak:.0f} TFLOP/s")
+    peak = target.ceilings.matmul_tflops.get(params.dtype)
+    if peak:
+        rate_fig.add_hline(y=peak, line_color="black", annotation_text=f"{params.dtype} matmul peak {peak:.0f} TFLOP/s")
     predicted, measured = ridge_lines(time_fig, target, params, shown)
     ridge_lines(rate_fig, target, params, shown)
     st.plotly_chart(time_fig, width="stretch")

@@ -116,7 +116,12 @@ class LabPage:
 
     # --- words -----------------------------------------------------------------------------
     def numbers(self) -> dict:
-        return self.lab.lesson_numbers(self.target) if self.lab.lesson_numbers else {}
+        """The lesson's numbers for the chosen GPU; none (the placeholders stay visible) where the lab cannot
+        model that GPU, so that the page still serves the rest."""
+        try:
+            return self.lab.lesson_numbers(self.target) if self.lab.lesson_numbers else {}
+        except params_mod.ParamError:
+            return {}
 
     def lesson(self, expanded: bool = False) -> None:
         """'What you will learn' in full, the rest of the lesson in an expander. Sections whose heading
@@ -172,8 +177,12 @@ class LabPage:
         With predict-first on, the page stops here until the learner has answered the lab's question
         (with stop=False it returns (None, model, []) and sets `waiting_for_prediction` instead).
         """
-        model = runner.model(self.lab, params, self.target)
         params_dict = params_mod.to_dict(params)
+        try:
+            model = runner.model(self.lab, params, self.target)
+        except params_mod.ParamError as exc:  # e.g. a dtype the chosen GPU has no rate for: the rest still serves
+            st.error(f"The model cannot describe these parameters on the {self.target.name}: {exc}")
+            model = Result(self.lab.name, params_dict, [], runner.run_metadata("model", None, self.target))
         panel = st.container()
         self.waiting_for_prediction = classroom.must_predict_first(self.lab, params_dict)
         if self.waiting_for_prediction:
