@@ -17,18 +17,15 @@ sys.path.insert(0, str(ROOT))
 
 from labs import all_labs  # noqa: E402
 from labs.params import ParamError  # noqa: E402
-from labs.repredict import recorded_target, repredicted_rows  # noqa: E402,F401 - recorded_target: for tests
+from labs.repredict import FAR_PCT, repredicted_rows, score  # noqa: E402
 from labs.results import RECORDED_DIR  # noqa: E402
-
-WITHIN_PCT = 15.0
-FAR_PCT = 50.0
 
 
 def shares(errors: list) -> tuple:
-    """(share within 15 %, points off by more than 50 %, points without a prediction)."""
-    known = [abs(e) for e in errors if e is not None]
-    within = sum(e <= WITHIN_PCT for e in known) / len(known) if known else float("nan")
-    return within, sum(e > FAR_PCT for e in known), len(errors) - len(known)
+    """(share within 15 %, points off by more than 50 %, points without a prediction), as labs.repredict.score."""
+    s = score(errors)
+    within = s["within_15_pct"] / 100 if s["within_15_pct"] is not None else float("nan")
+    return within, s["over_50_pct"], len(errors) - s["points"]
 
 
 def main(argv=None) -> int:

@@ -5,6 +5,7 @@ import pytest
 
 from labs import fusion, get_lab, transfers
 from labs.results import RECORDED_DIR
+from labs.repredict import recorded_target
 from scripts import repredict
 
 H100 = RECORDED_DIR / "nvidia-h100-80gb-hbm3"
@@ -24,7 +25,7 @@ def test_shares_by_hand():
 
 def test_recorded_target_is_the_gpu_and_ceilings_of_the_run():
     rec = _recording("fusion")
-    target = repredict.recorded_target(rec["meta"])
+    target = recorded_target(rec["meta"])
     assert target.sm_count == rec["meta"]["gpu"]["sm_count"] and not target.live
     assert target.ceilings.copy_tbps == rec["meta"]["ceilings"]["copy_tbps"]
 
@@ -32,7 +33,7 @@ def test_recorded_target_is_the_gpu_and_ceilings_of_the_run():
 def test_fusion_rows_get_the_current_model():
     rec = _recording("fusion")
     rows = repredict.repredicted_rows(get_lab("fusion"), rec)
-    target = repredict.recorded_target(rec["meta"])
+    target = recorded_target(rec["meta"])
     row = next(r for r in rows if r["variant"] == "torch_softmax" and r["n_cols"] == 65536)
     r, c = fusion.softmax_shape(fusion.Params(softmax_mib=row["size_mib"]), 65536)
     predicted = fusion.model_ms(4 * r * c * 4, 1, target)  # three reads and a write of a 256 KiB row
@@ -43,7 +44,7 @@ def test_transfers_use_the_runs_own_staging_rates():
     """Offline, a pageable copy is predicted from the CPU rates the run measured at that size: slow one
     size's recorded rate down and only that size's prediction follows it."""
     rec = _recording("transfers")
-    target = repredict.recorded_target(rec["meta"])
+    target = recorded_target(rec["meta"])
     key = ("copies", "h2d", "pageable")
     big = [r for r in rec["rows"] if (r["experiment"], r["direction"], r["memory"]) == key
            and r["size_bytes"] >= 64 * 2**20 and r.get("cpu_read_gbps")]
