@@ -280,12 +280,13 @@ def predict_with(p: Params, target: Target, latency_us: dict, host_rates: dict) 
 
 
 def predict(p: Params, target: Target) -> list[dict]:
-    """Before a run: the link from the GPU (or its datasheet); latency from a recorded run of this GPU kind
-    if there is one, else assumed; the host memcpy rate assumed (a run measures it)."""
+    """Before a run: the link from the GPU (or its datasheet); latency fitted to a recorded run of this GPU
+    kind if there is one, else assumed; the host memcpy rate assumed (a run measures it)."""
     from labs.collectives import recorded_rows
 
     recorded = recorded_rows(LAB.name, target.key)
-    return predict_with(p, target, measured_latency_us(recorded), measured_host_rates(recorded))
+    host_rates = measured_host_rates(recorded)
+    return predict_with(p, target, fitted_latency_us(target, recorded, host_rates), host_rates)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -352,20 +353,33 @@ def _waited_seconds(fn) -> float:
 
 
 def paired_ms(copy, probe=None, rounds: int = ROUNDS, timer=None) -> tuple:
-    """(ms per copy, the probe's figures), timed in turns: copy, probe, copy, probe, ...
+    """(ms per copy, the probe's figures) for one copy and its probe timed in turns (see timed_in_turns)."""
+    return timed_in_turns({0: (copy, probe)}, rounds, timer)[0]
 
-    On a shared host the CPU's rate drifts within seconds; a probe timed once, before or after a copy, can
-    catch a slower or a faster moment than the copy did, and the model of that copy then misses by the
-    difference. Timed in turns, each side keeps its fastest round: a disturbance (another process, an
-    interrupt) only ever adds time, so the fastest rounds of both are the least disturbed, and close in time.
+
+def timed_in_turns(pairs: dict, rounds: int = ROUNDS, timer=None, progress=None) -> dict:
+    """{key: (ms per copy, the probe's figures)} for several copies, each with its CPU probe or None, timed
+    in turns: every copy once (then its probe), then every copy again, `rounds` times; each keeps its fastest.
+
+    On a shared host the CPU's rate and the driver's fixed cost drift within seconds. A probe timed once,
+    before or after its copy, can catch a slower or a faster moment than the copy did; the small copies that
+    set the model's latency, timed one size after the other, can catch another moment than the 1 MiB copy
+    that the latency then predicts (in the H100 recording of 13:27 UTC a 4 KiB pinned d2h copy took 26 us,
+    a 256 KiB one 20 us). Timed in turns, every copy and probe samples the same moments, and a disturbance (another
+    process, an interrupt) only ever adds time, so the fastest rounds are the least disturbed, and close in time.
+    `progress(key, round)` is called before each copy is timed.
     """
     timer = timer or wall_ms  # (ms of one call of a function, given a budget in ms and a least count of calls)
-    times, figures = [], []
-    for _ in range(rounds):
-        times.append(timer(copy, WALL_BUDGET_MS / rounds, min_reps=3))
-        if probe is not None:
-            figures.append(probe())
-    return min(times), fastest(figures)
+    times = {key: [] for key in pairs}
+    figures = {key: [] for key in pairs}
+    for round_ in range(rounds):
+        for key, (copy, probe) in pairs.items():
+            if progress is not None:
+                progress(key, round_)
+            times[key].append(timer(copy, WALL_BUDGET_MS / rounds, min_reps=3))
+            if probe is not None:
+                figures[key].append(probe())
+    return {key: (min(times[key]), fastest(figures[key])) for key in pairs}
 
 
 def fastest(rounds: list) -> dict:
@@ -466,29 +480,39 @@ def checked_copy(direction: str, host: torch.Tensor, device: torch.Tensor, n: in
 
 
 def measure_copies(p: Params, progress, done: int, total: int):
-    """Rows of measured copies; the latency of each (direction, memory) is its smallest copy's time. Every
-    host page is touched before it is timed (the check writes it), so no copy pays first-touch page faults."""
+    """Rows of measured copies. For each (memory, direction) every size is first checked bit for bit (which
+    also touches every host page, so no copy pays first-touch page faults), then all sizes are timed in turns
+    (timed_in_turns), a pageable copy with its CPU staging probe on the same buffer."""
     largest = size_bytes(max(p.sizes_kib))
+    sizes = sorted(p.sizes_kib)
     device = torch.empty(largest // 4, device="cuda", dtype=torch.float32)
     for memory in p.memories:
         host = host_buffer(largest, memory == "pinned")
         for direction in p.directions:
-            for s in sorted(p.sizes_kib):
+            errors, pairs = {}, {}
+            for s in sizes:
+                progress(done / total, f"{direction} {memory}, {s:,} KiB: checking the copy bit for bit")
                 n = size_bytes(s) // 4
-                progress(done / total, f"{direction} {memory}, {s:,} KiB: checking, then timing "
-                                       f"in {ROUNDS} rounds" + (" with the CPU probe" if memory == "pageable" else ""))
-                err = checked_copy(direction, host, device, n)
+                errors[s] = checked_copy(direction, host, device, n)
                 src, dst = (host[:n], device[:n]) if direction == "h2d" else (device[:n], host[:n])
+                copy = functools.partial(dst.copy_, src, non_blocking=memory == "pinned")
                 # the CPU's share of a pageable copy, probed on the same buffer in turns with the copy
-                probe = staging_probe(host[:n]) if memory == "pageable" else None
-                ms, rates = paired_ms(lambda: dst.copy_(src, non_blocking=memory == "pinned"), probe)
-                row = {"experiment": "copies", "direction": direction, "memory": memory, "size_bytes": n * 4,
-                       "schedule": "-", "measured_ms": ms, "measured_gbps": n * 4 / (ms * 1e-3) / 1e9,
-                       "check_rel_error": err}
+                pairs[s] = (copy, staging_probe(host[:n]) if memory == "pageable" else None)
+
+            def step(s, round_):
+                progress(done / total, f"{direction} {memory}: round {round_ + 1} of {ROUNDS} over all sizes, "
+                                       f"{s:,} KiB" + (" and its CPU probe" if memory == "pageable" else ""))
+
+            for s, (ms, rates) in timed_in_turns(pairs, progress=step).items():
+                nbytes = size_bytes(s)
+                row = {"experiment": "copies", "direction": direction, "memory": memory, "size_bytes": nbytes,
+                       "schedule": "-", "measured_ms": ms, "measured_gbps": nbytes / (ms * 1e-3) / 1e9,
+                       "check_rel_error": errors[s]}
                 if memory == "pageable":
                     row |= rates | {"cpu_l2_bytes": cpu_l2_bytes()}
                 done += 1
                 yield row
+            del pairs
         del host
 
 
@@ -547,13 +571,38 @@ def stream_copy_then_compute(copy, compute, side) -> None:
 
 
 def measured_latency_us(rows: list) -> dict:
-    """The time of each (direction, memory)'s smallest copy, in microseconds: the model's alpha."""
+    """The time of each (direction, memory)'s smallest copy, in microseconds: a first estimate of alpha (the
+    model's latency before the fit below, and what an old recording without its host rates gives)."""
     smallest = {}
     for r in rows:
         k = (r["direction"], r["memory"])
         if r["experiment"] == "copies" and (k not in smallest or r["size_bytes"] < smallest[k]["size_bytes"]):
             smallest[k] = r
     return {k: 1e3 * r["measured_ms"] for k, r in smallest.items()}
+
+
+LATENCY_FIT_BYTES = 256 * KIB  # the copies whose time is mostly fixed cost: their bytes take <= 5 us on PCIe 5
+
+
+def fitted_latency_us(target: Target, rows: list, host_rates: dict) -> dict:
+    """Alpha per (direction, memory), in microseconds: what remains of each small copy's measured time once
+    the model's byte terms are taken away (the model run with zero latency), the median over the copies up to
+    LATENCY_FIT_BYTES. This is the intercept of time against bytes with the slope the model already knows (the
+    link, or the CPU's staging rate). One copy's time is not a trustworthy alpha on a busy host: the median of
+    several sizes is, and it counts the bytes even a 256 KiB copy moves. Falls back to the smallest copy's
+    time where no copy is small enough."""
+    copies = [r for r in rows if r["experiment"] == "copies" and r.get("measured_ms") is not None]
+    p = Params(experiments=("copies",), sizes_kib=tuple(sorted({r["size_bytes"] // KIB for r in copies})) or (4,))
+    zero = {(d, m): 0.0 for d in DIRECTIONS for m in MEMORIES}
+    bytes_ms = {(m["direction"], m["memory"], m["size_bytes"]): m["predicted_ms"]
+                for m in predict_with(p, target, zero, host_rates) if m["experiment"] == "copies"}
+    remainders = {}
+    for r in copies:
+        key = (r["direction"], r["memory"], r["size_bytes"])
+        if r["size_bytes"] <= LATENCY_FIT_BYTES and key in bytes_ms:
+            remainders.setdefault(key[:2], []).append(1e3 * (r["measured_ms"] - bytes_ms[key]))
+    fitted = {k: max(0.0, statistics.median(v)) for k, v in remainders.items()}
+    return measured_latency_us(copies) | fitted
 
 
 def measured_host_rates(rows: list) -> dict:
@@ -571,8 +620,9 @@ def measure(p: Params, target: Target, progress):
     yield (f"One CPU thread copies host memory at {host_gbps:.1f} GB/s here (256 MiB, DRAM to DRAM). Each "
            "pageable copy's model uses the CPU's staging rate measured on its own buffer and size instead.")
     rows = list(measure_copies(p, progress, 1, total)) if "copies" in p.experiments else []
-    latency = measured_latency_us(rows)
-    model = predict_with(p, target, latency, {"host_copy_gbps": host_gbps, **measured_host_rates(rows)})
+    host_rates = {"host_copy_gbps": host_gbps, **measured_host_rates(rows)}
+    latency = fitted_latency_us(target, rows, host_rates)
+    model = predict_with(p, target, latency, host_rates)
     # every measured row carries the prediction made with this run's own latency and memcpy rate
     by_key = {(m["experiment"], m["direction"], m["memory"], m["size_bytes"], m["schedule"]): m for m in model}
     for r in rows:
@@ -597,8 +647,8 @@ def repredict(recording: dict, target: Target) -> list[dict]:
     found = [HOST_RATE_NOTE.search(m) for m in recording.get("messages", [])]
     host_gbps = next((float(m.group(1)) for m in found if m), ASSUMED_HOST_COPY_GBPS)
     measured = [r for r in recording["rows"] if r.get("measured_ms") is not None]
-    return predict_with(p, target, measured_latency_us(measured),
-                        {"host_copy_gbps": host_gbps, **measured_host_rates(measured)})
+    host_rates = {"host_copy_gbps": host_gbps, **measured_host_rates(measured)}
+    return predict_with(p, target, fitted_latency_us(target, measured, host_rates), host_rates)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -60,6 +60,40 @@ def test_measured_latency_is_the_smallest_copy():
     assert t.measured_latency_us(rows) == {("h2d", "pinned"): pytest.approx(4.0)}
 
 
+def test_fitted_latency_is_what_the_small_copies_leave_after_their_bytes():
+    """Alpha is the median over the copies up to 256 KiB of (measured time - the model's byte terms): made-up
+    copies of exactly 12 us + bytes over the link give 12 us back, and one disturbed small copy (26 us at
+    4 KiB, as on the H100 host) moves it less than taking the smallest copy's time would."""
+    link = t.link_for(H100)["pcie_gbps"]
+    sizes = (4096, 16384, 65536, 262144, 2**20)
+
+    def run(extra_us_at_4k=0.0):
+        return [{"experiment": "copies", "direction": "d2h", "memory": "pinned", "size_bytes": s,
+                 "measured_ms": t.copy_ms(s, 12.0 + (extra_us_at_4k if s == 4096 else 0.0), link)} for s in sizes]
+
+    assert t.fitted_latency_us(H100, run(), {})[("d2h", "pinned")] == pytest.approx(12.0)
+    disturbed = run(extra_us_at_4k=14.0)
+    assert t.measured_latency_us(disturbed)[("d2h", "pinned")] == pytest.approx(26.0, rel=0.01)
+    assert t.fitted_latency_us(H100, disturbed, {})[("d2h", "pinned")] == pytest.approx(12.0)
+    # the 1 MiB copy is not part of the fit: a slow one does not move alpha
+    slow_big = run()
+    slow_big[-1]["measured_ms"] *= 3
+    assert t.fitted_latency_us(H100, slow_big, {})[("d2h", "pinned")] == pytest.approx(12.0)
+
+
+def test_all_sizes_are_timed_in_turns_each_keeping_its_fastest_round():
+    order, times = [], {4: iter([3.0, 2.0]), 16: iter([5.0, 6.0])}
+
+    def timer(fn, budget_ms, min_reps):
+        order.append(fn())
+        return next(times[order[-1]])
+
+    got = t.timed_in_turns({4: (lambda: 4, None), 16: (lambda: 16, lambda: {"cpu_read_gbps": 1.0})},
+                           rounds=2, timer=timer)
+    assert order == [4, 16, 4, 16]  # round by round over all sizes, not one size after the other
+    assert got == {4: (2.0, {}), 16: (5.0, {"cpu_read_gbps": 1.0})}
+
+
 def test_sizes_that_do_not_fit_are_refused():
     with pytest.raises(ParamError, match="does not fit"):
         small = gpu.Target("4 GB GPU", "small", 40, 0, 4 * 10**9, "7.5", H100.ceilings, None, live=False)
