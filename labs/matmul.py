@@ -106,14 +106,16 @@ def matmul_tma_kernel(a_desc, b_desc, c_desc, M, N, K,
                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                       GROUP_M: tl.constexpr, B_KMAJOR: tl.constexpr, FP32_MODE: tl.constexpr,
                       UPCAST: tl.constexpr = False, LAUNCH_DEPENDENTS: tl.constexpr = False,
-                      WAIT_PRIMARY: tl.constexpr = False):
+                      WAIT_PRIMARY: tl.constexpr = 0):
     """TMA path: the copy engine moves whole tiles between memory and shared memory, and fills the
     parts of a tile outside the matrix with zeros (so no masks at all). It needs every row to start
     on a 16-byte boundary. LAUNCH_DEPENDENTS: let the next kernel in the stream (launched with programmatic
     dependent launch) start its programs on SMs this one frees, once all of this one's programs have started.
     WAIT_PRIMARY (for the kernel so launched): before it ends, wait for the kernel before it to finish, so that
     whatever comes next in the stream finds both done (PTX's griddepcontrol.wait; CUDA does not promise that
-    work queued after a dependent launch also waits for the kernel the dependent overlapped)."""
+    work queued after a dependent launch also waits for the kernel the dependent overlapped). 1: every program
+    waits; 2: only the last program waits (a kernel ends when all its programs have, so that is enough, and the
+    others free their SM for the next program at once instead of idling on it until the earlier kernel is done)."""
     if LAUNCH_DEPENDENTS:
         tl.extra.cuda.gdc_launch_dependents()
     tile_m, tile_n = _tile_of(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
@@ -135,8 +137,11 @@ def matmul_tma_kernel(a_desc, b_desc, c_desc, M, N, K,
         else:
             acc = tl.dot(a, b, acc)
     c_desc.store([off_m, off_n], acc.to(c_desc.dtype))  # the engine clips the tile at the edges
-    if WAIT_PRIMARY:
+    if WAIT_PRIMARY == 1:
         tl.extra.cuda.gdc_wait()
+    elif WAIT_PRIMARY == 2:
+        if tl.program_id(0) == tl.num_programs(0) - 1:
+            tl.extra.cuda.gdc_wait()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -344,12 +349,13 @@ class TileConfig:
     streamk: bool = False  # persistent stream-K schedule (TMA path only): the partial wave's K steps shared out
     split_tail: bool = False  # split-K tail (TMA path only): the partial wave's tiles cut along K (splittail_plan)
     row_tail: bool = False  # row tail (TMA path only): the full waves' tile rows, then the rest in ROW_TAIL_TILE
+    edge: bool = False  # interior + edge (TMA path only): whole tiles inside, thin strips of EDGE tiles at the edges
 
     @property
     def label(self) -> str:
         return (f"{self.block_m}x{self.block_n}x{self.block_k} G{self.group_m} "
                 f"w{self.num_warps} s{self.num_stages}" + (" SK" if self.streamk else "")
-                + (" ST" if self.split_tail else "") + (" RT" if self.row_tail else ""))
+                + (" ST" if self.split_tail else "") + (" RT" if self.row_tail else "") + (" EG" if self.edge else ""))
 
 
 # Fixed configs per dtype, chosen from measurements on an H200 (scripts/matmul_gpu.py; Triton 3.6):
@@ -372,7 +378,10 @@ DEFAULT_CONFIGS = {
 # 0.87x with 4). Where the big tile's last wave is less than half full (N = 2056-3072, 5120) the row tail takes
 # over (ROW_TAIL_TILE below; it replaced a 128x128 tile there: 0.86x -> 1.04x at 2304, 0.75x -> 0.90x at 3072,
 # 0.53x -> 0.61x at 2056, 0.61x -> 0.69x at 2064, and 0.88-0.92x -> 0.99x at 5120 on an H100). Between 128x256 and
-# 128x128 otherwise, the one whose last wave is fuller wins when it fills the waves by a tenth more.
+# 128x128 otherwise, the one whose last wave is fuller wins when it fills the waves by a tenth more. With the early start
+# (EARLY_START below), N a little over a multiple of the big tile (2056, 2064) takes interior + edge (edge_applies), and
+# where the big tile gives too few SMs a tile but 128x128 makes one full wave and a small last one (1536), a row tail
+# of 128x128 tiles replaces the small tiles.
 SMALL_TILES = (TileConfig(64, 128, 64, 8, 4, 4), TileConfig(64, 64, 64, 8, 4, 4))
 NARROW_TILE = TileConfig(128, 128, 64, 8, 4, 4)
 MIN_SM_SHARE = 0.7  # a tile shape is large enough when it gives at least 70 % of the SMs a tile
@@ -495,13 +504,42 @@ def splittail_plan(tiles: int, k_steps: int, slots: int, split: Optional[int] = 
 # program (64 KiB of shared memory) fits on an SM beside a 128x256 one (144 KiB) that is still finishing.
 ROW_TAIL_TILE = TileConfig(64, 64, 64, 8, 4, 4)
 ROW_TAIL_FILL = 0.5  # the row tail replaces the big tile's last wave when that wave is less than half full
-# The second launch is a programmatic dependent launch (Hopper): its programs may start on the SMs the big tiles'
-# last wave frees, instead of after the whole first kernel has drained (the two write different rows of C).
-# The early start (programmatic dependent launch) measured faster on an H100 (N = 3072: 0.90 against 0.86-0.87 x
-# cuBLAS; 2304: 1.04 against 0.90), but that run's tail kernel did not wait for the big one before ending, and CUDA
-# does not promise that the next work in the stream then waits for the big kernel. With the wait (WAIT_PRIMARY) the
-# gain is not measured yet, so the default is two launches in plain stream order.
-ROW_TAIL_PDL = False
+# The later launches of the row tail and of interior + edge (below) are programmatic dependent launches (Hopper):
+# their programs may start on the SMs the earlier kernel leaves idle or frees, instead of after it has drained (the
+# parts write different elements of C), and the last program of each waits for the kernel before it just before it
+# ends (WAIT_PRIMARY), because CUDA promises that the next work in the stream waits for the earlier kernel only if the
+# later one does. On an H100 (scripts/matmul_gpu.py earlycheck and early: each part checked element by element against
+# float64 right after direct launches and graph replays, then timed beside cuBLAS in the same run) the early start with
+# only the last program waiting was faster than stream order for every schedule that uses it (the row tail, interior +
+# edge, the 128 x 128 row tail below). With every program waiting it gained nothing for the row tail: a tail program
+# that has finished then holds its SM until the big kernel is done, and the tail programs still queued wait for it.
+EARLY_START = True
+EARLY_WAIT = 2  # which programs of a later kernel wait for the one before it: 1 every one, 2 the last (see the kernel)
+# A kernel's programs can share an SM with another kernel's only if the SM's split between L1 and shared memory
+# (its carveout) leaves room for both. SHARED_CARVEOUT, when set, asks for a split for the kernels of a chain
+# (CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, in percent of the most shared memory an SM can have; -1 lets
+# the driver choose). Asking for 100 % changed nothing beyond run-to-run noise on an H100 (same runs), so by default
+# it is not set.
+SHARED_CARVEOUT = None
+_CARVED: dict = {}  # kernel handle -> (carveout asked for, the driver's result code: 0 = done)
+
+
+def _prefer_shared(compiled) -> None:
+    """Set the preferred shared-memory carveout of a compiled Triton kernel to SHARED_CARVEOUT (when it changes). A
+    failure only costs the sharing of SMs, not correctness: its result code is kept in _CARVED."""
+    handle = getattr(compiled, "function", None)
+    if SHARED_CARVEOUT is None or not handle or _CARVED.get(handle, (None,))[0] == SHARED_CARVEOUT:
+        return
+    try:
+        import ctypes
+
+        lib = ctypes.CDLL("libcuda.so.1")
+        code = int(lib.cuFuncSetAttribute(ctypes.c_void_p(handle), 9, ctypes.c_int(SHARED_CARVEOUT)))
+    except OSError:  # no CUDA driver library (the CPU interpreter has no compiled kernel anyway)
+        code = -1
+    _CARVED[handle] = (SHARED_CARVEOUT, code)
+
+
 _PDL_WORKS: dict = {}  # "ok": whether this Triton launched one (a failure turns it off for the process)
 
 
@@ -514,6 +552,37 @@ def row_tail_rows(m: int, n: int, config: TileConfig, slots: int) -> int:
     if tiles % slots == 0:
         return m
     return min(m, (tiles // slots * slots) // tiles_n * config.block_m)
+
+
+# Interior + edge: when N is a little over a multiple of the big tile (2056 = 2048 + 8, 2064 = 2048 + 16), the big
+# tiles that lie wholly inside the matrix fill their waves, while tiles over the whole matrix add a wave that is almost
+# all padding. The strips left over (a few rows of every column, a few columns of the other rows) are ~1-2 % of the
+# work but read all of B (or A): narrow tiles, 16 rows or 16 columns by 64, give them to many SMs at once, beside
+# the interior's tiles (a 40 KiB program fits on an SM next to a 128x256 one's 144 KiB).
+# Edge tiles measured on an H100 (same runs): BLOCK_K = 128 with 3 stages was a little faster at 2064 than 64 with 4
+# or 6 stages, and strips 16 wide beat 32-wide ones and 128-long ones.
+EDGE_ROW_TILE = TileConfig(16, 64, 128, 8, 4, 3)  # the bottom strip: at most 16 rows, every column
+EDGE_COL_TILE = TileConfig(64, 16, 128, 8, 4, 3)  # the right strip: the interior's rows, at most 16 columns
+EDGE_FIRST = False  # launch the strips before the interior (a variant: slower than after it on an H100)
+
+
+def edge_interior(m: int, n: int, config: TileConfig) -> tuple:
+    """(rows, columns) of C covered by whole tiles of `config`: the interior; the rest is the edge."""
+    return m // config.block_m * config.block_m, n // config.block_n * config.block_n
+
+
+def edge_applies(n: int, big: TileConfig, dtype: str, sm_count: int, compute_capability: str = "9.0") -> bool:
+    """Interior + edge is worth its extra launches when the edge is thin (what one EDGE tile covers across) and the
+    interior's whole tiles fill their waves by WAVE_GAIN more than tiles over the whole matrix do."""
+    rows, cols = edge_interior(n, n, big)
+    if rows == 0 or cols == 0 or (rows, cols) == (n, n):
+        return False
+    if n - rows > EDGE_ROW_TILE.block_m or n - cols > EDGE_COL_TILE.block_n:
+        return False
+    slots = sm_count * max(1, blocks_per_sm(big, dtype, "tma", compute_capability))
+    inner = (rows // big.block_m) * (cols // big.block_n)
+    fill = lambda t: t / (math.ceil(t / slots) * slots)  # noqa: E731
+    return fill(inner) - fill(tiles_of(n, big)) >= WAVE_GAIN
 
 
 _SCRATCH: dict = {}
@@ -555,6 +624,8 @@ def triton_matmul(a: torch.Tensor, b: torch.Tensor, dtype: str, out: Optional[to
     out = torch.empty((m, n), device=a.device, dtype=out_dtype(dtype)) if out is None else out
     if config.row_tail and not autotune:
         return _row_tail_matmul(a, b, dtype, out, config, tma, programs, tail_config or ROW_TAIL_TILE)
+    if config.edge and not autotune:
+        return _edge_matmul(a, b, dtype, out, config, tma)
     kmajor_b = b.stride(0) == 1 and b.stride(1) != 1
     cc = _device_cc(a.device)
     e = a.element_size()
@@ -628,25 +699,66 @@ def _row_tail_matmul(a, b, dtype, out, config, tma, programs, tail_config):
     rows = row_tail_rows(m, n, big, slots)
     if rows in (0, m):
         return triton_matmul(a, b, dtype, out, big if rows else tail_config, tma)
-    pdl = ROW_TAIL_PDL and _PDL_WORKS.get("ok", True) and a.device.type == "cuda"
+    if not _tma_slices_ok(a, b, out, tma):  # the slices cannot take the TMA path: do it all in one launch
+        return triton_matmul(a, b, dtype, out, big, tma)
+    return _launch_chain([(a[:rows], b, out[:rows], big), (a[rows:], b, out[rows:], tail_config)], dtype, tma, out)
+
+
+def _edge_matmul(a, b, dtype, out, config, tma, row_edge=None, col_edge=None):
+    """Interior + edge: the big tile on the whole tiles inside the matrix (rows and columns up to the last multiple
+    of the tile), then the thin strips left at the bottom (all columns) and on the right (the interior's rows) in
+    narrow tiles, each its own launch, started early where the GPU allows it (see _launch_chain)."""
+    (m, k), n = a.shape, b.shape[1]
+    big = dataclasses.replace(config, edge=False)
+    rows, cols = edge_interior(m, n, big)
+    if rows == 0 or cols == 0 or (rows, cols) == (m, n) or not _tma_slices_ok(a, b, out, tma):
+        return triton_matmul(a, b, dtype, out, big, tma)
+    parts = []
+    if rows < m:  # the bottom strip: the last rows, every column
+        parts.append((a[rows:], b, out[rows:], row_edge or EDGE_ROW_TILE))
+    if cols < n:  # the right strip: the interior's rows, the last columns
+        parts.append((a[:rows], b[:, cols:], out[:rows, cols:], col_edge or EDGE_COL_TILE))
+    interior = (a[:rows], b[:, :cols], out[:rows, :cols], big)
+    return _launch_chain(parts + [interior] if EDGE_FIRST else [interior] + parts, dtype, tma, out)
+
+
+def _tma_slices_ok(a, b, out, tma) -> bool:
+    """Whether row and column slices of these operands can take the TMA path: the whole tensors can (16-byte rows
+    and starts), and the GPU has it. Slices at multiples of 16 elements then start on 16-byte boundaries too."""
+    b_rows = b.t() if (b.stride(0) == 1 and b.stride(1) != 1) else b
+    aligned = all((t.stride(0) * t.element_size()) % 16 == 0 and t.data_ptr() % 16 == 0 for t in (a, b_rows, out))
+    return aligned and (tma == "on" or (tma == "auto" and tma_supported(_device_cc(a.device))))
+
+
+def _launch_chain(parts, dtype, tma, out):
+    """Launch the plain kernel on each (A, B, C, config) part in turn (they write different parts of C). With
+    EARLY_START on a GPU: each launch lets the next one start as soon as all of its own programs have started
+    (programmatic dependent launch), so the later parts' programs take SMs the earlier ones leave idle or share
+    SMs with them; each later kernel waits for the one before it just before it ends (WAIT_PRIMARY), so the whole
+    chain is done when its last kernel is, as the next work in the stream expects. Returns the first part's
+    (C, path, compiled kernel) with C the whole output."""
+    pdl = EARLY_START and _PDL_WORKS.get("ok", True) and parts[0][0].device.type == "cuda"
     if pdl:
         try:
-            _, path, compiled = triton_matmul(a[:rows], b, dtype, out[:rows], big, tma,
-                                              extra_meta={"LAUNCH_DEPENDENTS": True})
-            if path == "tma":
-                triton_matmul(a[rows:], b, dtype, out[rows:], tail_config, tma,
-                              extra_meta={"launch_pdl": True, "WAIT_PRIMARY": True})
-                _PDL_WORKS["ok"] = True
-                return out, path, compiled
-        except Exception:  # a Triton without programmatic dependent launch: two plain launches from now on
+            first = None
+            for i, (pa, pb, pout, cfg) in enumerate(parts):
+                meta = {"LAUNCH_DEPENDENTS": i + 1 < len(parts)}
+                if i:
+                    meta.update(launch_pdl=True, WAIT_PRIMARY=EARLY_WAIT)
+                res = triton_matmul(pa, pb, dtype, pout, cfg, tma, extra_meta=meta)
+                _prefer_shared(res[2])
+                first = first or res
+            _PDL_WORKS["ok"] = True
+            return out, first[1], first[2]
+        except Exception:  # a Triton without programmatic dependent launch: plain launches from now on
             if _PDL_WORKS.get("ok"):
                 raise
             _PDL_WORKS["ok"] = False
-    _, path, compiled = triton_matmul(a[:rows], b, dtype, out[:rows], big, tma)
-    if path != "tma":  # the slices cannot take the TMA path: do it all in one launch
-        return triton_matmul(a, b, dtype, out, big, tma)
-    triton_matmul(a[rows:], b, dtype, out[rows:], tail_config, tma)
-    return out, path, compiled
+    first = None
+    for pa, pb, pout, cfg in parts:
+        res = triton_matmul(pa, pb, dtype, pout, cfg, tma)
+        first = first or res
+    return out, first[1], first[2]
 
 
 _AUTOTUNED: dict = {}
@@ -932,18 +1044,36 @@ def _step_of(config: TileConfig, cyc: dict, target: Target):
 
 
 def _grid_cycles(m: int, n: int, config: TileConfig, dtype: str, path: str, target: Target,
-                 flop_per_clock: float) -> float:
-    """Clocks of the busiest SM for one launch of plain tiles over an m x n block of C (K = n). An SM shares its
-    tensor cores among its r programs: it runs ceil(tiles / SMs) tiles, r at a time."""
-    if m <= 0:
+                 flop_per_clock: float, k: Optional[int] = None) -> float:
+    """Clocks of the busiest SM for one launch of plain tiles over an m x n block of C (K = n unless given). An SM
+    shares its tensor cores among its r programs: it runs ceil(tiles / SMs) tiles, r at a time."""
+    if m <= 0 or n <= 0:
         return 0.0
     r = max(1, blocks_per_sm(config, dtype, path, target.compute_capability))
     tiles = math.ceil(m / config.block_m) * math.ceil(n / config.block_n)
-    k_steps = math.ceil(n / config.block_k)
+    k_steps = math.ceil((n if k is None else k) / config.block_k)
     step_of = _step_of(config, step_cycles(config, dtype, path, flop_per_clock), target)
     rounds = math.ceil(tiles / target.sm_count)
     waves_sm = math.ceil(rounds / r)
     return k_steps * ((waves_sm - 1) * step_of(r) + step_of(rounds - (waves_sm - 1) * r))
+
+
+def _parts_cycles(first: float, later: list, k: int, dtype: str, path: str, target: Target,
+                  flop_per_clock: float) -> float:
+    """Clocks of the busiest SM for a chain of launches (_launch_chain): `first` for the first part, then each
+    (rows, columns, config) of `later`. In plain stream order they add up. With the early start, the later parts'
+    programs run beside the first one's, on every SM: their K steps (at their own cost per step) spread over all
+    SMs add to the first part's time, but no part ends before its own busiest SM has done its share."""
+    own = [_grid_cycles(m, n, cfg, dtype, path, target, flop_per_clock, k=k) for m, n, cfg in later]
+    if not EARLY_START:
+        return first + sum(own)
+    spread = 0.0
+    for m, n, cfg in later:
+        if m > 0 and n > 0:
+            tiles = math.ceil(m / cfg.block_m) * math.ceil(n / cfg.block_n)
+            step = step_cycles(cfg, dtype, path, flop_per_clock)["step"]
+            spread += tiles * math.ceil(k / cfg.block_k) * step / target.sm_count
+    return max([first + spread] + own)
 
 
 def predict_point(n: int, dtype: str, config: TileConfig, target: Target, tma: str = "auto") -> dict:
@@ -964,12 +1094,22 @@ def predict_point(n: int, dtype: str, config: TileConfig, target: Target, tma: s
     cyc = step_cycles(config, dtype, path, flop_per_clock)
     step_of = _step_of(config, cyc, target)
     busy_cycles = _grid_cycles(n, n, config, dtype, path, target, flop_per_clock)
-    tail_rows = 0
+    tail_rows = edge_rows = 0
     if config.row_tail and path == "tma":  # the full waves' rows in big tiles, then the rest in short ones
         rows = row_tail_rows(n, n, config, slots)
         tail_rows = n - rows
-        busy_cycles = _grid_cycles(rows, n, config, dtype, path, target, flop_per_clock) + \
-            _grid_cycles(tail_rows, n, ROW_TAIL_TILE, dtype, path, target, flop_per_clock)
+        if 0 < rows < n:
+            busy_cycles = _parts_cycles(
+                _grid_cycles(rows, n, config, dtype, path, target, flop_per_clock),
+                [(tail_rows, n, ROW_TAIL_TILE)], n, dtype, path, target, flop_per_clock)
+    if config.edge and path == "tma":  # whole tiles inside, then the strips at the bottom and on the right
+        rows, cols = edge_interior(n, n, config)
+        if 0 < rows and 0 < cols and (rows, cols) != (n, n):
+            edge_rows = n - rows
+            busy_cycles = _parts_cycles(
+                _grid_cycles(rows, cols, config, dtype, path, target, flop_per_clock, k=n),
+                [(n - rows, n, EDGE_ROW_TILE), (rows, n - cols, EDGE_COL_TILE)], n, dtype, path, target,
+                flop_per_clock)
     fixup_cycles, sk_tiles = 0.0, 0
     if config.streamk and path == "tma":  # the busiest program's share of steps, plus its fix-up traffic
         plan = streamk_plan(tiles, k_steps, slots)
@@ -990,7 +1130,9 @@ def predict_point(n: int, dtype: str, config: TileConfig, target: Target, tma: s
         "tile_util": n * n / (tiles_m * config.block_m * tiles_n * config.block_n),
         "k_util": n / (k_steps * config.block_k), "dram_bytes": dram, "bound": bound,
         "predicted_ms": total_s * 1e3, "predicted_tflops": 2.0 * n**3 / total_s / 1e12,
-        "schedule": "stream-K" if sk_tiles else ("row tail" if tail_rows else "tiles"), "sk_tiles": sk_tiles,
+        "schedule": "stream-K" if sk_tiles else ("row tail" if tail_rows else ("interior + edge" if edge_rows
+                                                                                 else "tiles")),
+        "sk_tiles": sk_tiles,
         "tail_rows": tail_rows,
         "fixup_us": fixup_cycles / clock_hz(target) * 1e6,
     })
@@ -1074,6 +1216,8 @@ def explain_misses(rows: list, band_pct: float = MISS_BAND_PCT) -> list[dict]:
             reason = "rows not 32-byte aligned: 5 sectors read for 4 of data"
         elif r.get("n", 0) < 1100 or r.get("bound") == "launch":
             reason = "small N: start-up and first loads dominate"
+        elif " EG" in str(r.get("config", "")) and err < 0:
+            reason = "interior + edge: the strips run mostly where the interior leaves SMs idle"
         elif " RT" in str(r.get("config", "")) and err > 0:
             reason = "row tail: the short tiles overlap the big ones' last wave"
         elif (r.get("last_wave_util") or 1) < 0.75 and err > 0:
@@ -1158,8 +1302,12 @@ def tuned_config(n: int, dtype: str, sm_count: int, compute_capability: str = "9
     for config in (big,) + SMALL_TILES:
         if tiles_of(n, config) >= MIN_SM_SHARE * sm_count:
             break
+    if config is not big and EARLY_START and row_tail_applies(n, NARROW_TILE, dtype, sm_count, compute_capability):
+        return dataclasses.replace(NARROW_TILE, row_tail=True)  # one full wave of 128 x 128 tiles, short tiles after
     if config is not big:
         return _deepest_in_one_wave(n, config, dtype, sm_count, compute_capability)
+    if edge_applies(n, big, dtype, sm_count, compute_capability):
+        return dataclasses.replace(big, edge=True)
     if row_tail_applies(n, big, dtype, sm_count, compute_capability):
         return dataclasses.replace(big, row_tail=True)
     narrow_gain = wave_fill(n, NARROW_TILE, dtype, sm_count, compute_capability) - \
@@ -1227,7 +1375,7 @@ def parse_label(label: str) -> Optional[TileConfig]:
         parts = label.split()
         bm, bn, bk = (int(x) for x in parts[0].split("x"))
         return TileConfig(bm, bn, bk, int(parts[1][1:]), int(parts[2][1:]), int(parts[3][1:]), "SK" in parts[4:],
-                          "ST" in parts[4:], "RT" in parts[4:])
+                          "ST" in parts[4:], "RT" in parts[4:], "EG" in parts[4:])
     except (AttributeError, IndexError, ValueError):
         return None
 
@@ -1264,6 +1412,8 @@ def repredict(recording: dict, target: Target) -> list[dict]:
     latency = next((float(r["load_latency_us"]) for r in recording["rows"] if r.get("load_latency_us") is not None),
                    None)
     before = _FLOOR_PROBED.get(target.key), _LATENCY_PROBED.get(target.key)
+    early_before = EARLY_START
+    _set_early_start(any(r.get("early_start") for r in recording["rows"]))  # older runs: plain stream order
     if floor is not None:
         _FLOOR_PROBED[target.key] = floor
     if latency is not None:
@@ -1274,11 +1424,17 @@ def repredict(recording: dict, target: Target) -> list[dict]:
                               target, params.tma)
                 for dtype in params.dtypes for n in params.sizes if "triton" in params.kernels]
     finally:
+        _set_early_start(early_before)
         for probed, value in zip((_FLOOR_PROBED, _LATENCY_PROBED), before):
             if value is None:
                 probed.pop(target.key, None)
             else:
                 probed[target.key] = value
+
+
+def _set_early_start(on: bool) -> None:
+    global EARLY_START
+    EARLY_START = bool(on)
 
 
 def predict(params: Params, target: Target) -> list[dict]:
@@ -1391,6 +1547,7 @@ def measure(params: Params, target: Target, progress):
                                                                                   a.element_size()))
                                                          if params.autotune else config.label)})
                     row.update(_compiled_resources(compiled))
+                    row["early_start"] = EARLY_START  # how the row tail's / edge's launches ran (for re-predicting)
                     row["floor_us"] = fixed_us(target)  # the probed figures the model used (for re-predicting)
                     row["load_latency_us"] = load_latency_us(target)
                 row.update({"measured_ms": ms, "measured_tflops": bench.tflops(2.0 * n**3, ms),
@@ -1436,7 +1593,7 @@ def lesson_numbers(target: Target) -> dict:
         "util_2304": f"{100 * p2304.get('last_wave_util', 0):.0f}",
         "pred_2048": f"{p2048.get('predicted_tflops', 0):.0f}", "pred_2304": f"{p2304.get('predicted_tflops', 0):.0f}",
         "ceilings_source": target.describe_ceilings(),
-    } | _row_tail_numbers(target) | _ladder_numbers(target)
+    } | _row_tail_numbers(target) | _edge_numbers(target) | _ladder_numbers(target)
 
 
 def _row_tail_numbers(target: Target, n: int = 3072) -> dict:
@@ -1450,6 +1607,23 @@ def _row_tail_numbers(target: Target, n: int = 3072) -> dict:
             "rt_big_rows": str(rows), "rt_tail_rows": str(n - rows),
             "rt_tail_tile": f"{tail.block_m}x{tail.block_n}",
             "rt_tail_tiles": str(math.ceil((n - rows) / tail.block_m) * math.ceil(n / tail.block_n))}
+
+
+def _edge_numbers(target: Target, n: int = 2064) -> dict:
+    """Interior + edge at N = 2064 on this GPU: tiles over all of C against whole tiles inside, and the strips."""
+    big = DEFAULT_CONFIGS["bf16"]
+    slots = target.sm_count * max(1, blocks_per_sm(big, "bf16", "tma", target.compute_capability))
+    rows, cols = edge_interior(n, n, big)
+    inner = (rows // big.block_m) * (cols // big.block_n)
+    bottom = math.ceil((n - rows) / EDGE_ROW_TILE.block_m) * math.ceil(n / EDGE_ROW_TILE.block_n)
+    right = math.ceil(rows / EDGE_COL_TILE.block_m) * math.ceil((n - cols) / EDGE_COL_TILE.block_n)
+    return {"eg_tiles": str(tiles_of(n, big)), "eg_waves": str(math.ceil(tiles_of(n, big) / slots)),
+            "eg_inner": str(inner), "eg_inner_waves": str(math.ceil(inner / slots)), "eg_rows": str(rows),
+            "eg_strip": str(n - rows), "eg_edge_tiles": str(bottom + right),
+            "eg_row_tile": f"{EDGE_ROW_TILE.block_m}x{EDGE_ROW_TILE.block_n}",
+            "eg_col_tile": f"{EDGE_COL_TILE.block_m}x{EDGE_COL_TILE.block_n}",
+            "eg_applies": "yes" if edge_applies(n, big, "bf16", target.sm_count, target.compute_capability) else "no",
+            "eg_share": f"{100 * (1 - rows * cols / n**2):.1f}"}
 
 
 def _ladder_numbers(target: Target) -> dict:

@@ -20,6 +20,12 @@ Run on a GPU:  python scripts/matmul_gpu.py [check] [variants] [sweep] [floor] [
             (HYBRID_SET=pdl: the row tail's variants with and without the early start; HYBRID_SET=final: the lab's
             choice against its nearest alternatives)
   rowcheck  the row tail on odd shapes and few slots (both launches), with and without the early start
+  earlycheck the row tail and interior + edge, early start on and off: every element of each part against float64,
+            checked in-stream right after each of 3 direct launches and 3 graph replays
+  early     bf16 at EARLY_SIZES: cuBLAS, the lab's choice, the previous default (before) and, at the interior + edge
+            sizes, the strips launched first and the interior alone: ratio to cuBLAS (ours us / model us).
+            EARLY_SET=wait: the early start with every or only the last program waiting, with and without the
+            largest shared-memory carveout, and edge tile variants
   tail      bf16 at TAIL_SIZES: plain tiles of several shapes, the split-K tail kernel, the Hopper lab's persistent
             kernels, beside cuBLAS (ratios, model, registers and spills)
 Prints a compact table per section; with $OUT set, writes matmul_gpu.json there. Sections (and sizes) stop being
@@ -327,11 +333,30 @@ def on_two_streams(a, b, out, big, tail, before):
 
 def without_pdl(fn):
     """fn() with the row tail's second launch an ordinary one."""
-    mm.ROW_TAIL_PDL = False
+    return with_early(False, fn)
+
+
+def with_edge_first(fn):
+    """fn() with interior + edge launching the strips before the interior."""
+    mm.EDGE_FIRST = True
     try:
         return fn()
     finally:
-        mm.ROW_TAIL_PDL = True
+        mm.EDGE_FIRST = False
+
+
+def with_early(on, fn, wait=None, carveout=None):
+    """fn() with the early start (programmatic dependent launch of the later parts) on or off, and optionally which
+    programs wait (mm.EARLY_WAIT) and the shared-memory carveout asked for (mm.SHARED_CARVEOUT)."""
+    before = mm.EARLY_START, mm.EARLY_WAIT, mm.SHARED_CARVEOUT
+    mm._set_early_start(on)
+    mm.EARLY_WAIT = before[1] if wait is None else wait
+    mm.SHARED_CARVEOUT = before[2] if carveout is None else carveout
+    try:
+        return fn()
+    finally:
+        mm._set_early_start(before[0])
+        mm.EARLY_WAIT, mm.SHARED_CARVEOUT = before[1:]
 
 
 def section_rowcheck():
@@ -359,6 +384,175 @@ def section_rowcheck():
             record("rowcheck", shape=f"{m}x{n}x{k}", programs=progs, pdl=pdl, rows=rows, err=err, ok=ok)
             print(f"row tail {m}x{n}x{k} slots={progs} big rows={rows} pdl={pdl} err={err:.2e} {ok}", flush=True)
     print(f"rowcheck: {fails} failures; PDL launched: {mm._PDL_WORKS}", flush=True)
+
+
+def regions(m, n, cfg, slots):
+    """name -> (row slice, column slice) of C that each launch of cfg's schedule writes."""
+    big = mm.dataclasses.replace(cfg, row_tail=False, edge=False)
+    if cfg.edge:
+        r, c = mm.edge_interior(m, n, big)
+        return {"interior": (slice(0, r), slice(0, c)), "bottom": (slice(r, m), slice(0, n)),
+                "right": (slice(0, r), slice(c, n))}
+    if cfg.row_tail:
+        r = mm.row_tail_rows(m, n, big, slots)
+        return {"main": (slice(0, r), slice(0, n)), "tail": (slice(r, m), slice(0, n))}
+    return {"all": (slice(0, m), slice(0, n))}
+
+
+def early_cases():
+    """(name, (M, N, K), config, slots or None, tail config or None) for the early-start checks and timings."""
+    big = T(128, 256, 64, 8, 8, 3)
+    rt, eg = mm.dataclasses.replace(big, row_tail=True), mm.dataclasses.replace(big, edge=True)
+    rt128 = T(128, 128, 64, 8, 4, 4, row_tail=True)
+    return [("rt", (517, 528, 560), rt, 7, None), ("rt", (1001, 1032, 2056), rt, 9, None),
+            ("rt", (2304,) * 3, rt, None, None), ("rt", (3072,) * 3, rt, None, None), ("rt", (5120,) * 3, rt, None, None),
+            ("eg", (2057, 2064, 200), eg, None, None), ("eg", (1031, 1040, 1000), eg, None, None),
+            ("eg", (600, 520, 4104), eg, None, None), ("eg", (2056,) * 3, eg, None, None),
+            ("eg", (2064,) * 3, eg, None, None), ("rt128", (1536,) * 3, rt128, 132, None),
+            ("rt128", (1031, 1040, 1000), rt128, 11, None)]
+
+
+EARLY_CHECK_MODES = (2, 1, 0)  # early start with only the last program waiting, with every one, and without
+
+
+def section_earlycheck():
+    """The row tail and interior + edge with the early start (programmatic dependent launch, each later kernel
+    waiting for the one before it at its end), and without: fresh inputs, C poisoned with NaN before every launch,
+    then EVERY element of every part's output compared with a float64 product in the same stream right after the
+    launch (no synchronisation in between, so a part still running would be caught), 3 direct launches and 3 replays
+    of a captured CUDA graph (how the lab times it) per case."""
+    fails = 0
+    for name, (m, n, k), cfg, slots, tail in early_cases():
+        for early in EARLY_CHECK_MODES:
+            a, b = mm.operands(m, n, k, "bf16")
+            ref = mm.reference(a, b)
+            out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+            launch = lambda: with_early(early > 0, lambda: mm.triton_matmul(  # noqa: E731
+                a, b, "bf16", out, cfg, "auto", programs=slots, tail_config=tail), max(1, early), 100)
+            worst, ok = {}, "yes"
+            try:
+                launch()  # compile, outside the graph
+                torch.cuda.synchronize()
+                graph = torch.cuda.CUDAGraph()
+                side = torch.cuda.Stream()
+                side.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(side):
+                    launch()
+                torch.cuda.current_stream().wait_stream(side)
+                with torch.cuda.graph(graph):
+                    launch()
+                for how in ("direct",) * 3 + ("graph",) * 3:
+                    out.fill_(float("nan"))
+                    launch() if how == "direct" else graph.replay()
+                    for part, (rs, cs) in regions(m, n, cfg, slots or 132).items():
+                        if rs.stop <= rs.start or cs.stop <= cs.start:
+                            continue
+                        err = bench.check_close(out[rs, cs], ref[rs, cs], "bf16", f"{name} {part} {m}x{n}x{k} {how}")
+                        worst[part] = max(worst.get(part, 0.0), err)
+                torch.cuda.synchronize()
+            except Exception as exc:
+                ok = f"FAIL {exc}"[:200]
+            fails += ok != "yes"
+            record("earlycheck", case=name, shape=f"{m}x{n}x{k}", early=early, worst=worst, ok=ok)
+            print(f"{name:<6} {m}x{n}x{k:<6} early={early} " + " ".join(f"{p}={e:.1e}" for p, e in worst.items())
+                  + f"  {ok}", flush=True)
+            del a, b, ref, out
+    print(f"earlycheck: {fails} failures; PDL launched: {mm._PDL_WORKS}; carveouts set: {set(mm._CARVED.values())}",
+          flush=True)
+
+
+EARLY_SIZES = tuple(int(x) for x in os.environ.get("EARLY_SIZES", "2056,2064,1536,3072,2304,5120").split(","))
+
+
+def early_variants(n):
+    """name -> (config, early start, slots, tail config, wait, carveout) for the timings at size n: the lab's
+    choice, then its schedule without the early start, and with it, every program or only the last one waiting,
+    with the driver's carveout (-1) or the most shared memory (100)."""
+    params, sms = mm.Params(), torch.cuda.get_device_properties(0).multi_processor_count
+    big = T(128, 256, 64, 8, 8, 3)
+    if n == 1536:
+        sched = T(128, 128, 64, 8, 4, 4, row_tail=True)
+    elif mm.edge_applies(n, big, "bf16", sms):
+        sched = mm.dataclasses.replace(big, edge=True)
+    else:
+        sched = mm.dataclasses.replace(big, row_tail=True)
+    if os.environ.get("EARLY_SET") != "wait":  # the lab's choice, the previous default, and diagnostics of the edge
+        before = T(64, 128, 64, 8, 4, 3) if n == 1536 else (mm.dataclasses.replace(big, row_tail=True)
+                                                             if sched.edge else sched)
+        v = {"lab": (None, None, None, None, None, None), "before": (before, False, None, None, None, None)}
+        if sched.edge:
+            v["rt_es"] = (mm.dataclasses.replace(big, row_tail=True), True, None, None, 2, None)
+            v["edge_first"] = (sched, True, None, "first", 2, None)
+            v["interior_only"] = (sched, True, None, "interior", 2, None)
+        return v
+    v = {"lab": (None, None, None, None, None, None), "plain": (sched, False, None, None, None, None)}
+    for w in (1, 2):
+        for c in (-1, 100):
+            v[f"es_w{w}_c{c}"] = (sched, True, None, None, w, c)
+    if sched.edge:
+        v["es_w2_c100_k128"] = (sched, True, None, (T(16, 64, 128, 8, 4, 3), T(64, 16, 128, 8, 4, 3)), 2, 100)
+        v["es_w2_c100_32"] = (sched, True, None, (T(32, 64, 64, 8, 4, 4), T(64, 32, 64, 8, 4, 4)), 2, 100)
+    if n == 1536:
+        v["p64x128s3"] = (T(64, 128, 64, 8, 4, 3), False, None, None, None, None)
+    return v
+
+
+def section_early():
+    """bf16 at EARLY_SIZES: cuBLAS and each variant (the row tail and interior + edge with and without the early start;
+    at 1536, a 128 x 128 row tail), each checked (every element finite, sampled rows and columns against float64)
+    before it is timed, all with the same timer (graph replay, L2 flushed); ratios to cuBLAS and the model."""
+    target = gpu.live_target()
+    params = mm.Params()
+    mm.probe_floor_us(target)
+    print(f"floor {mm.fixed_us(target):.2f} us, load latency {mm.load_latency_us(target):.2f} us", flush=True)
+    timer = lambda f: bench.time_ms(f, 10, 50)  # noqa: E731
+    for n in EARLY_SIZES:
+        if elapsed() > DEADLINE:
+            print("deadline: early stopped", flush=True)
+            break
+        a, b = mm.operands(n, n, n, "bf16")
+        out = torch.full((n, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        mm.check_sampled(mm.cublas_matmul(a, b, "bf16", out), a, b, "bf16", f"cublas {n}")
+        cub_ms = bench.graph_time_ms(lambda: mm.cublas_matmul(a, b, "bf16", out), timer=timer)
+        row, cells = {"n": n, "cublas_us": cub_ms * 1e3}, []
+        for name, (cfg, early, slots, tail, wait, carve) in early_variants(n).items():
+            try:
+                cfg = cfg or mm.config_for(params, "bf16", n, target.sm_count, target.compute_capability)
+                early = mm.EARLY_START if early is None else early
+                region = (slice(0, n), slice(0, n))
+                if isinstance(tail, tuple):  # edge tiles (bottom, right)
+                    fn = lambda: with_early(early, lambda: mm._edge_matmul(  # noqa: E731
+                        a, b, "bf16", out, cfg, "auto", tail[0], tail[1]), wait, carve)
+                elif tail == "first":  # the strips launched before the interior
+                    fn = lambda: with_early(early, lambda: with_edge_first(lambda: mm.triton_matmul(  # noqa: E731
+                        a, b, "bf16", out, cfg, "auto")), wait, carve)
+                elif tail == "interior":  # the interior's launch alone (a diagnostic: the strips are not computed)
+                    r, c = mm.edge_interior(n, n, cfg)
+                    region = (slice(0, r), slice(0, c))
+                    big_only = mm.dataclasses.replace(cfg, edge=False)
+                    fn = lambda: mm.triton_matmul(a[:r], b[:, :c], "bf16", out[:r, :c], big_only, "auto")  # noqa: E731
+                else:
+                    fn = lambda: with_early(early, lambda: mm.triton_matmul(  # noqa: E731
+                        a, b, "bf16", out, cfg, "auto", programs=slots, tail_config=tail), wait, carve)
+                out.fill_(float("nan"))
+                fn()
+                rs, cs = region
+                mm.check_sampled(out[rs, cs], a[rs], b[:, cs], "bf16", f"{name} {n}")
+                ms = bench.graph_time_ms(fn, timer=timer)
+                pred = with_early(early, lambda: mm.predict_point(n, "bf16", cfg, target)).get("predicted_ms")
+                row[name] = cub_ms / ms
+                row[name + "_us"] = ms * 1e3
+                row[name + "_pred_us"] = pred * 1e3 if pred else None
+                if name == "lab":
+                    row["lab_config"] = cfg.label
+                cells.append(f"{name}={cub_ms / ms:.3f}({ms * 1e3:.1f}/{(pred or 0) * 1e3:.1f})")
+            except Exception as exc:
+                print(f"   {name} at {n} failed: {exc!r}"[:400], flush=True)
+        record("early", **row)
+        print(f"N={n} cuBLAS={cub_ms * 1e3:.1f}us lab[{row.get('lab_config')}] " + " ".join(cells), flush=True)
+        del a, b, out
+    print(f"carveouts set: {set(mm._CARVED.values())}", flush=True)
+    save()
 
 
 def section_hybrid():

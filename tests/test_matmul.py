@@ -327,6 +327,49 @@ def test_triton_default_configs_on_gpu(dtype):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("shape,config", [
+    ((1536,) * 3, dataclasses.replace(mm.NARROW_TILE, row_tail=True)),
+    ((3072,) * 3, dataclasses.replace(mm.DEFAULT_CONFIGS["bf16"], row_tail=True)),
+    ((2064,) * 3, dataclasses.replace(mm.DEFAULT_CONFIGS["bf16"], edge=True)),
+    ((2057, 2064, 1000), dataclasses.replace(mm.DEFAULT_CONFIGS["bf16"], edge=True))])
+def test_early_start_finishes_every_part_before_the_stream_moves_on(shape, config):
+    """The row tail and interior + edge with the early start (programmatic dependent launch, the last program of each
+    later kernel waiting for the one before): C poisoned with NaN, then every element of every part compared with
+    float64 by the next work in the same stream, with no synchronisation in between, after 3 direct launches and 3
+    replays of a captured CUDA graph (how the lab times it). A part still running would show NaN or a wrong sum."""
+    if not mm.tma_supported(mm._device_cc(torch.device("cuda"))):
+        pytest.skip("this GPU has no TMA")
+    m, n, k = shape
+    a, b = mm.operands(m, n, k, "bf16")
+    ref = mm.reference(a, b)
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    slots = torch.cuda.get_device_properties(0).multi_processor_count
+    before = mm.EARLY_START
+    mm.EARLY_START = True
+    try:
+        launch = lambda: mm.triton_matmul(a, b, "bf16", out, config, "auto", programs=slots)  # noqa: E731
+        for _ in range(3):
+            out.fill_(float("nan"))
+            launch()
+            bench.check_close(out, ref, "bf16", f"early start {shape} {config.label}")
+        graph = torch.cuda.CUDAGraph()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            launch()
+        torch.cuda.current_stream().wait_stream(side)
+        with torch.cuda.graph(graph):
+            launch()
+        for _ in range(3):
+            out.fill_(float("nan"))
+            graph.replay()
+            bench.check_close(out, ref, "bf16", f"early start {shape} {config.label}, graph")
+    finally:
+        mm.EARLY_START = before
+    assert mm._PDL_WORKS.get("ok")  # the early start really ran
+
+
+@pytest.mark.gpu
 def test_autotuned_kernel_on_gpu():
     params = mm.Params(dtypes=("bf16",), autotune=True)
     mm.probe_check("bf16", params, "tma")
@@ -401,7 +444,7 @@ def test_per_size_tiles_match_float64_on_odd_shapes(config, device):
     bench.check_close(out, mm.reference(a, b), "fp16", config.label)
 
 
-def test_tuned_config_gives_every_sm_a_tile_and_fills_waves():
+def test_tuned_config_gives_every_sm_a_tile_and_fills_waves(monkeypatch):
     big = mm.DEFAULT_CONFIGS["bf16"]
     # N = 1024 on 132 SMs: 128x256 makes 32 tiles; 64x128 makes 128 (>= 0.7 x 132), one an SM even with 6 stages
     assert mm.tuned_config(1024, "bf16", 132) == dataclasses.replace(mm.SMALL_TILES[0], num_stages=6)
@@ -413,7 +456,9 @@ def test_tuned_config_gives_every_sm_a_tile_and_fills_waves():
     assert mm.tuned_config(3072, "bf16", 132).row_tail  # 288 tiles: 2 full waves, the last 18 % full
     assert mm.tuned_config(2560, "bf16", 132) == big  # 200 tiles: the last wave 52 % full
     assert mm.tuned_config(4096, "bf16", 132) == big  # 512 tiles, 88 % full
-    # N = 1536: 288 tiles of 64x128; 4 stages fit 2 programs an SM (264 slots), 3 stages fit 3 (396): 3 stages
+    # N = 1536 without the early start: 288 tiles of 64x128; 4 stages fit 2 programs an SM (264 slots), 3 stages
+    # fit 3 (396): 3 stages (with it, a 128x128 row tail: test_narrow_row_tail_where_the_big_tile_leaves_sms_idle)
+    monkeypatch.setattr(mm, "EARLY_START", False)
     assert mm.tuned_config(1536, "bf16", 132) == dataclasses.replace(mm.SMALL_TILES[0], num_stages=3)
     assert mm.tuned_config(1024, "fp8", 132) == mm.DEFAULT_CONFIGS["fp8"]  # only the 16-bit types are tuned
 
@@ -621,12 +666,13 @@ def test_row_tail_matches_float64_on_odd_shapes(shape, slots, dtype, device):
     bench.check_close(out, mm.reference(a, b), dtype, f"row tail {shape}")
 
 
-def test_row_tail_model_by_hand():
+def test_row_tail_model_by_hand(monkeypatch):
     """Toy GPU (100 SMs, 1 GHz, 4096 FLOP per clock per SM), N = 2304, 128x256 tiles with the row tail: 18 x 9 =
     162 tiles; one wave of 100 holds 11 whole rows (99 tiles): 36 K steps of 2*128*256*64 / 4096 = 1024 clocks.
     The other 2304 - 1408 = 896 rows make 14 x 36 = 504 tiles of 64x64 (128 clocks a step, 3 programs per SM):
     6 tiles on the busiest SM, 3 together twice, so 36 x 2 x 3 x 128 clocks. Plus the 3 us floor."""
     t = toy_target()
+    monkeypatch.setattr(mm, "EARLY_START", False)  # the two launches in plain stream order: their times add up
     cfg = dataclasses.replace(mm.DEFAULT_CONFIGS["bf16"], row_tail=True)
     p = mm.predict_point(2304, "bf16", cfg, t)
     assert mm.ROW_TAIL_TILE == mm.TileConfig(64, 64, 64, 8, 4, 4)
@@ -635,6 +681,86 @@ def test_row_tail_model_by_hand():
     assert p["predicted_ms"] == pytest.approx((cycles / 1e9 + 3e-6) * 1e3, rel=1e-6)
     plain = mm.predict_point(2304, "bf16", mm.DEFAULT_CONFIGS["bf16"], t)  # 2 waves of 36 steps of 1024 clocks
     assert plain["predicted_ms"] == pytest.approx((2 * 36 * 1024 / 1e9 + 3e-6) * 1e3, rel=1e-6)
+
+
+def test_row_tail_model_with_the_early_start_by_hand(monkeypatch):
+    """The same point with the early start: the 504 short tiles' K steps (36 of 128 clocks each) spread over the 100
+    SMs add 504 x 36 x 128 / 100 clocks to the big tiles' 36 x 1024; that is more than the short tiles' own busiest SM
+    (36 x 2 x 3 x 128), so it is the time."""
+    monkeypatch.setattr(mm, "EARLY_START", True)
+    p = mm.predict_point(2304, "bf16", dataclasses.replace(mm.DEFAULT_CONFIGS["bf16"], row_tail=True), toy_target())
+    cycles = max(36 * 1024 + 504 * 36 * 128 / 100, 36 * 2 * 3 * 128)
+    assert p["predicted_ms"] == pytest.approx((cycles / 1e9 + 3e-6) * 1e3, rel=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------
+# Interior + edge (issue 15): whole big tiles inside, thin strips of narrow tiles at the bottom and on the right
+# ---------------------------------------------------------------------------------------------
+def test_edge_interior_and_rule_by_hand():
+    big = mm.DEFAULT_CONFIGS["bf16"]
+    assert mm.edge_interior(2064, 2064, big) == (2048, 2048)  # 16 rows and 16 columns left over
+    assert mm.edge_interior(2057, 2100, big) == (2048, 2048)
+    # 132 SMs: 16 x 8 = 128 whole tiles fill one wave to 97 %; 17 x 9 = 153 tiles over all of C fill two to 58 %
+    assert mm.edge_applies(2064, big, "bf16", 132) and mm.edge_applies(2056, big, "bf16", 132)
+    assert not mm.edge_applies(2048, big, "bf16", 132)  # no edge at all
+    assert not mm.edge_applies(2304, big, "bf16", 132)  # 18 x 9 whole tiles: no edge
+    assert not mm.edge_applies(2080, big, "bf16", 132)  # 32 rows left over: thicker than an edge tile covers
+    # 160 SMs: the 153 tiles fit one wave (96 %), the 128 whole tiles fill only 80 %: not worth it
+    assert not mm.edge_applies(2064, big, "bf16", 160)
+    assert mm.tuned_config(2064, "bf16", 132) == dataclasses.replace(big, edge=True)
+    assert mm.parse_label(dataclasses.replace(big, edge=True).label).edge
+
+
+@pytest.mark.parametrize("shape", [(75, 144, 40), (64, 152, 40), (70, 128, 72)])
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_edge_matches_float64_on_odd_shapes(shape, dtype, device):
+    """Interior + edge with small tiles: whole tiles inside, the bottom strip (M odd) and the right strip in
+    narrow tiles, every element against float64 (the output poisoned with NaN first). The shapes have both strips,
+    only the right one, and only the bottom one."""
+    if device == "cuda" and not mm.tma_supported(mm._device_cc(torch.device("cuda"))):
+        pytest.skip("this GPU has no TMA")
+    m, n, k = shape
+    big = mm.TileConfig(32, 64, 16, 2, 4, 2, edge=True)
+    rows, cols = mm.edge_interior(m, n, big)
+    assert 0 < rows <= m and 0 < cols <= n and (rows, cols) != (m, n)  # there is an edge
+    a, b = mm.operands(m, n, k, dtype, device)
+    out = torch.full((m, n), float("nan"), device=device, dtype=torch.float16 if dtype == "fp16" else torch.bfloat16)
+    _, path, _ = mm.triton_matmul(a, b, dtype, out, big, tma="on")
+    assert path == "tma"
+    ref = mm.reference(a, b)
+    for part in ((slice(0, rows), slice(0, cols)), (slice(rows, m), slice(0, n)), (slice(0, rows), slice(cols, n))):
+        if out[part].numel():
+            bench.check_close(out[part], ref[part], dtype, f"edge {shape} {part}")
+
+
+def test_edge_model_by_hand(monkeypatch):
+    """Toy GPU, N = 2064, 128x256 tiles: the 2048 x 2048 interior is 128 tiles, 2 rounds on 100 SMs of 33 K steps
+    (K = 2064) of 1024 clocks. The bottom strip is 33 tiles of 16x64, the right one 32 of 64x16, each 17 steps of
+    BLOCK_K = 128 costing 160 clocks (loads: 80 x 128 x 2 bytes at 128 a clock); alone, one tile an SM, 17 x 160.
+    In stream order the three add up; with the early start the strips' steps spread over the 100 SMs."""
+    t = toy_target()
+    cfg = dataclasses.replace(mm.DEFAULT_CONFIGS["bf16"], edge=True)
+    assert (mm.EDGE_ROW_TILE.block_k, mm.EDGE_COL_TILE.block_k) == (128, 128)
+    interior = 33 * 2 * 1024
+    monkeypatch.setattr(mm, "EARLY_START", False)
+    p = mm.predict_point(2064, "bf16", cfg, t)
+    assert p["schedule"] == "interior + edge"
+    assert p["predicted_ms"] == pytest.approx(((interior + 2 * 17 * 160) / 1e9 + 3e-6) * 1e3, rel=1e-6)
+    monkeypatch.setattr(mm, "EARLY_START", True)
+    p = mm.predict_point(2064, "bf16", cfg, t)
+    assert p["predicted_ms"] == pytest.approx(((interior + (33 + 32) * 17 * 160 / 100) / 1e9 + 3e-6) * 1e3, rel=1e-6)
+
+
+def test_narrow_row_tail_where_the_big_tile_leaves_sms_idle(monkeypatch):
+    """N = 1536 on 132 SMs: 72 tiles of 128x256 leave 60 SMs idle. 128x128 tiles make 144: one full wave and 12 over,
+    so with the early start the rule takes one wave of 128x128 tiles and the last 128 rows in short tiles; without it
+    (two launches one after the other) it keeps 64x128 tiles, 3 stages deep."""
+    monkeypatch.setattr(mm, "EARLY_START", True)
+    assert mm.tuned_config(1536, "bf16", 132) == dataclasses.replace(mm.NARROW_TILE, row_tail=True)
+    assert mm.row_tail_rows(1536, 1536, mm.NARROW_TILE, 132) == 11 * 128
+    assert mm.tuned_config(1280, "bf16", 132) == mm.TileConfig(64, 128, 64, 8, 4, 4)  # 100 tiles of 128x128: no wave
+    monkeypatch.setattr(mm, "EARLY_START", False)
+    assert mm.tuned_config(1536, "bf16", 132) == mm.TileConfig(64, 128, 64, 8, 4, 3)
 
 
 def test_probe_check_runs_both_row_tail_launches(device):
