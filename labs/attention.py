@@ -230,11 +230,47 @@ def _fwd_key_tiles(acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, kv_row, off
     return acc, l_i, m_i
 
 
+@triton.jit
+def _fwd_key_tiles_prefetch(acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, kv_row, lo, hi, qk_scale, LK,
+                            HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, USE_TMA: tl.constexpr, PREC: tl.constexpr):
+    """The unmasked key tiles [lo, hi) (hi > lo), with the next tile's scores issued before this tile's softmax.
+
+    FlashAttention-3's overlap inside one program: S_{j+1} = Q K_{j+1}^T is handed to the tensor cores first,
+    then the exponentials of S_j run on the SFUs while it computes; two score tiles are live at once (more
+    registers). The last tile has no successor and runs after the loop.
+    """
+    k = _load_tile(k_base, k_desc, kv_row, lo, LK - lo, BLOCK_N, HEAD_DIM, USE_TMA, False)
+    qk = _mma(q, tl.trans(k), None, PREC)  # S_lo
+    for start_n in tl.range(lo, hi - BLOCK_N, BLOCK_N):
+        start_n = tl.multiple_of(start_n, BLOCK_N)
+        k = _load_tile(k_base, k_desc, kv_row, start_n + BLOCK_N, LK - start_n - BLOCK_N, BLOCK_N, HEAD_DIM,
+                       USE_TMA, False)
+        qk_next = _mma(q, tl.trans(k), None, PREC)  # S_{j+1}: in flight during the softmax of S_j
+        m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+        p = tl.math.exp2(qk * qk_scale - m_new[:, None])
+        alpha = tl.math.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None]
+        v = _load_tile(v_base, v_desc, kv_row, start_n, LK - start_n, BLOCK_N, HEAD_DIM, USE_TMA, False)
+        acc = _mma(p.to(v.dtype), v, acc, PREC)
+        m_i = m_new
+        qk = qk_next
+    last = hi - BLOCK_N  # the last tile: its scores are already computed
+    m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+    p = tl.math.exp2(qk * qk_scale - m_new[:, None])
+    alpha = tl.math.exp2(m_i - m_new)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None]
+    v = _load_tile(v_base, v_desc, kv_row, last, LK - last, BLOCK_N, HEAD_DIM, USE_TMA, False)
+    acc = _mma(p.to(v.dtype), v, acc, PREC)
+    return acc, l_i, m_new
+
+
 @triton.jit(do_not_specialize=["LQ", "LK"])
 def attention_fwd_kernel(Q, K, V, O, LSE, q_desc, k_desc, v_desc, qk_scale, LQ, LK, LQ_PAD,
                          HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                          CAUSAL: tl.constexpr, USE_TMA: tl.constexpr, PREC: tl.constexpr, WS: tl.constexpr,
-                         LAZY: tl.constexpr):
+                         LAZY: tl.constexpr, PREFETCH: tl.constexpr = False):
     # grid = (query tiles, batch * heads); consecutive programs share a head, so its K and V stay in L2
     pid_m = tl.program_id(0)
     if CAUSAL:  # causal tiles near the end see the most keys: launch them first so the last wave is short
@@ -261,8 +297,13 @@ def attention_fwd_kernel(Q, K, V, O, LSE, q_desc, k_desc, v_desc, qk_scale, LQ, 
         hi = LK
         full_end = LK
     full_end = (full_end // BLOCK_N) * BLOCK_N
-    acc, l_i, m_i = _fwd_key_tiles(acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, kv_row, offs_m, 0, full_end,
-                                   qk_scale, LK, SHIFT, HEAD_DIM, BLOCK_N, CAUSAL, False, USE_TMA, PREC, WS, LAZY)
+    if PREFETCH:  # the next tile's scores overlap this tile's exponentials (FlashAttention-3's schedule)
+        if full_end > 0:
+            acc, l_i, m_i = _fwd_key_tiles_prefetch(acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, kv_row, 0,
+                                                    full_end, qk_scale, LK, HEAD_DIM, BLOCK_N, USE_TMA, PREC)
+    else:
+        acc, l_i, m_i = _fwd_key_tiles(acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, kv_row, offs_m, 0, full_end,
+                                       qk_scale, LK, SHIFT, HEAD_DIM, BLOCK_N, CAUSAL, False, USE_TMA, PREC, WS, LAZY)
     acc, l_i, m_i = _fwd_key_tiles(acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, kv_row, offs_m, full_end, hi,
                                    qk_scale, LK, SHIFT, HEAD_DIM, BLOCK_N, CAUSAL, True, USE_TMA, PREC, False, False)
 
@@ -476,6 +517,10 @@ class FlashConfig:
     warp_specialize: bool = False  # forward: split loads and math between warps (no gain on the H100, Triton 3.6)
     tma_reduce: bool = True  # with atomic_dq and TMA: add each dQ tile by one bulk reduction of the copy engine
     lazy_rescale: bool = False  # forward: rescale the running output only when a row's max grows over 256x
+    # forward: issue the next tile's Q K^T before this tile's exponentials (FlashAttention-3's overlap within a
+    # program, at the price of a second score tile in registers). Triton 3.6 on the H100 ran it slower than the
+    # plain loop for every tile shape tried but one (scripts/attention_gpu.py, phase r5), so it is off.
+    prefetch_scores: bool = False
 
 
 def _has_tma(device: torch.device) -> bool:
@@ -492,13 +537,18 @@ def _capability(index) -> tuple:
 
 
 # Launching: at short sequences the GPU finishes a kernel sooner than Python prepares the next launch, so
-# the launch path is part of the speed. Triton's `kernel[grid](...)` binds and specializes every argument on
-# each call; once it has compiled a kernel for a given kind of arguments, `_launch` calls that compiled
-# kernel directly. The key holds everything Triton specializes on (dtypes, 16-byte alignment of pointers,
-# integers equal to 1 or divisible by 16, descriptor shapes and blocks, the constexprs and launch options),
-# so a cached kernel is only reused where Triton would have chosen the same one.
+# the launch path is part of the speed (issue 15: on the H100's slower host our forward call took several times
+# the CPU time of SDPA's, and the timer showed it). Triton's `kernel[grid](...)` binds and specializes
+# every argument on each call; once it has compiled a kernel for a given kind of arguments, `_launch` calls
+# that compiled kernel directly. The key holds everything Triton specializes on (dtypes, 16-byte alignment
+# of pointers, integers equal to 1 or divisible by 16, descriptor shapes and blocks, the constexprs and
+# launch options), so a cached kernel is only reused where Triton would have chosen the same one. Our
+# launchers pass a cheaper key of their own (`key=`): the shapes and dtypes every integer and descriptor
+# argument derives from, and the pointers' alignment; without one, the key is read off every argument.
 FAST_LAUNCH = True
+LEAN_LAUNCH = True  # False: round four's launch (key read off every argument, through compiled[grid]), for timing
 _COMPILED: dict = {}
+_COMPILED_MAX = 4096  # kinds of call remembered (each shape is one): forgotten all at once past this
 
 
 def _arg_kind(x):
@@ -516,13 +566,21 @@ def _arg_kind(x):
     return type(x), repr(x)
 
 
-def _launch(kernel, grid: tuple, *args, **meta):
-    """kernel[grid](*args, **meta), through the compiled kernel directly when this kind of call ran before."""
+def _aligned(*tensors) -> tuple:
+    """The 16-byte alignment of each tensor's first element: what Triton specializes pointers on."""
+    return tuple(t.data_ptr() % 16 == 0 for t in tensors)
+
+
+def _launch(kernel, grid: tuple, *args, key=None, **meta):
+    """kernel[grid](*args, **meta), through the compiled kernel directly when this kind of call ran before.
+    key: what Triton specializes these arguments on, where the caller knows it (default: read off each one)."""
     global FAST_LAUNCH
     if not (FAST_LAUNCH and args[0].is_cuda):
         kernel[grid](*args, **meta)
         return
-    key = (kernel, args[0].device.index, tuple(map(_arg_kind, args)), tuple(meta.items()))
+    if not LEAN_LAUNCH:
+        key = None
+    key = (kernel, args[0].get_device(), tuple(map(_arg_kind, args)) if key is None else key, tuple(meta.items()))
     hit = _COMPILED.get(key)
     if hit is not None:
         compiled, constexprs = hit
@@ -537,6 +595,8 @@ def _launch(kernel, grid: tuple, *args, **meta):
     compiled = kernel[grid](*args, **meta)
     rest = kernel.arg_names[len(args):]
     if hasattr(compiled, "function") and all(name in meta for name in rest):
+        if len(_COMPILED) >= _COMPILED_MAX:
+            _COMPILED.clear()
         _COMPILED[key] = (compiled, tuple(meta[name] for name in rest))
 
 
@@ -555,8 +615,11 @@ CAUSAL_SPLIT_WAVES = 8
 # the launcher encodes on the CPU at every call. Where the GPU work is short, that host time is the call's
 # time, and pointer loads (no descriptors) are faster: on the H100 at N = 1024 and 2048, forward+backward
 # took 0.41-0.69 ms with pointer loads against 0.62-0.90 ms with TMA, while at d = 128, N = 2048 (1e9 forward
-# FLOPs per SM) TMA won. Below this much forward work per SM, forward+backward uses pointer loads.
-HOST_BOUND_FLOPS_PER_SM = 1e9
+# FLOPs per SM) TMA won. Below this much forward work per SM, forward+backward uses pointer loads. A forward
+# call alone makes about a quarter of that CPU work (one launch and three descriptors against three launches,
+# eleven descriptors and the autograd engine: scripts/attention_gpu.py r5host measures both), so it takes
+# pointer loads below a quarter of the work.
+HOST_BOUND_FLOPS_PER_SM = {"fwd+bwd": 1e9, "fwd": 1e9 / 4}
 # Lazy rescaling (FlashAttention-4) lost on the H100 at every size but one (0.57-0.95x cuDNN against
 # 0.79-1.08x without it): the block-wide max it needs costs more than the multiplies it saves.
 LAZY_RESCALE = {64: False, 128: False}
@@ -578,16 +641,21 @@ def tiles_for(head_dim: int, dtype: str, cc: tuple, *, causal: bool = False, seq
         lazy = LAZY_RESCALE.get(head_dim, False)
         sized = bool(seq_len and batch_heads and sm_count)
         tma = True
-        if sized and mode == "fwd+bwd":
+        if sized and mode in HOST_BOUND_FLOPS_PER_SM:
             flops_per_sm = 4.0 * batch_heads * seq_len * seq_len * head_dim * (0.5 if causal else 1.0) / sm_count
-            tma = flops_per_sm >= HOST_BOUND_FLOPS_PER_SM
+            tma = flops_per_sm >= HOST_BOUND_FLOPS_PER_SM[mode]
         if head_dim <= 64:
             return FlashConfig(Tiles(64, 128, 4, 2), Tiles(64, 64, 4, 3), Tiles(64, 64, 4, 3), use_tma=tma,
                                lazy_rescale=lazy)
         fwd = Tiles(128, 64, 4, 2)
-        if causal and sized and tma:  # (the pointer-load runs were measured with the long-sequence tiles)
-            waves = batch_heads * -(-seq_len // 128) / (2 * sm_count)
-            if waves < CAUSAL_SPLIT_WAVES:
+        waves = batch_heads * -(-seq_len // 128) / (2 * sm_count) if sized else math.inf  # of 128-query tiles
+        if causal and waves < CAUSAL_SPLIT_WAVES:
+            # the 64-query tiles were measured with TMA loads; pointer loads with the long-sequence tiles. A
+            # forward call alone keeps the 64-query tiles over TMA even where it is short: at N = 1024 they beat
+            # the 128-query tiles over pointer loads on the H100 (issue 15, round five: scripts/attention_gpu.py)
+            if mode == "fwd":
+                tma = True
+            if tma:
                 fwd = Tiles(64, 64, 4, 3)
         return FlashConfig(fwd, Tiles(64, 64, 4, 2), Tiles(64, 64, 4, 2), use_tma=tma, lazy_rescale=lazy)
     # Ampere and Ada (not measured here): no TMA, smaller shared memory
@@ -607,8 +675,17 @@ def default_config(head_dim: int, dtype: torch.dtype, device: torch.device, *, c
                    seq_len: Optional[int] = None, batch_heads: Optional[int] = None, mode: str = "fwd") -> FlashConfig:
     if device.type != "cuda":  # Triton's interpreter: fewer, bigger tiles mean fewer slow Python-level steps
         return INTERPRETER_CONFIG
-    return tiles_for(head_dim, _dtype_name(dtype), _capability(device.index), causal=causal, seq_len=seq_len,
-                     batch_heads=batch_heads, sm_count=_sm_count(device.index), mode=mode)
+    return _cuda_config(head_dim, dtype, device.index, causal, seq_len, batch_heads, mode,
+                        tuple(sorted(HOST_BOUND_FLOPS_PER_SM.items())))
+
+
+@functools.lru_cache(maxsize=1024)
+def _cuda_config(head_dim, dtype, index, causal, seq_len, batch_heads, mode, host_bound) -> FlashConfig:
+    """tiles_for on this GPU, remembered: a call of flash_attention at a short length lasts tens of microseconds
+    on the GPU, and the choice is the same for every call of the same shape (host_bound: part of the key, so
+    that a script that changes HOST_BOUND_FLOPS_PER_SM gets a fresh choice)."""
+    return tiles_for(head_dim, _dtype_name(dtype), _capability(index), causal=causal, seq_len=seq_len,
+                     batch_heads=batch_heads, sm_count=_sm_count(index), mode=mode)
 
 
 @functools.lru_cache(maxsize=None)
@@ -671,13 +748,14 @@ def _forward(q4, k4, v4, causal: bool, scale: float, cfg: FlashConfig, out=None,
     use_tma = cfg.use_tma and _has_tma(q4.device)
     if lq == 0 or b * h == 0:
         return out, lse
-    grid = (triton.cdiv(lq, t.block_m), b * h)
+    grid = (-(-lq // t.block_m), b * h)  # (triton.cdiv is a constexpr function: slow to call from the host)
     _launch(attention_fwd_kernel, grid,
             q4, k4, v4, out, lse, _descriptor(q4, t.block_m, use_tma), _descriptor(k4, t.block_n, use_tma),
             _descriptor(v4, t.block_n, use_tma), scale * LOG2E, lq, lk, lse.shape[-1],
             HEAD_DIM=d, BLOCK_M=t.block_m, BLOCK_N=t.block_n, CAUSAL=causal, USE_TMA=use_tma,
-            PREC=_prec(q4), WS=cfg.warp_specialize and q4.is_cuda, LAZY=cfg.lazy_rescale, num_warps=t.warps,
-            num_stages=t.stages)
+            PREC=_prec(q4), WS=cfg.warp_specialize and q4.is_cuda, LAZY=cfg.lazy_rescale,
+            PREFETCH=cfg.prefetch_scores, num_warps=t.warps, num_stages=t.stages,
+            key=(q4.dtype, k4.dtype, out.dtype, lse.dtype, q4.shape, k4.shape, _aligned(q4, k4, v4, out, lse)))
     return out, lse
 
 
@@ -693,8 +771,9 @@ def _backward(q4, k4, v4, out, lse, do4, causal: bool, scale: float, cfg: FlashC
         return dq.zero_(), dk.zero_(), dv.zero_()
     use_tma = cfg.use_tma and _has_tma(q4.device)
     pad = lse.shape[-1]
-    delta, lse2 = torch.empty((2, b, h, pad), device=q4.device, dtype=torch.float32)
+    delta, lse2 = torch.empty((2, b, h, pad), device=q4.device, dtype=torch.float32).unbind(0)
     prec = _prec(q4)
+    shapes = (q4.dtype, k4.dtype, out.dtype, do4.dtype, lse.dtype, q4.shape, k4.shape, pad)  # the launch keys
     if not cfg.atomic_dq:  # dQ first: its kernel also writes delta and lse2 for the dK/dV kernel
         t = cfg.dq
         _launch(attention_bwd_dq_kernel, (pad // t.block_m, b * h),
@@ -702,19 +781,21 @@ def _backward(q4, k4, v4, out, lse, do4, causal: bool, scale: float, cfg: FlashC
                 _descriptor(k4, t.block_n, use_tma), _descriptor(v4, t.block_n, use_tma),
                 _descriptor(do4, t.block_m, use_tma), scale, scale * LOG2E, lq, lk, pad,
                 HEAD_DIM=d, BLOCK_M=t.block_m, BLOCK_N=t.block_n, CAUSAL=causal, USE_TMA=use_tma, PREC=prec,
-                num_warps=t.warps, num_stages=t.stages)
+                num_warps=t.warps, num_stages=t.stages,
+                key=shapes + (dq.dtype, _aligned(q4, k4, v4, out, do4, dq, lse, lse2, delta)))
     else:
         _launch(attention_bwd_prep_kernel, (pad // 64, b * h), out, do4, lse, delta, lse2, lq, pad, HEAD_DIM=d,
                 BLOCK=64)
     t = cfg.dkdv
     dq_acc = torch.zeros((b, h, pad, d), device=q4.device, dtype=torch.float32) if cfg.atomic_dq else delta
     dq_tma = cfg.atomic_dq and cfg.tma_reduce and use_tma and _has_tma_reduce(q4.device)
-    _launch(attention_bwd_dkdv_kernel, (triton.cdiv(lk, t.block_n), b * h),
+    _launch(attention_bwd_dkdv_kernel, (-(-lk // t.block_n), b * h),
             q4, k4, v4, do4, dk, dv, dq_acc, lse2, delta, _descriptor(q4, t.block_m, use_tma),
             _descriptor(k4, t.block_n, use_tma), _descriptor(v4, t.block_n, use_tma),
             _descriptor(do4, t.block_m, use_tma), _descriptor(dq_acc, t.block_m, dq_tma), scale, scale * LOG2E, lq, lk,
             pad, HEAD_DIM=d, BLOCK_M=t.block_m, BLOCK_N=t.block_n, CAUSAL=causal, USE_TMA=use_tma,
-            ATOMIC_DQ=cfg.atomic_dq, DQ_TMA=dq_tma, PREC=prec, num_warps=t.warps, num_stages=t.stages)
+            ATOMIC_DQ=cfg.atomic_dq, DQ_TMA=dq_tma, PREC=prec, num_warps=t.warps, num_stages=t.stages,
+            key=shapes + (dk.dtype, dv.dtype, dq_acc.dtype, _aligned(q4, k4, v4, do4, dk, dv, dq_acc, lse2, delta)))
     if cfg.atomic_dq:
         torch.mul(dq_acc[:, :, :lq], scale, out=dq)  # one pass: scale and round the float32 sums to q's dtype
     return dq, dk, dv
@@ -729,20 +810,30 @@ class _FlashAttention(torch.autograd.Function):
         out, lse = _forward(q4, k4, v4, causal, scale, cfg)
         ctx.save_for_backward(q4, k4, v4, out, lse)  # O(N) memory: the output and one number per query
         ctx.causal, ctx.scale, ctx.cfg, ctx.shapes = causal, scale, cfg, (q.shape, k.shape)
-        return out.view(q.shape)
+        return out if q.dim() == 4 else out.view(q.shape)  # (a view costs CPU time too: only where needed)
 
     @staticmethod
     def backward(ctx, grad_out):
         q4, k4, v4, out, lse = ctx.saved_tensors
-        dq, dk, dv = _backward(q4, k4, v4, out, lse, grad_out.reshape(out.shape), ctx.causal, ctx.scale, ctx.cfg)
         q_shape, k_shape = ctx.shapes
+        if len(q_shape) == 4:
+            dq, dk, dv = _backward(q4, k4, v4, out, lse, grad_out, ctx.causal, ctx.scale, ctx.cfg)
+            return dq, dk, dv, None, None, None, None
+        dq, dk, dv = _backward(q4, k4, v4, out, lse, grad_out.reshape(out.shape), ctx.causal, ctx.scale, ctx.cfg)
         return dq.view(q_shape), dk.view(k_shape), dv.view(k_shape), None, None, None, None
 
 
 def flash_attention(q, k, v, causal: bool = False, scale: Optional[float] = None, *, config=None) -> torch.Tensor:
     """softmax(q k^T * scale [+ causal mask]) v, differentiable; scale defaults to 1/sqrt(d)."""
     backward_follows = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
-    return _FlashAttention.apply(q, k, v, causal, scale, config, "fwd+bwd" if backward_follows else "fwd")
+    if backward_follows:
+        return _FlashAttention.apply(q, k, v, causal, scale, config, "fwd+bwd")
+    # inference: no autograd record to make, so no autograd.Function (its bookkeeping is CPU time per call)
+    q4, k4, v4, scale = _prepare(q, k, v, scale)
+    cfg = config or default_config(q4.shape[-1], q4.dtype, q4.device, causal=causal, seq_len=q4.shape[2],
+                                   batch_heads=q4.shape[0] * q4.shape[1], mode="fwd")
+    out = _forward(q4, k4, v4, causal, scale, cfg)[0]
+    return out if q.dim() == 4 else out.view(q.shape)
 
 
 def flash_attention_forward(q, k, v, causal: bool = False, scale: Optional[float] = None, *, config=None):
@@ -1482,7 +1573,8 @@ def triton_kernels(keys: list) -> set:
     kernels = set()
     for impl, dtype, d, causal, mode, cfg in keys:
         if impl == "ours":
-            kernels.add(("fwd", dtype, d, causal, cfg.fwd, cfg.use_tma, cfg.lazy_rescale, cfg.warp_specialize))
+            kernels.add(("fwd", dtype, d, causal, cfg.fwd, cfg.use_tma, cfg.lazy_rescale, cfg.warp_specialize,
+                         cfg.prefetch_scores))
             if mode == "fwd+bwd":
                 kernels.add(("dq", dtype, d, causal, cfg.dq, cfg.use_tma))
                 kernels.add(("dkdv", dtype, d, causal, cfg.dkdv, cfg.use_tma, cfg.atomic_dq))

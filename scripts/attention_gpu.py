@@ -15,6 +15,11 @@ Run on a GPU:  python scripts/attention_gpu.py [phase ...]
     i15b      the production path (flash_attention with no config) beside cuDNN and SDPA flash, fwd and
               fwd+bwd, N = 1024..16384, with candidate variants (lazy rescaling, 64-row tiles, pointer loads)
     final     the production path only, the table of issue 15's ratios (no candidates)
+    r5host    round five: the CPU's time per call of each launch path at N = 1024, and a profile of where it goes
+    r5final   round five: the default sweep through round four's and this round's launch paths, beside cuDNN
+              and SDPA flash (the before -> after table)
+    r5        round five: short lengths through round four's and this round's launch paths beside cuDNN and SDPA
+              flash; prefetched-score forwards and deeper backward pipelines against the defaults
 Every kernel variant is first compiled and checked against float64 in parallel worker processes
 (they fill Triton's on-disk cache), then timed one at a time in this process. Prints a compact table;
 the full numbers go to $OUT/attention_gpu.json when OUT is set.
@@ -87,7 +92,8 @@ def make_cfg(v: dict):
     from labs.attention import FlashConfig
     return FlashConfig(T(*v["fwd"]), T(*v["dkdv"]), T(*v["dq"]), use_tma=v.get("tma", True),
                        atomic_dq=v.get("atomic", False), warp_specialize=v.get("ws", False),
-                       tma_reduce=v.get("reduce", True), lazy_rescale=v.get("lazy", False))
+                       tma_reduce=v.get("reduce", True), lazy_rescale=v.get("lazy", False),
+                       prefetch_scores=v.get("prefetch", False))
 
 
 def variant_name(v: dict) -> str:
@@ -787,8 +793,249 @@ def phase_i15b(B=4, H=16, Ns=(1024, 2048, 4096, 8192, 16384), with_variants=True
               f"{fb[1] / fb[0]:.2f} {fb[2] / fb[0]:.2f} | {extra}")
 
 
+# ------------------------------------------------------------------------------------------------
+# Round five (issue 15): the launch path at short lengths, prefetched scores, deeper backward pipelines
+# ------------------------------------------------------------------------------------------------
+R5_FWD = {  # (tiles, prefetch): the defaults first, then the prefetched-score schedule on several tiles
+    64: [((64, 128, 4, 2), True), ((128, 128, 8, 2), True), ((128, 64, 4, 2), True), ((128, 128, 8, 3), True)],
+    128: [((128, 64, 4, 2), True), ((128, 64, 8, 2), True), ((128, 128, 8, 2), True), ((64, 64, 4, 3), True)],
+}
+R5_BWD = {64: [((64, 128, 4, 3), (128, 64, 8, 3))], 128: [((64, 64, 4, 3), (64, 64, 4, 3)), ((64, 128, 8, 3), (128, 64, 8, 3))]}
+
+
+def _old_path(A, old: bool) -> None:
+    """Round four's launch path (TMA descriptors for every forward, the key read off every argument) or this one's."""
+    A.HOST_BOUND_FLOPS_PER_SM = {"fwd+bwd": 1e9} if old else dict(NEW_HOST_BOUND)
+    A.LEAN_LAUNCH = not old
+
+
+NEW_HOST_BOUND: dict = {}
+
+
+def r5_variants() -> list[dict]:
+    from labs import attention as A
+    out = []
+    for d in (64, 128):
+        t = A.tiles_for(d, "bf16", (9, 0))
+        f, kv, q = ((x.block_m, x.block_n, x.warps, x.stages) for x in (t.fwd, t.dkdv, t.dq))
+        for causal in (False, True):
+            base = {"d": d, "causal": causal, "dtype": "bf16", "fwd": f, "dkdv": kv, "dq": q}
+            out.append(base | {"kind": "bwd", "label": "default"})
+            out.append(base | {"kind": "bwd", "tma": False, "label": "ptr"})  # short lengths' production path
+            short = A.tiles_for(d, "bf16", (9, 0), causal=causal, seq_len=1024, batch_heads=64, sm_count=132)
+            if short.fwd != t.fwd:
+                sf = (short.fwd.block_m, short.fwd.block_n, short.fwd.warps, short.fwd.stages)
+                out.append(base | {"kind": "fwd", "fwd": sf, "label": "default-short"})
+            for tiles, pre in R5_FWD[d]:
+                out.append(base | {"kind": "fwd", "fwd": tiles, "prefetch": pre,
+                                   "label": ("pre " if pre else "") + "x".join(map(str, tiles))})
+            for dkdv, dq in R5_BWD[d]:
+                out.append(base | {"kind": "bwd", "dkdv": dkdv, "dq": dq,
+                                   "label": "bwd " + "x".join(map(str, dkdv)) + "/" + "x".join(map(str, dq))})
+    return out
+
+
+def host_profile(fn, calls=300, top=14) -> str:
+    """The CPU's time per call by function (cProfile, tottime), as one compact block."""
+    import cProfile
+    import pstats
+    for _ in range(5):
+        fn()
+    torch.cuda.synchronize()
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(calls):
+        fn()
+    prof.disable()
+    torch.cuda.synchronize()
+    st = pstats.Stats(prof)
+    rows = sorted(st.stats.items(), key=lambda kv: -kv[1][2])[:top]
+    return "\n".join(f"    {tt / calls * 1e6:6.1f} us self {ct / calls * 1e6:6.1f} us cum {nc / calls:4.1f}x "
+                     f"{os.path.basename(fnm)}:{ln} {name}" for (fnm, ln, name), (cc, nc, tt, ct, _) in rows)
+
+
+def phase_r5_host(d=64, n=1024, B=4, H=16):
+    """Host (CPU) time per call of every launch path at a launch-bound size, and where it goes."""
+    from labs import attention as A, bench
+    q, k, v, do = inputs(B, H, n, d, grad=True)
+    lines = []
+
+    def old_fwd(q, k, v):  # round four's forward: through autograd.Function, TMA descriptors
+        return A._FlashAttention.apply(q, k, v, False, None, None, "fwd")
+
+    _old_path(A, True)
+    paths = {"ours-old": old_fwd, "ours-new-tma": A._impl_fn("ours", False)}
+    for name, fn in paths.items():
+        lines.append(f"{name} fwd {host_us(A._runner(fn, 'fwd', q, k, v, do)):.0f}")
+    _old_path(A, False)
+    fn = A._impl_fn("ours", False)
+    lines.append(f"ours-new-ptr fwd {host_us(A._runner(fn, 'fwd', q, k, v, do)):.0f}")
+    lines.append(f"ours fwd+bwd {host_us(A._runner(fn, 'fwd+bwd', q, k, v, do)):.0f}")
+    for impl in ("sdpa-flash", "sdpa-cudnn"):
+        f = A._impl_fn(impl, False)
+        for mode in ("fwd", "fwd+bwd"):
+            lines.append(f"{impl} {mode} {host_us(A._runner(f, mode, q, k, v, do)):.0f}")
+    # pieces
+    qd = q.detach()
+    lines.append(f"empty_like {host_us(lambda: torch.empty_like(qd), 2000):.1f}")
+    lines.append(f"descriptor {host_us(lambda: A._descriptor(qd, 128, True), 2000):.1f}")
+    cfg = A.default_config(d, qd.dtype, qd.device, seq_len=n, batch_heads=B * H, mode="fwd")
+    lines.append(f"_forward(ptr) {host_us(lambda: A._forward(qd, qd, qd, False, 0.125, cfg), 500):.1f}")
+    cfg_t = A.FlashConfig(cfg.fwd, cfg.dkdv, cfg.dq, use_tma=True)
+    lines.append(f"_forward(tma) {host_us(lambda: A._forward(qd, qd, qd, False, 0.125, cfg_t), 500):.1f}")
+    log("host us/call: " + ", ".join(lines))
+    RESULTS["r5_host"] = lines
+    for name, f in (("fwd ptr (new default at N=1024)", A._runner(fn, "fwd", q, k, v, do)),
+                    ("fwd tma", A._runner(lambda q, k, v: A.flash_attention(q, k, v, config=cfg_t), "fwd", q, k, v, do)),
+                    ("fwd+bwd", A._runner(fn, "fwd+bwd", q, k, v, do)),
+                    ("sdpa-flash fwd+bwd", A._runner(A._impl_fn("sdpa-flash", False), "fwd+bwd", q, k, v, do))):
+        print(f"  profile {name}:\n" + host_profile(f), flush=True)
+
+
+def phase_r5(B=4, H=16):
+    """Check every variant against float64 (odd lengths), then: (1) the short lengths' launch paths, round four's
+    against this round's, beside cuDNN and SDPA flash; (2) prefetched-score forwards and deeper backward pipelines
+    against the defaults at N = 2048 and 8192."""
+    from labs import attention as A
+    vs = r5_variants()
+    odd = ((1000, 1000), (777, 1000), (1000, 777), (4097, 4097))
+    if DRY:  # a CPU rehearsal: the checks of a few variants on small odd lengths, no timing
+        vs, odd = [v for v in vs if v["d"] == 64 and v["label"] in ("ptr", "pre 64x128x4x2")], ((70, 45),)
+    log(f"compiling + checking {len(vs)} variants in parallel")
+    checks = check_all(vs, lambda v: odd, 2 if DRY else 15)
+    ok = {}
+    for v, c in zip(vs, checks):
+        worst = max((e for errs in c["errors"].values() for e in errs.values()), default=float("nan"))
+        ok[(v["d"], v["causal"], v["label"])] = c["ok"]
+        if not c["ok"] or v["label"] in ("default", "ptr"):
+            print(f"  check d={v['d']} {'causal' if v['causal'] else 'full':6s} {v['label']:22s} "
+                  f"{'ok  ' if c['ok'] else 'FAIL'} worst {worst:.1e} {c.get('exception', '')[:200]}")
+    log(f"checked: {sum(ok.values())} ok of {len(vs)}")
+    RESULTS["checks"] += checks
+    if DRY:
+        return
+
+    def old_fwd(causal):
+        return lambda q, k, v: A._FlashAttention.apply(q, k, v, causal, None, None, "fwd")
+
+    print("\n(1) short lengths: ms, and ratios library ms / our ms (old = round four's path, new = this one's)")
+    short = []
+    for d in (64, 128):
+        for n in (1024, 2048):
+            q, k, v_, do = inputs(B, H, n, d, grad=True)
+            for causal in (False, True):
+                if not (ok.get((d, causal, "default")) and ok.get((d, causal, "ptr"))):
+                    continue
+                r = {"d": d, "N": n, "causal": causal}
+                for mode in ("fwd", "fwd+bwd"):
+                    for name, fn in (("cudnn", A._impl_fn("sdpa-cudnn", causal)),
+                                     ("flash", A._impl_fn("sdpa-flash", causal))):
+                        r[f"{name} {mode}"] = tms(A._runner(fn, mode, q, k, v_, do))
+                    _old_path(A, True)
+                    r[f"old {mode}"] = tms(A._runner(old_fwd(causal) if mode == "fwd" else A._impl_fn("ours", causal),
+                                                    mode, q, k, v_, do))
+                    _old_path(A, False)
+                    r[f"new {mode}"] = tms(A._runner(A._impl_fn("ours", causal), mode, q, k, v_, do))
+                short.append(r)
+                print(f"  d={d:<3d} N={n:<5d} {'causal' if causal else 'full  '} " + " | ".join(
+                    f"{mode}: old {r['old ' + mode]:.3f} new {r['new ' + mode]:.3f} cuDNN {r['cudnn ' + mode]:.3f} "
+                    f"flash {r['flash ' + mode]:.3f} -> x cuDNN {r['cudnn ' + mode] / r['old ' + mode]:.2f}->"
+                    f"{r['cudnn ' + mode] / r['new ' + mode]:.2f} x flash {r['flash ' + mode] / r['old ' + mode]:.2f}->"
+                    f"{r['flash ' + mode] / r['new ' + mode]:.2f}" for mode in ("fwd", "fwd+bwd")), flush=True)
+            del q, k, v_, do
+    RESULTS["r5_short"] = short
+    _old_path(A, True)
+
+    print("\n(2) kernels alone (ms); fwd variants against the default forward and cuDNN's, bwd against the default")
+    rows = []
+    for d in (64, 128):
+        for n in (2048, 8192):
+            q, k, v_, do = inputs(B, H, n, d)
+            scale = 1 / math.sqrt(d)
+            for causal in (False, True):
+                mine = [x for x in vs if x["d"] == d and x["causal"] == causal and ok.get((d, causal, x["label"]))]
+                if not any(x["label"] == "default" for x in mine):
+                    continue
+                cud = tms(lambda: A.sdpa(q, k, v_, causal, "sdpa-cudnn"))
+                base = make_cfg(next(x for x in mine if x["label"] == "default"))
+                t0 = tms(lambda: A._forward(q, k, v_, causal, scale, base))
+                out, lse = A._forward(q, k, v_, causal, scale, base)
+                b0 = tms(lambda: A._backward(q, k, v_, out, lse, do, causal, scale, base))
+                line = [f"fwd {t0:.3f} (x cuDNN {cud / t0:.2f}) bwd {b0:.3f}"]
+                for x in mine:
+                    if x["label"].startswith("pre") or x["label"] == "default-short":
+                        cfg = make_cfg(x)
+                        t = tms(lambda: A._forward(q, k, v_, causal, scale, cfg))
+                        line.append(f"{x['label']} {t0 / t:.3f}x")
+                        rows.append({"d": d, "N": n, "causal": causal, "label": x["label"], "ms": t, "base_ms": t0,
+                                     "cudnn_ms": cud})
+                    elif x["label"].startswith("bwd"):
+                        cfg = make_cfg(x)
+                        t = tms(lambda: A._backward(q, k, v_, out, lse, do, causal, scale, cfg))
+                        line.append(f"{x['label']} {b0 / t:.3f}x")
+                        rows.append({"d": d, "N": n, "causal": causal, "label": x["label"], "ms": t, "base_ms": b0})
+                print(f"  d={d:<3d} N={n:<5d} {'causal' if causal else 'full  '} " + ", ".join(line), flush=True)
+                del out, lse
+            del q, k, v_, do
+    RESULTS["r5_kernels"] = rows
+
+
+def phase_r5final(B=4, H=16, Ns=(1024, 2048, 4096, 8192, 16384)):
+    """The default sweep, production path only: round four's launch path ("old") and this round's ("new"), our
+    kernels checked against float64 first (both paths' configurations), each point timed beside cuDNN and SDPA
+    flash in the same run; ratios = library ms / our ms."""
+    from labs import attention as A
+    dev = torch.device(DEV, 0) if not DRY else torch.device("cpu")
+    if DRY:  # a CPU rehearsal: tiny sizes, naive attention in place of the libraries
+        B, H, Ns = 1, 2, (64,)
+        A.CHECK_LQ = A.CHECK_LK = 61
+    keys = []
+    for old in (True, False):
+        _old_path(A, old)
+        p = A.Params(impls=("ours",), seq_lens=Ns, batch=B, heads=H)
+        keys += [k for k in A.check_keys(p, lambda shape, mode: A.point_config(shape, mode, dev)) if k not in keys]
+    log(f"checking {len(keys)} configurations of ours against float64 (odd lengths)")
+    errs, _ = A._run_checks(keys, dev)
+    log(f"checked: worst relative error {max(errs.values()):.1e}")
+    rows = []
+    for d in (64, 128):
+        for n in Ns:
+            q, k, v_, do = inputs(B, H, n, d, grad=True)
+            for causal in (False, True):
+                r = {"d": d, "N": n, "causal": causal}
+                for mode in ("fwd", "fwd+bwd"):
+                    for name in ("cudnn", "flash", "old", "new"):
+                        if name in ("old", "new"):
+                            _old_path(A, name == "old")
+                            fn = A._impl_fn("ours", causal)
+                            if name == "old" and mode == "fwd":  # round four: through autograd.Function
+                                fn = lambda q, k, v, c=causal: A._FlashAttention.apply(q, k, v, c, None, None, "fwd")
+                        else:
+                            fn = A._impl_fn("naive" if DRY else "sdpa-" + name, causal)
+                        r[f"{name} {mode}"] = tms(A._runner(fn, mode, q, k, v_, do))
+                rows.append(r)
+                log(f"d={d} N={n} {'causal' if causal else 'full'}: " +
+                    " ".join(f"{key}={val:.4f}" for key, val in r.items() if isinstance(val, float)))
+            del q, k, v_, do
+    _old_path(A, False)
+    RESULTS["r5final"] = rows
+    print("\nratios library ms / our ms, old -> new (x cuDNN | x SDPA flash); our ms new")
+    for mode in ("fwd", "fwd+bwd"):
+        for d in (64, 128):
+            for causal in (False, True):
+                cells = []
+                for r in rows:
+                    if r["d"] == d and r["causal"] == causal:
+                        o, nw = r[f"old {mode}"], r[f"new {mode}"]
+                        cells.append(f"{r['N']}: {r[f'cudnn {mode}'] / o:.2f}->{r[f'cudnn {mode}'] / nw:.2f} | "
+                                     f"{r[f'flash {mode}'] / o:.2f}->{r[f'flash {mode}'] / nw:.2f} ({nw:.3f})")
+                print(f"{mode:8s} d={d:<3d} {'causal' if causal else 'full  '} " + "  ".join(cells))
+
+
 def main():
     sys.path.insert(0, os.getcwd())
+    from labs import attention as A
+    NEW_HOST_BOUND.update(A.HOST_BOUND_FLOPS_PER_SM)
     phases = sys.argv[1:] or ["sweep", "refs", "memory"]
     if phases[0] == "summary":
         return phase_summary(phases[1])
@@ -804,6 +1051,16 @@ def main():
             except Exception:  # the host-time probe must not cost the run its kernel table
                 import traceback
                 traceback.print_exc()
+        if "r5host" in phases and not DRY:
+            try:
+                phase_r5_host()
+            except Exception:  # the host-time probe must not cost the run its kernel table
+                import traceback
+                traceback.print_exc()
+        if "r5" in phases:
+            phase_r5()
+        if "r5final" in phases:
+            phase_r5final()
         if "i15" in phases:
             phase_i15()
         if "i15b" in phases:

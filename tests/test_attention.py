@@ -285,6 +285,25 @@ def test_lazy_rescale_matches_float64_when_the_max_jumps(causal, device):
     _assert_matches_float64(*(x.requires_grad_() for x in (q, k, v)), causal, "fp32", cfg)
 
 
+@pytest.mark.parametrize("lq,lk,causal,use_tma", [(77, 131, False, False), (131, 77, True, True), (40, 40, True, False),
+                                                  (20, 37, False, True)])
+def test_prefetched_scores_match_float64(lq, lk, causal, use_tma, device):
+    # the next tile's scores issued before this tile's softmax: one, two and several unmasked key tiles, none
+    # at all (causal rows that see fewer keys than one tile), ragged ends, and queries that see no key
+    base = A.INTERPRETER_CONFIG if device == "cpu" else A.default_config(32, torch.bfloat16, torch.device(device))
+    cfg = dataclasses.replace(base, prefetch_scores=True, use_tma=use_tma)
+    _assert_matches_float64(*_inputs(1, 2, lq, lk, 32, "bf16", device, seed=lq * lk), causal, "bf16", cfg)
+
+
+def test_inference_skips_autograd_and_matches_the_autograd_path(device):
+    q, k, v = _inputs(1, 2, 45, 45, 16, "fp32", device, seed=3)
+    with torch.no_grad():
+        out = A.flash_attention(q, k, v, True)
+    assert out.grad_fn is None and out.shape == q.shape
+    ref = A.flash_attention(q, k, v, True)
+    assert ref.grad_fn is not None and torch.equal(out, ref.detach())
+
+
 def test_atomic_dq_over_tma_loads_matches_float64(device):
     # bf16, ragged lengths, more queries than keys: the atomic adds of padded rows must add nothing
     cfg = dataclasses.replace(SMALL, use_tma=True, atomic_dq=True)
@@ -302,6 +321,14 @@ def test_dq_kernel_writes_delta_and_lse2_for_every_padded_row(device):
     refs = torch.autograd.grad(A.reference(qr, kr, vr, False, 0.25)[0], (qr, kr, vr), do.double())
     for name, g, r in zip(("dq", "dk", "dv"), grads, refs):
         bench.check_close(g, r, "fp32", name)
+
+
+def test_launch_keys_of_our_launchers_follow_shapes_dtypes_and_alignment():
+    x = torch.zeros(64)
+    assert A._aligned(x, x[4:]) == (True, True) and A._aligned(x[1:]) == (False,)
+    # the default configuration is remembered per shape, and a changed threshold is a fresh choice
+    cpu = torch.device("cpu")
+    assert A.default_config(64, torch.bfloat16, cpu) is A.INTERPRETER_CONFIG
 
 
 def test_launch_cache_key_separates_what_triton_specializes_on():
@@ -334,6 +361,14 @@ def test_short_forward_backward_uses_pointer_loads():
     assert A.tiles_for(64, "bf16", (9, 0), seq_len=4096, mode="fwd+bwd", **h100).use_tma  # 2.1e9 per SM
     assert A.tiles_for(128, "bf16", (9, 0), seq_len=2048, mode="fwd+bwd", **h100).use_tma  # 1.04e9 per SM
     assert not A.tiles_for(128, "bf16", (9, 0), causal=True, seq_len=2048, mode="fwd+bwd", **h100).use_tma
+    # a forward call alone makes a quarter of the CPU work: pointer loads below 2.5e8 forward FLOPs per SM
+    assert not A.tiles_for(64, "bf16", (9, 0), seq_len=1024, mode="fwd", **h100).use_tma  # 1.3e8 per SM
+    # ... except where causal d = 128 takes its 64-query tiles, which were measured over TMA
+    short_causal = A.tiles_for(128, "bf16", (9, 0), causal=True, seq_len=1024, mode="fwd", **h100)
+    assert short_causal.use_tma and short_causal.fwd.block_m == 64
+    assert not A.tiles_for(128, "bf16", (9, 0), causal=True, seq_len=1024, mode="fwd+bwd", **h100).use_tma
+    assert A.tiles_for(128, "bf16", (9, 0), seq_len=1024, mode="fwd", **h100).use_tma  # 2.6e8 per SM
+    assert A.tiles_for(64, "bf16", (9, 0), causal=True, seq_len=2048, mode="fwd", **h100).use_tma  # 2.6e8 per SM
 
 
 def test_flash_attention_picks_the_mode_from_autograd(monkeypatch, device):
