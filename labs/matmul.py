@@ -144,6 +144,57 @@ def matmul_tma_kernel(a_desc, b_desc, c_desc, M, N, K,
             tl.extra.cuda.gdc_wait()
 
 
+@triton.jit(do_not_specialize=["M", "N", "K"])
+def matmul_band_kernel(a_desc, b_desc, c_desc, ax_desc, bx_desc, cx_desc, M, N, K,
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                       EXTRA: tl.constexpr, EXTRA_ROWS: tl.constexpr, TRANS: tl.constexpr = True,
+                       UPCAST: tl.constexpr = False, LAUNCH_DEPENDENTS: tl.constexpr = False,
+                       WAIT_PRIMARY: tl.constexpr = 0):
+    """A band of whole tiles (the last tile row or column of the interior) that also computes the thin edge beside
+    it from the tiles it loads anyway. EXTRA_ROWS: each program adds the EXTRA rows of C below the band in its
+    columns, from a tile of those rows of A (ax_desc) and the B tile already in shared memory; TRANS computes that
+    as (B^T A_x^T) so that the tensor-core instruction's long side is the tile's BLOCK_N, not EXTRA. Otherwise
+    each program adds the EXTRA columns right of the band in its rows, from the A tile it has and a thin tile of
+    B (bx_desc). The edge then costs no second pass over A or B. Early start as in matmul_tma_kernel."""
+    if LAUNCH_DEPENDENTS:
+        tl.extra.cuda.gdc_launch_dependents()
+    tile_m, tile_n = _tile_of(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    off_m = tile_m * BLOCK_M
+    off_n = tile_n * BLOCK_N
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    if EXTRA_ROWS:
+        accx = tl.zeros((BLOCK_N, EXTRA) if TRANS else (EXTRA, BLOCK_N), dtype=tl.float32)
+    else:
+        accx = tl.zeros((BLOCK_M, EXTRA), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        a = a_desc.load([off_m, k * BLOCK_K])  # [BLOCK_M, BLOCK_K]
+        b = b_desc.load([k * BLOCK_K, off_n])  # [BLOCK_K, BLOCK_N]
+        if EXTRA_ROWS:
+            x = ax_desc.load([0, k * BLOCK_K])  # [EXTRA, BLOCK_K]: the rows of A below the band
+        else:
+            x = bx_desc.load([k * BLOCK_K, 0])  # [BLOCK_K, EXTRA]: the columns of B right of the band
+        if UPCAST:
+            a, b, x = a.to(tl.float32), b.to(tl.float32), x.to(tl.float32)
+        acc = tl.dot(a, b, acc)
+        if EXTRA_ROWS:
+            if TRANS:
+                accx = tl.dot(b.T, x.T, accx)  # [BLOCK_N, EXTRA]
+            else:
+                accx = tl.dot(x, b, accx)  # [EXTRA, BLOCK_N]
+        else:
+            accx = tl.dot(a, x, accx)  # [BLOCK_M, EXTRA]
+    c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
+    if EXTRA_ROWS:
+        cx_desc.store([0, off_n], (accx.T if TRANS else accx).to(cx_desc.dtype))  # clipped to the rows that exist
+    else:
+        cx_desc.store([off_m, 0], accx.to(cx_desc.dtype))
+    if WAIT_PRIMARY == 1:
+        tl.extra.cuda.gdc_wait()
+    elif WAIT_PRIMARY == 2:
+        if tl.program_id(0) == tl.num_programs(0) - 1:
+            tl.extra.cuda.gdc_wait()
+
+
 # ---------------------------------------------------------------------------------------------
 # Stream-K: the same tiles, but the K steps of the awkward tiles shared out evenly among the SMs
 # ---------------------------------------------------------------------------------------------
@@ -296,14 +347,19 @@ def matmul_streamk_kernel(a_desc, b_desc, c_desc, c_ptr, part_ptr, count_ptr, M,
 def matmul_splittail_kernel(a_desc, b_desc, c_desc, ws_ptr, count_ptr, M, N, K, DP_TILES, SPLIT,
                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                             GROUP_M: tl.constexpr, B_KMAJOR: tl.constexpr, FP32_MODE: tl.constexpr,
-                            UPCAST: tl.constexpr = False):
+                            UPCAST: tl.constexpr = False, LAUNCH_DEPENDENTS: tl.constexpr = False,
+                            WAIT_PRIMARY: tl.constexpr = 0):
     """One program per tile, as the plain TMA kernel, for the first DP_TILES tiles (the full waves). The
     tiles after them (the partial wave) are each cut into SPLIT pieces along K, one program per piece, so
     that the partial wave keeps about every SM busy for 1 / SPLIT of a tile instead of a few SMs for a
     whole one. Every program runs a single K loop, like the plain kernel (its load pipeline fills once).
     A piece adds its FP32 sum into the tile's slot of a workspace with atomic adds (done in the L2, no
     program waits), then counts itself in on the tile's counter; the last piece to arrive reads the
-    finished sum, stores the tile of C, and leaves the slot and the counter at zero for the next launch."""
+    finished sum, stores the tile of C, and leaves the slot and the counter at zero for the next launch.
+    With DP_TILES = 0 every tile is cut (the split edge strips). LAUNCH_DEPENDENTS and WAIT_PRIMARY: the early start,
+    as in matmul_tma_kernel."""
+    if LAUNCH_DEPENDENTS:
+        tl.extra.cuda.gdc_launch_dependents()
     pid = tl.program_id(0)
     k_steps = tl.cdiv(K, BLOCK_K)
     tile = pid
@@ -333,6 +389,11 @@ def matmul_splittail_kernel(a_desc, b_desc, c_desc, ws_ptr, count_ptr, M, N, K, 
             c_desc.store([tile_m * BLOCK_M, tile_n * BLOCK_N], total.to(c_desc.dtype))
             tl.store(ws, tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32), cache_modifier=".cg")
             tl.atomic_xchg(count_ptr + slot, 0)  # ready for the next launch
+    if WAIT_PRIMARY == 1:
+        tl.extra.cuda.gdc_wait()
+    elif WAIT_PRIMARY == 2:
+        if tl.program_id(0) == tl.num_programs(0) - 1:
+            tl.extra.cuda.gdc_wait()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -564,6 +625,23 @@ def row_tail_rows(m: int, n: int, config: TileConfig, slots: int) -> int:
 EDGE_ROW_TILE = TileConfig(16, 64, 128, 8, 4, 3)  # the bottom strip: at most 16 rows, every column
 EDGE_COL_TILE = TileConfig(64, 16, 128, 8, 4, 3)  # the right strip: the interior's rows, at most 16 columns
 EDGE_FIRST = False  # launch the strips before the interior (a variant: slower than after it on an H100)
+# Split edge strips: each strip tile's K steps cut into pieces, one program per piece, the pieces' FP32 sums added
+# with atomic adds into a small workspace (the strips are thin: a few hundred KiB of partial sums) and the last piece
+# to arrive writing the tile (matmul_splittail_kernel with no whole tiles). Where the strips' programs are short, they
+# spread over every SM as soon as the interior frees them instead of queueing on the few it leaves idle. Measured on an
+# H100 at N = 2056 and 2064 (scripts/matmul_gpu.py splitcheck split: every element checked against float64, timed beside
+# cuBLAS in the same run), with the rule's pieces and with 2, 4 or 8: no faster than whole strip tiles, so off. The
+# strips' cost is not a few long K loops left running after the interior: they read all of A and B once more, beside an
+# interior that already keeps the L2 busy.
+EDGE_SPLIT = False
+
+
+def edge_split(strip_tiles: int, k_steps: int, tile: TileConfig, dtype: str, sm_count: int,
+               compute_capability: str = "9.0") -> int:
+    """Pieces per strip tile: as many as give every program slot of the GPU (SMs x the strip tile's programs per SM)
+    one piece, counting the tiles of both strips, at most SPLIT_MAX and no more than the K steps."""
+    slots = sm_count * max(1, blocks_per_sm(tile, dtype, "tma", compute_capability))
+    return max(1, min(SPLIT_MAX, k_steps, slots // max(1, strip_tiles)))
 
 
 def edge_interior(m: int, n: int, config: TileConfig) -> tuple:
@@ -704,7 +782,7 @@ def _row_tail_matmul(a, b, dtype, out, config, tma, programs, tail_config):
     return _launch_chain([(a[:rows], b, out[:rows], big), (a[rows:], b, out[rows:], tail_config)], dtype, tma, out)
 
 
-def _edge_matmul(a, b, dtype, out, config, tma, row_edge=None, col_edge=None):
+def _edge_matmul(a, b, dtype, out, config, tma, row_edge=None, col_edge=None, split=None, band=None):
     """Interior + edge: the big tile on the whole tiles inside the matrix (rows and columns up to the last multiple
     of the tile), then the thin strips left at the bottom (all columns) and on the right (the interior's rows) in
     narrow tiles, each its own launch, started early where the GPU allows it (see _launch_chain)."""
@@ -713,13 +791,114 @@ def _edge_matmul(a, b, dtype, out, config, tma, row_edge=None, col_edge=None):
     rows, cols = edge_interior(m, n, big)
     if rows == 0 or cols == 0 or (rows, cols) == (m, n) or not _tma_slices_ok(a, b, out, tma):
         return triton_matmul(a, b, dtype, out, big, tma)
+    band = EDGE_BAND if band is None else band
+    b_kmajor = b.stride(0) == 1 and b.stride(1) != 1
+    if band and not b_kmajor and rows >= big.block_m and cols >= big.block_n and m - rows <= BAND_EXTRA \
+            and n - cols <= BAND_EXTRA:
+        return _launch_chain(_band_parts(a, b, out, big, band, row_edge, col_edge), dtype, tma, out)
     parts = []
     if rows < m:  # the bottom strip: the last rows, every column
         parts.append((a[rows:], b, out[rows:], row_edge or EDGE_ROW_TILE))
     if cols < n:  # the right strip: the interior's rows, the last columns
         parts.append((a[:rows], b[:, cols:], out[:rows, cols:], col_edge or EDGE_COL_TILE))
+    split = EDGE_SPLIT if split is None else split
+    if split:  # cut every strip tile along K (split True: by the rule; an int: that many pieces)
+        tiles = sum(triton.cdiv(p[2].shape[0], p[3].block_m) * triton.cdiv(p[2].shape[1], p[3].block_n) for p in parts)
+        for i, (pa, pb, pout, cfg) in enumerate(parts):
+            pieces = split if split is not True else edge_split(
+                tiles, triton.cdiv(k, cfg.block_k), cfg, dtype, sm_count_of(a.device), _device_cc(a.device))
+            parts[i] = (pa, pb, pout, dataclasses.replace(cfg, split_tail=True),
+                        {"split": pieces, "scratch": f"edge{i}"})
     interior = (a[:rows], b[:, :cols], out[:rows, :cols], big)
     return _launch_chain(parts + [interior] if EDGE_FIRST else [interior] + parts, dtype, tma, out)
+
+
+# Bands: the interior's last tile row and column compute the strips beside them from the tiles they load anyway, so the
+# strips cost no second pass over A and B. Measured on an H100 (same runs as EDGE_SPLIT): correct, but slower than
+# separate strips at 2056 and 2064, for both strips and for the right one alone, and with the bottom strip's product
+# written either way round: the band programs, one per SM beside the plain ones, took much longer than their extra
+# tensor-core work accounts for, and every other program then waited on them. So off.
+EDGE_BAND = None  # None: strips in their own launches; "both": both strips computed by the interior's last tile row and
+# column (matmul_band_kernel); "right": only the right strip so, the bottom one in its own launch
+EDGE_BAND_TRANS = True  # the bottom strip as (B^T A_x^T) in the band kernel (see the kernel)
+BAND_EXTRA = 16  # rows or columns of edge one band program adds (the strips are at most this thick)
+
+
+def _band_parts(a, b, out, big, band, row_edge=None, col_edge=None):
+    """The chain of interior + edge with bands: (A, B, C, config[, extra]) parts that cover C exactly once. With r x c
+    the whole tiles and r0 = r - BLOCK_M, c0 = c - BLOCK_N: "both": the last tile row [r0, r) x [0, c) plus the rows
+    [r, m) below it; the last tile column [0, r0) x [c0, c) plus the columns [c, n); the rest of the interior
+    [0, r0) x [0, c0) in plain tiles; the corner [r0, m) x [c, n) in narrow tiles. "right": the last tile column
+    [0, r) x [c0, c) plus [c, n); the interior [0, r) x [0, c0); the bottom strip [r, m) x [0, n) in narrow tiles."""
+    (m, k), n = a.shape, b.shape[1]
+    r, c = edge_interior(m, n, big)
+    bm, bn = big.block_m, big.block_n
+    r0, c0 = r - bm, c - bn
+    row_edge, col_edge = row_edge or EDGE_ROW_TILE, col_edge or EDGE_COL_TILE
+    parts = []
+    rows = r0 if band == "both" else r  # the rows of the right band
+    if band == "both":
+        if m > r:
+            parts.append((a[r0:r], b[:, :c], out[r0:r, :c], big, {"band": (a[r:], None, out[r:, :c])}))
+        else:
+            parts.append((a[r0:r], b[:, :c], out[r0:r, :c], big))
+    if rows > 0:
+        if n > c:
+            parts.append((a[:rows], b[:, c0:c], out[:rows, c0:c], big, {"band": (None, b[:, c:], out[:rows, c:])}))
+        else:
+            parts.append((a[:rows], b[:, c0:c], out[:rows, c0:c], big))
+        if c0 > 0:
+            parts.append((a[:rows], b[:, :c0], out[:rows, :c0], big))
+    if band == "both" and n > c:
+        parts.append((a[r0:], b[:, c:], out[r0:, c:], col_edge))
+    if band != "both" and m > r:
+        parts.append((a[r:], b, out[r:], row_edge))
+    return parts
+
+
+def _band_launch(a, b, dtype, out, config, extra, extra_meta=None):
+    """One band part: matmul_band_kernel with the thin operand and output of its edge (extra = (A rows below, None,
+    C rows below) or (None, B columns to the right, C columns to the right))."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    (m, k), n = a.shape, b.shape[1]
+    bm, bn, bk, e = config.block_m, config.block_n, config.block_k, BAND_EXTRA
+    ax, bx, cx = extra
+    rows = ax is not None
+    a_desc = TensorDescriptor.from_tensor(a, [bm, bk])
+    b_desc = TensorDescriptor.from_tensor(b, [bk, bn])
+    c_desc = TensorDescriptor.from_tensor(out, [bm, bn])
+    x_desc = TensorDescriptor.from_tensor(ax, [e, bk]) if rows else TensorDescriptor.from_tensor(bx, [bk, e])
+    cx_desc = TensorDescriptor.from_tensor(cx, [e, bn] if rows else [bm, e])
+    grid = (triton.cdiv(m, bm) * triton.cdiv(n, bn),)
+    compiled = matmul_band_kernel[grid](
+        a_desc, b_desc, c_desc, x_desc, x_desc, cx_desc, m, n, k, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
+        GROUP_M=config.group_m, EXTRA=e, EXTRA_ROWS=rows, TRANS=EDGE_BAND_TRANS,
+        UPCAST=a.device.type == "cpu" and dtype == "bf16", num_warps=config.num_warps, num_stages=config.num_stages,
+        **(extra_meta or {}))
+    return out, "tma", compiled
+
+
+def _split_strip(a, b, dtype, out, config, tma, split, scratch, extra_meta=None):
+    """Every tile of this (thin) product cut into `split` pieces along K: matmul_splittail_kernel with no whole tiles,
+    its FP32 workspace and counters under the scratch name `scratch` (one per strip: the strips may run at once)."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    (m, k), n = a.shape, b.shape[1]
+    bm, bn, bk = config.block_m, config.block_n, config.block_k
+    kmajor_b = b.stride(0) == 1 and b.stride(1) != 1
+    tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
+    split = max(1, min(int(split), triton.cdiv(k, bk)))
+    ws, counts = _scratch_for(scratch, a.device, tiles * bm * bn, tiles)
+    a_desc = TensorDescriptor.from_tensor(a, [bm, bk])
+    b_desc = TensorDescriptor.from_tensor(b.t() if kmajor_b else b, [bn, bk] if kmajor_b else [bk, bn])
+    c_desc = TensorDescriptor.from_tensor(out, [bm, bn])
+    compiled = matmul_splittail_kernel[(tiles * split,)](
+        a_desc, b_desc, c_desc, ws, counts, m, n, k, 0, split, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
+        GROUP_M=config.group_m, B_KMAJOR=kmajor_b, FP32_MODE=_fp32_mode(dtype),
+        UPCAST=a.device.type == "cpu" and dtype == "bf16", num_warps=config.num_warps, num_stages=config.num_stages,
+        **(extra_meta or {}))
+    return out, "tma", compiled
 
 
 def _tma_slices_ok(a, b, out, tma) -> bool:
@@ -741,11 +920,11 @@ def _launch_chain(parts, dtype, tma, out):
     if pdl:
         try:
             first = None
-            for i, (pa, pb, pout, cfg) in enumerate(parts):
+            for i, part in enumerate(parts):
                 meta = {"LAUNCH_DEPENDENTS": i + 1 < len(parts)}
                 if i:
                     meta.update(launch_pdl=True, WAIT_PRIMARY=EARLY_WAIT)
-                res = triton_matmul(pa, pb, dtype, pout, cfg, tma, extra_meta=meta)
+                res = _launch_part(part, dtype, tma, meta)
                 _prefer_shared(res[2])
                 first = first or res
             _PDL_WORKS["ok"] = True
@@ -755,10 +934,20 @@ def _launch_chain(parts, dtype, tma, out):
                 raise
             _PDL_WORKS["ok"] = False
     first = None
-    for pa, pb, pout, cfg in parts:
-        res = triton_matmul(pa, pb, dtype, pout, cfg, tma)
+    for part in parts:
+        res = _launch_part(part, dtype, tma, None)
         first = first or res
     return out, first[1], first[2]
+
+
+def _launch_part(part, dtype, tma, meta):
+    """One part of a chain: (A, B, C, config), or (A, B, C, config, {"split", "scratch"}) for a split strip."""
+    pa, pb, pout, cfg = part[:4]
+    if len(part) > 4 and "band" in part[4]:
+        return _band_launch(pa, pb, dtype, pout, cfg, part[4]["band"], meta)
+    if len(part) > 4:
+        return _split_strip(pa, pb, dtype, pout, cfg, tma, part[4]["split"], part[4]["scratch"], meta)
+    return triton_matmul(pa, pb, dtype, pout, cfg, tma, extra_meta=meta)
 
 
 _AUTOTUNED: dict = {}
@@ -1064,11 +1253,14 @@ def _parts_cycles(first: float, later: list, k: int, dtype: str, path: str, targ
     (rows, columns, config) of `later`. In plain stream order they add up. With the early start, the later parts'
     programs run beside the first one's, on every SM: their K steps (at their own cost per step) spread over all
     SMs add to the first part's time, but no part ends before its own busiest SM has done its share."""
-    own = [_grid_cycles(m, n, cfg, dtype, path, target, flop_per_clock, k=k) for m, n, cfg in later]
+    # a split strip (a fourth entry: pieces per tile) runs pieces x its tiles programs of K / pieces steps each
+    own = [_grid_cycles(m * (p[0] if p else 1), n, cfg, dtype, path, target, flop_per_clock,
+                        k=math.ceil(math.ceil(k / cfg.block_k) / (p[0] if p else 1)) * cfg.block_k)
+           for m, n, cfg, *p in later]
     if not EARLY_START:
         return first + sum(own)
     spread = 0.0
-    for m, n, cfg in later:
+    for m, n, cfg, *_ in later:
         if m > 0 and n > 0:
             tiles = math.ceil(m / cfg.block_m) * math.ceil(n / cfg.block_n)
             step = step_cycles(cfg, dtype, path, flop_per_clock)["step"]
@@ -1106,10 +1298,19 @@ def predict_point(n: int, dtype: str, config: TileConfig, target: Target, tma: s
         rows, cols = edge_interior(n, n, config)
         if 0 < rows and 0 < cols and (rows, cols) != (n, n):
             edge_rows = n - rows
-            busy_cycles = _parts_cycles(
-                _grid_cycles(rows, cols, config, dtype, path, target, flop_per_clock, k=n),
-                [(n - rows, n, EDGE_ROW_TILE), (rows, n - cols, EDGE_COL_TILE)], n, dtype, path, target,
-                flop_per_clock)
+            strips = [(n - rows, n, EDGE_ROW_TILE), (rows, n - cols, EDGE_COL_TILE)]
+            if EDGE_SPLIT:  # each strip tile cut along K by the rule (edge_split)
+                tiles_e = sum(math.ceil(m_ / c.block_m) * math.ceil(n_ / c.block_n) for m_, n_, c in strips)
+                strips = [(m_, n_, c, edge_split(tiles_e, math.ceil(n / c.block_k), c, dtype, target.sm_count,
+                                                 target.compute_capability)) for m_, n_, c in strips]
+            first = _grid_cycles(rows, cols, config, dtype, path, target, flop_per_clock, k=n)
+            if EDGE_BAND and n - rows <= BAND_EXTRA and n - cols <= BAND_EXTRA:
+                # the bands' programs do BAND_EXTRA more rows (or columns) of tensor-core work per step than the
+                # others: the bottom band's BAND_EXTRA rows for BLOCK_M, the right band's columns for BLOCK_N
+                first *= 1 + BAND_EXTRA / (config.block_m if EDGE_BAND == "both" else config.block_n)
+                strips = [(config.block_m + n - rows, n - cols, EDGE_COL_TILE)] if EDGE_BAND == "both" else \
+                    [(n - rows, n, EDGE_ROW_TILE)]
+            busy_cycles = _parts_cycles(first, strips, n, dtype, path, target, flop_per_clock)
     fixup_cycles, sk_tiles = 0.0, 0
     if config.streamk and path == "tma":  # the busiest program's share of steps, plus its fix-up traffic
         plan = streamk_plan(tiles, k_steps, slots)

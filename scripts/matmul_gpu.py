@@ -26,6 +26,11 @@ Run on a GPU:  python scripts/matmul_gpu.py [check] [variants] [sweep] [floor] [
             sizes, the strips launched first and the interior alone: ratio to cuBLAS (ours us / model us).
             EARLY_SET=wait: the early start with every or only the last program waiting, with and without the
             largest shared-memory carveout, and edge tile variants
+  splitcheck interior + edge with the strips split along K (the rule, and 2 pieces) and with bands (both strips, the
+            right one only, the bottom one computed directly: bothN), early start on: every element of each part
+            against float64 after direct launches and graph replays; split workspaces back at zero
+  split     bf16 at SPLIT_SIZES: cuBLAS, the lab's choice, split strips (the rule), the bands, the interior alone,
+            and at N % 32 != 0 the interior alone on row-padded copies (32- and 128-byte aligned rows; SPLIT_PAD=0: not)
   tail      bf16 at TAIL_SIZES: plain tiles of several shapes, the split-K tail kernel, the Hopper lab's persistent
             kernels, beside cuBLAS (ratios, model, registers and spills)
 Prints a compact table per section; with $OUT set, writes matmul_gpu.json there. Sections (and sizes) stop being
@@ -552,6 +557,142 @@ def section_early():
         print(f"N={n} cuBLAS={cub_ms * 1e3:.1f}us lab[{row.get('lab_config')}] " + " ".join(cells), flush=True)
         del a, b, out
     print(f"carveouts set: {set(mm._CARVED.values())}", flush=True)
+    save()
+
+
+SPLIT_CHECK = ((2057, 2064, 200), (1031, 1040, 1000), (600, 520, 4104), (2056,) * 3, (2064,) * 3)
+SPLIT_SIZES = tuple(int(x) for x in os.environ.get("SPLIT_SIZES", "2056,2064,2048,2304,1536,3072").split(","))
+
+
+def with_band_trans(trans, fn):
+    before = mm.EDGE_BAND_TRANS
+    mm.EDGE_BAND_TRANS = trans
+    try:
+        return fn()
+    finally:
+        mm.EDGE_BAND_TRANS = before
+
+
+def section_splitcheck():
+    """Interior + edge with split strips (every strip tile cut along K, pieces added in an FP32 workspace, the last
+    piece writing the tile), early start on: fresh inputs, C poisoned with NaN before every launch, EVERY element of
+    each part against float64 in the same stream right after 2 direct launches and 2 graph replays; the strips'
+    workspaces and counters must be back at zero afterwards."""
+    fails = 0
+    eg = mm.dataclasses.replace(BIG, edge=True)
+    for (m, n, k) in SPLIT_CHECK:
+        for split in (True, 2, "both", "right", "bothN"):
+            a, b = mm.operands(m, n, k, "bf16")
+            ref = mm.reference(a, b)
+            out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+            if isinstance(split, str):  # the bands (B^T A^T for the rows below, or directly: N)
+                launch = lambda split=split: with_band_trans(not split.endswith("N"), lambda: mm._edge_matmul(  # noqa
+                    a, b, "bf16", out, eg, "auto", band=split.rstrip("N")))
+            else:
+                launch = lambda: mm._edge_matmul(a, b, "bf16", out, eg, "auto", split=split)  # noqa: E731
+            worst, ok = {}, "yes"
+            try:
+                launch()
+                torch.cuda.synchronize()
+                graph = torch.cuda.CUDAGraph()
+                side = torch.cuda.Stream()
+                side.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(side):
+                    launch()
+                torch.cuda.current_stream().wait_stream(side)
+                with torch.cuda.graph(graph):
+                    launch()
+                for how in ("direct",) * 2 + ("graph",) * 2:
+                    out.fill_(float("nan"))
+                    launch() if how == "direct" else graph.replay()
+                    for part, (rs, cs) in regions(m, n, eg, 132).items():
+                        if rs.stop <= rs.start or cs.stop <= cs.start:
+                            continue
+                        err = bench.check_close(out[rs, cs], ref[rs, cs], "bf16", f"split {part} {m}x{n}x{k} {how}")
+                        worst[part] = max(worst.get(part, 0.0), err)
+                torch.cuda.synchronize()
+                dirty = [key for key, (ws, cnt) in mm._SCRATCH.items() if key[0].startswith("edge")
+                         and (ws.any() or cnt.any())]
+                if dirty:
+                    raise RuntimeError(f"workspace not clean: {dirty}")
+            except Exception as exc:
+                ok = f"FAIL {exc}"[:200]
+            fails += ok != "yes"
+            record("splitcheck", shape=f"{m}x{n}x{k}", split=str(split), worst=worst, ok=ok)
+            print(f"split={split} {m}x{n}x{k} " + " ".join(f"{p}={e:.1e}" for p, e in worst.items()) + f"  {ok}",
+                  flush=True)
+            del a, b, ref, out
+    print(f"splitcheck: {fails} failures; PDL launched: {mm._PDL_WORKS}", flush=True)
+
+
+def section_split():
+    """bf16 at SPLIT_SIZES: cuBLAS, the lab's choice, and at the interior + edge sizes the strips split along K (the
+    rule, and 2, 4, 8 pieces), the interior alone, and at 2056 the interior alone on operands whose rows are padded
+    to 2064 and 2112 elements (same values, 32-byte and 128-byte aligned rows): each checked before it is timed,
+    all with the same timer (graph replay, L2 flushed). Ratio to cuBLAS (ours us / model us)."""
+    target = gpu.live_target()
+    params = mm.Params()
+    mm.probe_floor_us(target)
+    timer = lambda f: bench.time_ms(f, 10, 50)  # noqa: E731
+    eg = mm.dataclasses.replace(BIG, edge=True)
+    for n in SPLIT_SIZES:
+        if elapsed() > DEADLINE:
+            print("deadline: split stopped", flush=True)
+            break
+        a, b = mm.operands(n, n, n, "bf16")
+        out = torch.full((n, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        mm.check_sampled(mm.cublas_matmul(a, b, "bf16", out), a, b, "bf16", f"cublas {n}")
+        cub_ms = bench.graph_time_ms(lambda: mm.cublas_matmul(a, b, "bf16", out), timer=timer)
+        lab_cfg = mm.config_for(params, "bf16", n, target.sm_count, target.compute_capability)
+        v = {"lab": (lambda: mm.triton_matmul(a, b, "bf16", out, lab_cfg, "auto"), None, None)}
+        if mm.edge_applies(n, BIG, "bf16", target.sm_count):
+            r, c = mm.edge_interior(n, n, BIG)
+            v["splitR"] = (lambda: mm._edge_matmul(a, b, "bf16", out, eg, "auto", split=True), None, True)
+            for band in ("both", "right", "bothN"):
+                v[f"band_{band}"] = (lambda band=band: with_band_trans(not band.endswith("N"), lambda: mm._edge_matmul(
+                    a, b, "bf16", out, eg, "auto", band=band.rstrip("N"))), None, band)
+            v["interior"] = (lambda: mm.triton_matmul(a[:r], b[:, :c], "bf16", out[:r, :c], BIG, "auto"),
+                             (slice(0, r), slice(0, c)), None)
+            if n % 32 and os.environ.get("SPLIT_PAD", "1") == "1":
+                for pad in (2064, 2112):
+                    ap = torch.empty((n, pad), device="cuda", dtype=torch.bfloat16)[:, :n]
+                    bp = torch.empty((n, pad), device="cuda", dtype=torch.bfloat16)[:, :n]
+                    ap.copy_(a)
+                    bp.copy_(b)
+                    v[f"interior_pad{pad}"] = (lambda ap=ap, bp=bp: mm.triton_matmul(
+                        ap[:r], bp[:, :c], "bf16", out[:r, :c], BIG, "auto"), (slice(0, r), slice(0, c)), None)
+        row, cells = {"n": n, "cublas_us": cub_ms * 1e3, "lab_config": lab_cfg.label}, []
+        for name, (fn, region, sp) in v.items():
+            try:
+                out.fill_(float("nan"))
+                fn()
+                rs, cs = region or (slice(0, n), slice(0, n))
+                mm.check_sampled(out[rs, cs], a[rs], b[:, cs], "bf16", f"{name} {n}")
+                if region is None and name != "lab":  # every element of the strips too
+                    r, c = mm.edge_interior(n, n, BIG)
+                    ref_b = a[r:].double() @ b.double()
+                    ref_r = a[:r].double() @ b[:, c:].double()
+                    bench.check_close(out[r:], ref_b, "bf16", f"{name} {n} bottom")
+                    bench.check_close(out[:r, c:], ref_r, "bf16", f"{name} {n} right")
+                ms = bench.graph_time_ms(fn, timer=timer)
+                pred = None
+                if name == "lab" or sp is not None:
+                    before = mm.EDGE_SPLIT, mm.EDGE_BAND
+                    mm.EDGE_SPLIT = sp is True or (name == "lab" and before[0])
+                    mm.EDGE_BAND = sp.rstrip("N") if isinstance(sp, str) else (before[1] if name == "lab" else None)
+                    try:
+                        pred = mm.predict_point(n, "bf16", lab_cfg if name == "lab" else eg, target).get("predicted_ms")
+                    finally:
+                        mm.EDGE_SPLIT, mm.EDGE_BAND = before
+                row[name] = cub_ms / ms
+                row[name + "_us"] = ms * 1e3
+                row[name + "_pred_us"] = pred * 1e3 if pred else None
+                cells.append(f"{name}={cub_ms / ms:.3f}({ms * 1e3:.1f}/{(pred or 0) * 1e3:.1f})")
+            except Exception as exc:
+                print(f"   {name} at {n} failed: {exc!r}"[:400], flush=True)
+        record("split", **row)
+        print(f"N={n} cuBLAS={cub_ms * 1e3:.1f}us lab[{lab_cfg.label}] " + " ".join(cells), flush=True)
+        del a, b, out
     save()
 
 

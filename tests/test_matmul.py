@@ -733,6 +733,65 @@ def test_edge_matches_float64_on_odd_shapes(shape, dtype, device):
             bench.check_close(out[part], ref[part], dtype, f"edge {shape} {part}")
 
 
+@pytest.mark.parametrize("shape,split", [((75, 144, 80), 3), ((70, 152, 72), True)])
+def test_split_edge_strips_match_float64_and_leave_their_workspace_clean(shape, split, device):
+    """Interior + edge with every strip tile cut along K (pieces added into an FP32 workspace, the last piece writing
+    the tile): both strips on an M odd shape with a partial last K step, twice (the workspace and counters must come
+    back to zero, or the second product would be wrong), every element against float64."""
+    if device == "cuda" and not mm.tma_supported(mm._device_cc(torch.device("cuda"))):
+        pytest.skip("this GPU has no TMA")
+    m, n, k = shape
+    big = mm.TileConfig(32, 64, 16, 2, 4, 2, edge=True)
+    rows, cols = mm.edge_interior(m, n, big)
+    assert rows < m and cols < n  # both strips
+    row_edge, col_edge = mm.TileConfig(16, 16, 16, 2, 4, 2), mm.TileConfig(16, 16, 16, 2, 4, 2)
+    for _ in range(2):
+        a, b = mm.operands(m, n, k, "bf16", device)
+        out = torch.full((m, n), float("nan"), device=device, dtype=torch.bfloat16)
+        mm._edge_matmul(a, b, "bf16", out, big, "on", row_edge, col_edge, split=split)
+        ref = mm.reference(a, b)
+        for part in ((slice(0, rows), slice(0, cols)), (slice(rows, m), slice(0, n)), (slice(0, rows), slice(cols, n))):
+            bench.check_close(out[part], ref[part], "bf16", f"split edge {shape} {part}")
+        for i in (0, 1):
+            ws, counts = mm._SCRATCH[(f"edge{i}", str(a.device))]
+            assert not ws.any() and not counts.any()
+
+
+@pytest.mark.parametrize("shape,band,trans", [((75, 144, 80), "both", True), ((75, 144, 80), "both", False),
+                                              ((70, 136, 72), "right", True), ((64, 152, 40), "both", True)])
+def test_edge_bands_match_float64(shape, band, trans, device, monkeypatch):
+    """Interior + edge with bands: the interior's last tile row and column also compute the strips beside them (the
+    rows below from a thin tile of A and the B tile in hand, as B^T A^T or directly; the columns to the right from
+    the A tile in hand and a thin tile of B). M odd, strips of 11, 16 or 6 and 8 elements, a partial last K step;
+    every element against float64, the output poisoned with NaN first. (64, 152): no bottom strip at all."""
+    if device == "cuda" and not mm.tma_supported(mm._device_cc(torch.device("cuda"))):
+        pytest.skip("this GPU has no TMA")
+    monkeypatch.setattr(mm, "EDGE_BAND_TRANS", trans)
+    m, n, k = shape
+    big = mm.TileConfig(32, 64, 16, 2, 4, 2, edge=True)
+    a, b = mm.operands(m, n, k, "bf16", device)
+    out = torch.full((m, n), float("nan"), device=device, dtype=torch.bfloat16)
+    parts = mm._band_parts(a, b, out, dataclasses.replace(big, edge=False), band)
+    covered = sum(p[2].numel() + (p[4]["band"][2].numel() if len(p) > 4 else 0) for p in parts)
+    assert covered == m * n  # the parts (and the bands' edges) cover C once
+    assert any(len(p) > 4 for p in parts)  # and a band computes an edge
+    mm._edge_matmul(a, b, "bf16", out, big, "on", mm.TileConfig(16, 16, 16, 2, 4, 2),
+                    mm.TileConfig(16, 16, 16, 2, 4, 2), band=band)
+    bench.check_close(out, mm.reference(a, b), "bf16", f"bands {shape} {band} trans={trans}")
+
+
+def test_edge_split_rule_by_hand():
+    """Pieces per strip tile: the slots (SMs x strip programs per SM) over the strips' tiles, capped by SPLIT_MAX and
+    the K steps. N = 2064 on 132 SMs: 33 + 32 = 65 strip tiles of 16x64 / 64x16 with BLOCK_K = 128, 3 stages:
+    3 x (16 + 64) x 128 x 2 = 61440 bytes of shared memory, 3 programs an SM, 396 slots, 396 // 65 = 6 pieces."""
+    tile = mm.EDGE_ROW_TILE
+    assert mm.blocks_per_sm(tile, "bf16", "tma", "9.0") == 3
+    assert mm.edge_split(65, 17, tile, "bf16", 132) == 6
+    assert mm.edge_split(65, 4, tile, "bf16", 132) == 4  # no more pieces than K steps
+    assert mm.edge_split(10, 17, tile, "bf16", 132) == mm.SPLIT_MAX
+    assert mm.edge_split(500, 17, tile, "bf16", 132) == 1
+
+
 def test_edge_model_by_hand(monkeypatch):
     """Toy GPU, N = 2064, 128x256 tiles: the 2048 x 2048 interior is 128 tiles, 2 rounds on 100 SMs of 33 K steps
     (K = 2064) of 1024 clocks. The bottom strip is 33 tiles of 16x64, the right one 32 of 64x16, each 17 steps of
@@ -749,6 +808,26 @@ def test_edge_model_by_hand(monkeypatch):
     monkeypatch.setattr(mm, "EARLY_START", True)
     p = mm.predict_point(2064, "bf16", cfg, t)
     assert p["predicted_ms"] == pytest.approx(((interior + (33 + 32) * 17 * 160 / 100) / 1e9 + 3e-6) * 1e3, rel=1e-6)
+
+
+
+def test_split_and_band_edge_models_by_hand(monkeypatch):
+    """The measured variants of interior + edge on the toy GPU of the test above, in stream order. Split strips: 65
+    strip tiles, 3 programs an SM, 300 slots -> 4 pieces of ceil(17 / 4) = 5 steps; each strip then has 132 or 128
+    programs on 100 SMs, 2 on the busiest, sharing it: 5 x 2 x 160 clocks. Bands ("both"): the bottom band's programs
+    do 16 more rows per 128, so the interior's time x (1 + 16 / 128), then the corner (144 x 16 of C: 3 tiles of
+    64x16, one an SM) in 17 x 160."""
+    t = toy_target()
+    cfg = dataclasses.replace(mm.DEFAULT_CONFIGS["bf16"], edge=True)
+    interior = 33 * 2 * 1024
+    monkeypatch.setattr(mm, "EARLY_START", False)
+    monkeypatch.setattr(mm, "EDGE_SPLIT", True)
+    p = mm.predict_point(2064, "bf16", cfg, t)
+    assert p["predicted_ms"] == pytest.approx(((interior + 2 * 5 * 2 * 160) / 1e9 + 3e-6) * 1e3, rel=1e-6)
+    monkeypatch.setattr(mm, "EDGE_SPLIT", False)
+    monkeypatch.setattr(mm, "EDGE_BAND", "both")
+    p = mm.predict_point(2064, "bf16", cfg, t)
+    assert p["predicted_ms"] == pytest.approx(((interior * (1 + 16 / 128) + 17 * 160) / 1e9 + 3e-6) * 1e3, rel=1e-6)
 
 
 def test_narrow_row_tail_where_the_big_tile_leaves_sms_idle(monkeypatch):
