@@ -270,7 +270,8 @@ def _fwd_key_tiles_prefetch(acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, kv
 def attention_fwd_kernel(Q, K, V, O, LSE, q_desc, k_desc, v_desc, qk_scale, LQ, LK, LQ_PAD,
                          HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                          CAUSAL: tl.constexpr, USE_TMA: tl.constexpr, PREC: tl.constexpr, WS: tl.constexpr,
-                         LAZY: tl.constexpr, PREFETCH: tl.constexpr = False):
+                         LAZY: tl.constexpr, PREFETCH: tl.constexpr = False, ONE_LOOP: tl.constexpr = False,
+                         MASK_ALL: tl.constexpr = True):
     # grid = (query tiles, batch * heads); consecutive programs share a head, so its K and V stay in L2
     pid_m = tl.program_id(0)
     if CAUSAL:  # causal tiles near the end see the most keys: launch them first so the last wave is short
@@ -297,15 +298,23 @@ def attention_fwd_kernel(Q, K, V, O, LSE, q_desc, k_desc, v_desc, qk_scale, LQ, 
         hi = LK
         full_end = LK
     full_end = (full_end // BLOCK_N) * BLOCK_N
-    if PREFETCH:  # the next tile's scores overlap this tile's exponentials (FlashAttention-3's schedule)
+    if ONE_LOOP:  # every key tile in one loop, masked where MASK_ALL (causal or ragged keys): Triton 3.6's Hopper
+        # warp specialization splits one loop per kernel into a loading warp group and two consumer warp groups
+        # of BLOCK_M / 2 rows each (FlashAttention-3's shape); a second loop after it fails to compile
+        acc, l_i, m_i = _fwd_key_tiles(acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, kv_row, offs_m, 0, hi,
+                                       qk_scale, LK, SHIFT, HEAD_DIM, BLOCK_N, CAUSAL, MASK_ALL, USE_TMA, PREC, WS,
+                                       False)
+    elif PREFETCH:  # the next tile's scores overlap this tile's exponentials (FlashAttention-3's schedule)
         if full_end > 0:
             acc, l_i, m_i = _fwd_key_tiles_prefetch(acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, kv_row, 0,
                                                     full_end, qk_scale, LK, HEAD_DIM, BLOCK_N, USE_TMA, PREC)
     else:
         acc, l_i, m_i = _fwd_key_tiles(acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, kv_row, offs_m, 0, full_end,
                                        qk_scale, LK, SHIFT, HEAD_DIM, BLOCK_N, CAUSAL, False, USE_TMA, PREC, WS, LAZY)
-    acc, l_i, m_i = _fwd_key_tiles(acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, kv_row, offs_m, full_end, hi,
-                                   qk_scale, LK, SHIFT, HEAD_DIM, BLOCK_N, CAUSAL, True, USE_TMA, PREC, False, False)
+    if not ONE_LOOP:
+        acc, l_i, m_i = _fwd_key_tiles(acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, kv_row, offs_m, full_end,
+                                       hi, qk_scale, LK, SHIFT, HEAD_DIM, BLOCK_N, CAUSAL, True, USE_TMA, PREC, False,
+                                       False)
 
     # epilogue: normalise once; the log-sum-exp (natural log) is all the backward pass needs
     empty = l_i == 0.0  # a query that sees no key (causal with Lq > Lk)
@@ -343,7 +352,7 @@ def attention_bwd_prep_kernel(O, DO, LSE, DELTA, LSE2, LQ, LQ_PAD, HEAD_DIM: tl.
 def _dkdv_query_tiles(dk, dv, k, v, q_base, do_base, q_desc, do_desc, LSE2, DELTA, q_row, lse_row, offs_n, lo, hi,
                       qk_scale, LQ, SHIFT, dq_base, dq_desc,
                       HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, MASKED: tl.constexpr, USE_TMA: tl.constexpr,
-                      ATOMIC_DQ: tl.constexpr, DQ_TMA: tl.constexpr, PREC: tl.constexpr):
+                      ATOMIC_DQ: tl.constexpr, DQ_TMA: tl.constexpr, PREC: tl.constexpr, WS: tl.constexpr = False):
     """Stream query tiles [lo, hi) past one key tile: dV += P^T dO, dK += dS^T Q (and dQ += dS K atomically).
 
     With DQ_TMA the dQ share of this key tile is added to the float32 accumulator by the copy engine in one
@@ -351,7 +360,7 @@ def _dkdv_query_tiles(dk, dv, k, v, q_base, do_base, q_desc, do_desc, LSE2, DELT
     per element.
     """
     offs_d = tl.arange(0, HEAD_DIM)
-    for start_m in range(lo, hi, BLOCK_M):
+    for start_m in tl.range(lo, hi, BLOCK_M, warp_specialize=WS):
         start_m = tl.multiple_of(start_m, BLOCK_M)
         offs_m = start_m + tl.arange(0, BLOCK_M)
         q = _load_tile(q_base, q_desc, q_row, start_m, LQ - start_m, BLOCK_M, HEAD_DIM, USE_TMA, True)
@@ -380,7 +389,8 @@ def attention_bwd_dkdv_kernel(Q, K, V, DO, DK, DV, DQ_ACC, LSE2, DELTA, q_desc, 
                               scale, qk_scale, LQ, LK, LQ_PAD,
                               HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                               CAUSAL: tl.constexpr, USE_TMA: tl.constexpr, ATOMIC_DQ: tl.constexpr,
-                              DQ_TMA: tl.constexpr, PREC: tl.constexpr):
+                              DQ_TMA: tl.constexpr, PREC: tl.constexpr, WS: tl.constexpr = False,
+                              ONE_LOOP: tl.constexpr = False):
     # grid = (key tiles, batch * heads): one program owns dK and dV of BLOCK_N keys
     pid_n = tl.program_id(0)
     bh = tl.program_id(1)
@@ -407,12 +417,17 @@ def attention_bwd_dkdv_kernel(Q, K, V, DO, DK, DV, DQ_ACC, LSE2, DELTA, q_desc, 
         lo = 0
         full = 0
     dq_base = DQ_ACC + bh.to(tl.int64) * LQ_PAD * HEAD_DIM
-    dk, dv = _dkdv_query_tiles(dk, dv, k, v, q_base, do_base, q_desc, do_desc, LSE2, DELTA, bh * LQ, bh * LQ_PAD,
-                               offs_n, lo, full, qk_scale, LQ, SHIFT, dq_base, dq_desc, HEAD_DIM, BLOCK_M, True,
-                               USE_TMA, ATOMIC_DQ, DQ_TMA, PREC)
-    dk, dv = _dkdv_query_tiles(dk, dv, k, v, q_base, do_base, q_desc, do_desc, LSE2, DELTA, bh * LQ, bh * LQ_PAD,
-                               offs_n, full, hi, qk_scale, LQ, SHIFT, dq_base, dq_desc, HEAD_DIM, BLOCK_M, False,
-                               USE_TMA, ATOMIC_DQ, DQ_TMA, PREC)
+    if ONE_LOOP:  # one loop (causal: every tile masked) that Triton 3.6 can warp-specialize, as in the forward
+        dk, dv = _dkdv_query_tiles(dk, dv, k, v, q_base, do_base, q_desc, do_desc, LSE2, DELTA, bh * LQ, bh * LQ_PAD,
+                                   offs_n, lo, hi, qk_scale, LQ, SHIFT, dq_base, dq_desc, HEAD_DIM, BLOCK_M, CAUSAL,
+                                   USE_TMA, ATOMIC_DQ, DQ_TMA, PREC, WS)
+    else:
+        dk, dv = _dkdv_query_tiles(dk, dv, k, v, q_base, do_base, q_desc, do_desc, LSE2, DELTA, bh * LQ, bh * LQ_PAD,
+                                   offs_n, lo, full, qk_scale, LQ, SHIFT, dq_base, dq_desc, HEAD_DIM, BLOCK_M, True,
+                                   USE_TMA, ATOMIC_DQ, DQ_TMA, PREC)
+        dk, dv = _dkdv_query_tiles(dk, dv, k, v, q_base, do_base, q_desc, do_desc, LSE2, DELTA, bh * LQ, bh * LQ_PAD,
+                                   offs_n, full, hi, qk_scale, LQ, SHIFT, dq_base, dq_desc, HEAD_DIM, BLOCK_M, False,
+                                   USE_TMA, ATOMIC_DQ, DQ_TMA, PREC)
     ptrs = kv_off + offs_n[:, None] * HEAD_DIM + offs_d[None, :]
     tl.store(DV + ptrs, dv.to(DV.dtype.element_ty), mask=(offs_n < LK)[:, None])
     tl.store(DK + ptrs, (dk * scale).to(DK.dtype.element_ty), mask=(offs_n < LK)[:, None])
@@ -514,13 +529,25 @@ class FlashConfig:
     # the dQ tile in registers and spills (15.2 ms against 12.6 at N = 8192); FlashAttention-3 keeps K, V
     # and dQ in shared memory, which Triton does not let us choose.
     atomic_dq: bool = False
-    warp_specialize: bool = False  # forward: split loads and math between warps (no gain on the H100, Triton 3.6)
+    # forward: every key tile in one loop (masked where causal or ragged), the shape Triton 3.6 warp-specializes on
+    # Hopper with TMA loads (4 warps asked: one warp group loads, two consumer warp groups of block_m / 2 rows each
+    # multiply and exponentiate, 12 warps in all); the request itself goes to Triton only with TRY_WARP_SPECIALIZE.
+    # Triton ignores it for 8-warp programs and fails to compile a kernel with two loops.
+    warp_specialize: bool = False
+    dkdv_warp_specialize: bool = False  # the same for the dK/dV kernel (its key tile split between the consumers)
     tma_reduce: bool = True  # with atomic_dq and TMA: add each dQ tile by one bulk reduction of the copy engine
     lazy_rescale: bool = False  # forward: rescale the running output only when a row's max grows over 256x
     # forward: issue the next tile's Q K^T before this tile's exponentials (FlashAttention-3's overlap within a
     # program, at the price of a second score tile in registers). Triton 3.6 on the H100 ran it slower than the
     # plain loop for every tile shape tried but one (scripts/attention_gpu.py, phase r5), so it is off.
     prefetch_scores: bool = False
+
+
+# Triton 3.6 compiles the one-loop kernels warp-specialized for sm_90 (12 warps, setmaxnreg), but on the H100 none of
+# them finished: forward and dK/dV, d = 64 and 128, full and causal, lengths up to 1024, each still running after
+# 75 s where the plain kernels' checks took 8 s (issue 15, round five: scripts/attention_gpu.py ws). So the lab runs
+# the one-loop kernels without the request unless this is set (for trying a later Triton).
+TRY_WARP_SPECIALIZE = False
 
 
 def _has_tma(device: torch.device) -> bool:
@@ -753,8 +780,9 @@ def _forward(q4, k4, v4, causal: bool, scale: float, cfg: FlashConfig, out=None,
             q4, k4, v4, out, lse, _descriptor(q4, t.block_m, use_tma), _descriptor(k4, t.block_n, use_tma),
             _descriptor(v4, t.block_n, use_tma), scale * LOG2E, lq, lk, lse.shape[-1],
             HEAD_DIM=d, BLOCK_M=t.block_m, BLOCK_N=t.block_n, CAUSAL=causal, USE_TMA=use_tma,
-            PREC=_prec(q4), WS=cfg.warp_specialize and q4.is_cuda, LAZY=cfg.lazy_rescale,
-            PREFETCH=cfg.prefetch_scores, num_warps=t.warps, num_stages=t.stages,
+            PREC=_prec(q4), WS=cfg.warp_specialize and TRY_WARP_SPECIALIZE and q4.is_cuda and use_tma, LAZY=cfg.lazy_rescale,
+            PREFETCH=cfg.prefetch_scores, ONE_LOOP=cfg.warp_specialize, MASK_ALL=causal or lk % t.block_n != 0,
+            num_warps=t.warps, num_stages=t.stages,
             key=(q4.dtype, k4.dtype, out.dtype, lse.dtype, q4.shape, k4.shape, _aligned(q4, k4, v4, out, lse)))
     return out, lse
 
@@ -794,7 +822,9 @@ def _backward(q4, k4, v4, out, lse, do4, causal: bool, scale: float, cfg: FlashC
             _descriptor(k4, t.block_n, use_tma), _descriptor(v4, t.block_n, use_tma),
             _descriptor(do4, t.block_m, use_tma), _descriptor(dq_acc, t.block_m, dq_tma), scale, scale * LOG2E, lq, lk,
             pad, HEAD_DIM=d, BLOCK_M=t.block_m, BLOCK_N=t.block_n, CAUSAL=causal, USE_TMA=use_tma,
-            ATOMIC_DQ=cfg.atomic_dq, DQ_TMA=dq_tma, PREC=prec, num_warps=t.warps, num_stages=t.stages,
+            ATOMIC_DQ=cfg.atomic_dq, DQ_TMA=dq_tma, PREC=prec,
+            WS=cfg.dkdv_warp_specialize and TRY_WARP_SPECIALIZE and q4.is_cuda and use_tma,
+            ONE_LOOP=cfg.dkdv_warp_specialize, num_warps=t.warps, num_stages=t.stages,
             key=shapes + (dk.dtype, dv.dtype, dq_acc.dtype, _aligned(q4, k4, v4, do4, dk, dv, dq_acc, lse2, delta)))
     if cfg.atomic_dq:
         torch.mul(dq_acc[:, :, :lq], scale, out=dq)  # one pass: scale and round the float32 sums to q's dtype
@@ -1577,7 +1607,7 @@ def triton_kernels(keys: list) -> set:
                          cfg.prefetch_scores))
             if mode == "fwd+bwd":
                 kernels.add(("dq", dtype, d, causal, cfg.dq, cfg.use_tma))
-                kernels.add(("dkdv", dtype, d, causal, cfg.dkdv, cfg.use_tma, cfg.atomic_dq))
+                kernels.add(("dkdv", dtype, d, causal, cfg.dkdv, cfg.use_tma, cfg.atomic_dq, cfg.dkdv_warp_specialize))
     return kernels
 
 

@@ -18,6 +18,8 @@ Run on a GPU:  python scripts/attention_gpu.py [phase ...]
     r5host    round five: the CPU's time per call of each launch path at N = 1024, and a profile of where it goes
     r5final   round five: the default sweep through round four's and this round's launch paths, beside cuDNN
               and SDPA flash (the before -> after table)
+    ws        round five: Triton 3.6's warp-specialized forward (one loop, 4 warps asked, 12 run) and dK/dV beside
+              cuDNN and the default, d = 64, 128, N = 2048..16384, full and causal
     r5        round five: short lengths through round four's and this round's launch paths beside cuDNN and SDPA
               flash; prefetched-score forwards and deeper backward pipelines against the defaults
 Every kernel variant is first compiled and checked against float64 in parallel worker processes
@@ -93,7 +95,7 @@ def make_cfg(v: dict):
     return FlashConfig(T(*v["fwd"]), T(*v["dkdv"]), T(*v["dq"]), use_tma=v.get("tma", True),
                        atomic_dq=v.get("atomic", False), warp_specialize=v.get("ws", False),
                        tma_reduce=v.get("reduce", True), lazy_rescale=v.get("lazy", False),
-                       prefetch_scores=v.get("prefetch", False))
+                       prefetch_scores=v.get("prefetch", False), dkdv_warp_specialize=v.get("dkdv_ws", False))
 
 
 def variant_name(v: dict) -> str:
@@ -135,6 +137,7 @@ def check_variant(v: dict, lengths=((1000, 1000),), bh=(1, 2)) -> dict:
     from labs import attention as A, bench
     t0 = time.monotonic()
     out = {"name": variant_name(v), "errors": {}, "ok": True}
+    A.TRY_WARP_SPECIALIZE = v.get("try_ws", False)  # pass the warp-specialize request on to Triton (phase ws)
     try:
         cfg = make_cfg(v)
         scale = 1 / math.sqrt(v["d"])
@@ -1032,6 +1035,104 @@ def phase_r5final(B=4, H=16, Ns=(1024, 2048, 4096, 8192, 16384)):
                 print(f"{mode:8s} d={d:<3d} {'causal' if causal else 'full  '} " + "  ".join(cells))
 
 
+# Round five, second part: Triton 3.6's Hopper warp specialization. It acts only on a kernel with ONE loop marked
+# tl.range(..., warp_specialize=True) and programs of 4 warps asked: it adds a loading warp group and splits the tile
+# rows between two consumer warp groups (12 warps, setmaxnreg). 8-warp requests compile to the plain kernel, and a
+# second loop (the masked tiles) makes the pass fail, so FlashConfig(warp_specialize=True) runs every tile in one
+# loop (masked where causal or ragged). Checked first at odd lengths and at 1024 (whole tiles: no mask at all).
+# On the H100 (round five) every warp-specialized check was still running after its 75 s deadline (the plain ones
+# took 8 s) and kept the GPU busy, which spoiled the timings that followed in that run: a deadlock, not a slow
+# compile (the same kernels compile for sm_90 in under 15 s on a 2-core CPU). Run this phase alone, never before
+# other timings, and only to try a newer Triton.
+WS_FWD = {64: [(128, 128, 4, 2)], 128: [(128, 64, 4, 2)]}
+WS_DKDV = {64: (64, 128, 4, 2), 128: (64, 128, 4, 2)}
+
+
+def ws_variants() -> list[dict]:
+    from labs import attention as A
+    out = []
+    for d in (64, 128):
+        t = A.tiles_for(d, "bf16", (9, 0))
+        f, kv, q = ((x.block_m, x.block_n, x.warps, x.stages) for x in (t.fwd, t.dkdv, t.dq))
+        for causal in (False, True):
+            base = {"d": d, "causal": causal, "dtype": "bf16", "fwd": f, "dkdv": kv, "dq": q}
+            out.append(base | {"kind": "bwd", "label": "default"})
+            for i, tiles in enumerate(WS_FWD[d]):
+                out.append(base | {"kind": "fwd", "fwd": tiles, "ws": True, "label": "ws " + "x".join(map(str, tiles))})
+            out.append(base | {"kind": "bwd", "dkdv": WS_DKDV[d], "dkdv_ws": True, "label": "dkdv-ws"})
+            out.append(base | {"kind": "bwd", "fwd": WS_FWD[d][0], "ws": True, "dkdv": WS_DKDV[d], "dkdv_ws": True,
+                               "label": "both-ws"})
+    return out
+
+
+def phase_ws(B=4, H=16, Ns=(2048, 4096, 8192, 16384)):
+    """Check the warp-specialized variants against float64, then time them through the production path beside
+    cuDNN (and our default) in this one run: ratios = cuDNN ms / ours ms."""
+    from labs import attention as A
+    vs = [v | {"try_ws": True} for v in ws_variants()]
+    A.TRY_WARP_SPECIALIZE = True
+    odd = ((1000, 1000), (777, 1000), (1000, 777), (1024, 1024))
+    if DRY:
+        vs, odd, B, H, Ns = [v for v in vs if v["d"] == 64 and not v["causal"]][:3], ((70, 45), (64, 64)), 1, 2, (64,)
+    log(f"compiling + checking {len(vs)} variants in parallel")
+    # a warp-specialized kernel that deadlocks would hang its worker: each check gets a deadline, then counts as failed
+    ctx = mp.get_context("spawn")
+    ex = cf.ProcessPoolExecutor(max_workers=2 if DRY else 15, mp_context=ctx, initializer=_worker_init)
+    futs = [ex.submit(check_variant, v, odd) for v in vs]
+    checks, t_end = [], time.monotonic() + float(os.environ.get("WS_CHECK_S", "600" if DRY else "90"))
+    for f in futs:
+        try:
+            checks.append(f.result(timeout=max(1.0, t_end - time.monotonic())))
+        except Exception as exc:
+            checks.append({"ok": False, "errors": {}, "seconds": -1, "exception": f"{type(exc).__name__} (hang?)"})
+    ex.shutdown(wait=False, cancel_futures=True)
+    ok = {}
+    for v, c in zip(vs, checks):
+        worst = max((e for errs in c["errors"].values() for e in errs.values()), default=float("nan"))
+        ok[(v["d"], v["causal"], v["label"])] = c["ok"]
+        print(f"  check d={v['d']} {'causal' if v['causal'] else 'full':6s} {v['label']:16s} "
+              f"{'ok  ' if c['ok'] else 'FAIL'} worst {worst:.1e} {c['seconds']:.0f}s {c.get('exception', '')[:160]}")
+    log(f"checked: {sum(ok.values())} ok of {len(vs)}")
+    RESULTS["checks"] += checks
+    rows = []
+    for d in (128, 64):
+        for n in Ns:
+            if elapsed() > BUDGET_S - 15:  # leave time for the table
+                log(f"d={d} N={n}: skipped (time budget)")
+                continue
+            q, k, v_, do = inputs(B, H, n, d, grad=True)
+            for causal in (False, True):
+                r = {"d": d, "N": n, "causal": causal}
+                lib = A._impl_fn("naive" if DRY else "sdpa-cudnn", causal)
+                for mode in ("fwd", "fwd+bwd"):
+                    r[f"cudnn {mode}"] = tms(A._runner(lib, mode, q, k, v_, do))
+                    r[f"default {mode}"] = tms(A._runner(A._impl_fn("ours", causal), mode, q, k, v_, do))
+                for x in vs:
+                    if x["d"] != d or x["causal"] != causal or x["label"] == "default" or not ok[(d, causal, x["label"])]:
+                        continue
+                    cfg = make_cfg(x)
+                    fn = lambda q, k, v, c=causal, cfg=cfg: A.flash_attention(q, k, v, c, config=cfg)
+                    mode = "fwd" if x["kind"] == "fwd" else "fwd+bwd"
+                    r[f"{x['label']} {mode}"] = tms(A._runner(fn, mode, q, k, v_, do))
+                rows.append(r)
+                log(f"d={d} N={n} {'causal' if causal else 'full'}: " +
+                    " ".join(f"{key}={val:.4f}" for key, val in r.items() if isinstance(val, float)))
+            del q, k, v_, do
+    RESULTS["ws"] = rows
+    print("\nx cuDNN (cuDNN ms / ours ms, same run): default -> each warp-specialized variant")
+    for mode in ("fwd", "fwd+bwd"):
+        for d in (64, 128):
+            for causal in (False, True):
+                for r in rows:
+                    if r["d"] != d or r["causal"] != causal:
+                        continue
+                    cells = [f"{key[:-len(mode) - 1]} {r[f'cudnn {mode}'] / val:.2f}" for key, val in r.items()
+                             if isinstance(val, float) and key.endswith(" " + mode) and not key.startswith("cudnn")
+                             and (mode == "fwd+bwd" or not key.endswith("fwd+bwd"))]
+                    print(f"{mode:8s} d={d:<3d} {'causal' if causal else 'full  '} N={r['N']:<5d} "
+                          f"cuDNN {r[f'cudnn {mode}']:.3f} ms: " + ", ".join(cells))
+
+
 def main():
     sys.path.insert(0, os.getcwd())
     from labs import attention as A
@@ -1057,6 +1158,8 @@ def main():
             except Exception:  # the host-time probe must not cost the run its kernel table
                 import traceback
                 traceback.print_exc()
+        if "ws" in phases:
+            phase_ws()
         if "r5" in phases:
             phase_r5()
         if "r5final" in phases:
@@ -1094,3 +1197,6 @@ def main():
 
 if __name__ == "__main__":
     main()
+    if "ws" in sys.argv[1:]:  # a check worker stuck on a hung kernel must not hold the exit
+        sys.stdout.flush()
+        os._exit(0)

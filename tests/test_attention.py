@@ -295,6 +295,31 @@ def test_prefetched_scores_match_float64(lq, lk, causal, use_tma, device):
     _assert_matches_float64(*_inputs(1, 2, lq, lk, 32, "bf16", device, seed=lq * lk), causal, "bf16", cfg)
 
 
+@pytest.mark.parametrize("lq,lk,causal,use_tma", [(77, 131, False, True), (131, 77, True, True), (40, 40, True, False),
+                                                  (64, 64, False, True), (20, 37, False, False)])
+def test_one_loop_warp_specialized_paths_match_float64(lq, lk, causal, use_tma, device):
+    # every key tile in one loop (the forward) and every query tile in one loop (dK/dV), as Triton warp-specializes
+    # them on Hopper: masks on all tiles where causal or ragged, none where the keys fill whole tiles (64 = 2 x 32)
+    base = A.INTERPRETER_CONFIG if device == "cpu" else A.default_config(32, torch.bfloat16, torch.device(device))
+    cfg = dataclasses.replace(base, warp_specialize=True, dkdv_warp_specialize=True, use_tma=use_tma)
+    _assert_matches_float64(*_inputs(1, 2, lq, lk, 32, "bf16", device, seed=lq + 3 * lk), causal, "bf16", cfg)
+
+
+def test_warp_specialize_request_reaches_triton_only_when_asked(monkeypatch):
+    # Triton 3.6's warp-specialized kernels hung on the H100: a config that asks for them runs the one-loop kernels
+    # plainly unless TRY_WARP_SPECIALIZE is set (and never without TMA loads or on the CPU)
+    seen = []
+    monkeypatch.setattr(A, "_launch", lambda kernel, grid, *args, key=None, **meta: seen.append(meta))
+    q, k, v = (x.detach() for x in _inputs(1, 2, 64, 64, 32, "bf16", "cpu"))
+    cfg = dataclasses.replace(A.INTERPRETER_CONFIG, warp_specialize=True, dkdv_warp_specialize=True, use_tma=True)
+    out, lse = A._forward(q, k, v, False, 0.2, cfg)
+    A._backward(q, k, v, out, lse, torch.randn_like(q), False, 0.2, cfg)
+    fwd, dkdv = seen[0], seen[-1]
+    assert fwd["ONE_LOOP"] and not fwd["WS"] and not fwd["MASK_ALL"]  # 64 keys = 2 whole 32-key tiles: no mask
+    assert dkdv["ONE_LOOP"] and not dkdv["WS"]
+    assert not A.TRY_WARP_SPECIALIZE
+
+
 def test_inference_skips_autograd_and_matches_the_autograd_path(device):
     q, k, v = _inputs(1, 2, 45, 45, 16, "fp32", device, seed=3)
     with torch.no_grad():
