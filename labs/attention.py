@@ -246,22 +246,25 @@ def _fwd_key_tiles_prefetch(acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, kv
         k = _load_tile(k_base, k_desc, kv_row, start_n + BLOCK_N, LK - start_n - BLOCK_N, BLOCK_N, HEAD_DIM,
                        USE_TMA, False)
         qk_next = _mma(q, tl.trans(k), None, PREC)  # S_{j+1}: in flight during the softmax of S_j
-        m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
-        p = tl.math.exp2(qk * qk_scale - m_new[:, None])
-        alpha = tl.math.exp2(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None]
-        v = _load_tile(v_base, v_desc, kv_row, start_n, LK - start_n, BLOCK_N, HEAD_DIM, USE_TMA, False)
-        acc = _mma(p.to(v.dtype), v, acc, PREC)
-        m_i = m_new
+        acc, l_i, m_i = _softmax_then_pv(acc, l_i, m_i, qk, qk_scale, v_base, v_desc, kv_row, start_n, LK,
+                                         HEAD_DIM, BLOCK_N, USE_TMA, PREC)
         qk = qk_next
     last = hi - BLOCK_N  # the last tile: its scores are already computed
+    return _softmax_then_pv(acc, l_i, m_i, qk, qk_scale, v_base, v_desc, kv_row, last, LK, HEAD_DIM, BLOCK_N,
+                            USE_TMA, PREC)
+
+
+@triton.jit
+def _softmax_then_pv(acc, l_i, m_i, qk, qk_scale, v_base, v_desc, kv_row, start_n, LK, HEAD_DIM: tl.constexpr,
+                     BLOCK_N: tl.constexpr, USE_TMA: tl.constexpr, PREC: tl.constexpr):
+    """One unmasked online-softmax step of the prefetching loop: the tile's scores qk -> probabilities under the
+    new running max, the old sum and output rescaled, then output += P @ V_tile. Returns (acc, l_i, m_i)."""
     m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
     p = tl.math.exp2(qk * qk_scale - m_new[:, None])
     alpha = tl.math.exp2(m_i - m_new)
     l_i = l_i * alpha + tl.sum(p, 1)
     acc = acc * alpha[:, None]
-    v = _load_tile(v_base, v_desc, kv_row, last, LK - last, BLOCK_N, HEAD_DIM, USE_TMA, False)
+    v = _load_tile(v_base, v_desc, kv_row, start_n, LK - start_n, BLOCK_N, HEAD_DIM, USE_TMA, False)
     acc = _mma(p.to(v.dtype), v, acc, PREC)
     return acc, l_i, m_new
 
