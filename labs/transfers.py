@@ -652,10 +652,23 @@ def repredict(recording: dict, target: Target) -> list[dict]:
 
 
 # ---------------------------------------------------------------------------------------------
+def lesson_latency_us(target: Target) -> tuple:
+    """(latency of a pinned h2d copy in us, where it comes from): fitted to this GPU kind's recorded run if there
+    is one, else the assumed order of magnitude."""
+    from labs.collectives import recorded_rows
+
+    recorded = recorded_rows(LAB.name, target.key)
+    fitted = fitted_latency_us(target, recorded, measured_host_rates(recorded)).get(("h2d", "pinned"))
+    if fitted:
+        return fitted, f"fitted to the run recorded on the {target.name}"
+    return ASSUMED_LATENCY_US, "an assumed order of magnitude: no run of this GPU is recorded"
+
+
 def lesson_numbers(target: Target) -> dict:
     link = link_for(target)
-    gib = copy_ms(GiB_BYTES, ASSUMED_LATENCY_US, link["pcie_gbps"])
-    small = copy_ms(4 * KIB, ASSUMED_LATENCY_US, link["pcie_gbps"])
+    latency_us, latency_source = lesson_latency_us(target)
+    gib = copy_ms(GiB_BYTES, latency_us, link["pcie_gbps"])
+    small = copy_ms(4 * KIB, latency_us, link["pcie_gbps"])
     return {
         "gpu": target.name,
         "pcie_gen": str(link["pcie_gen"]),
@@ -666,10 +679,11 @@ def lesson_numbers(target: Target) -> dict:
         "max_payload": str(PCIE_MAX_PAYLOAD_BYTES),
         "link_source": link["link_source"],
         "hbm_ratio": f"{target.ceilings.copy_tbps * 1e3 / link['pcie_gbps']:.0f}",
-        "latency_us": f"{ASSUMED_LATENCY_US:.0f}",
+        "latency_us": f"{latency_us:.0f}",
+        "latency_source": latency_source,
         "gib_ms": f"{gib:.1f}",
         "small_gbps": f"{4 * KIB / (small * 1e-3) / 1e9:.2f}",
-        "half_size_kib": f"{ASSUMED_LATENCY_US * 1e-6 * link['pcie_gbps'] * 1e9 / KIB:.0f}",
+        "half_size_kib": f"{latency_us * 1e-6 * link['pcie_gbps'] * 1e9 / KIB:.0f}",
     }
 
 

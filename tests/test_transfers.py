@@ -230,3 +230,17 @@ def test_real_copies_are_checked_and_timed():
     assert len(rows) == 2 * 2 * 2 + 4
     assert all(r["check_rel_error"] == 0 for r in rows if r["experiment"] == "copies")
     assert all(r["check_rel_error"] <= 2e-2 for r in rows)
+
+
+def test_lesson_latency_is_fitted_to_the_recorded_run_or_said_to_be_assumed():
+    from labs.collectives import recorded_rows
+
+    rows = recorded_rows(t.LAB.name, H100.key)
+    assert rows, "an H100 run of this lab is recorded"
+    fitted = t.fitted_latency_us(H100, rows, t.measured_host_rates(rows))[("h2d", "pinned")]
+    numbers = t.lesson_numbers(H100)
+    assert numbers["latency_us"] == f"{fitted:.0f}" and "fitted" in numbers["latency_source"]
+    t4 = gpu.datasheet_target(next(s for s in gpu.DATASHEET if s.name == "T4"))
+    assert not recorded_rows(t.LAB.name, t4.key)
+    numbers = t.lesson_numbers(t4)
+    assert numbers["latency_us"] == f"{t.ASSUMED_LATENCY_US:.0f}" and "assumed" in numbers["latency_source"]
