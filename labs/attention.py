@@ -1772,6 +1772,31 @@ def _tflops(shape: Shape, m: dict, mode: str = "fwd") -> float:
     return flops / (m["predicted_ms"] * 1e-3) / 1e12
 
 
+# Issue 15's bars for our FlashAttention: at least this share of each library's speed, from this sequence length
+# (or at exactly it), at every head dim, mask and mode the lab runs
+LIBRARY_TARGETS = {"sdpa-cudnn": (0.95, lambda n: n >= 2048), "sdpa-flash": (0.9, lambda n: n == 1024)}
+LIBRARY_NAMES = {"sdpa-cudnn": "cuDNN (SDPA)", "sdpa-flash": "FlashAttention (SDPA)"}
+
+
+def library_ratios(rows: list) -> list[dict]:
+    """Our kernels against SDPA's cuDNN and flash backends in the same run, one row per (mode, mask, head dim,
+    N, library) where both were timed: the library's time over ours (1.0 = as fast), with the target where the
+    issue sets one (labs/repredict.py gathers these for the scorecard)."""
+    times = {}
+    for r in rows:
+        if r.get("measured_ms") and r.get("impl") in ("ours", *LIBRARY_TARGETS) and r.get("mode") in MODES:
+            times[(r["mode"], bool(r["causal"]), r["dtype"], r["head_dim"], r["seq_len"], r["impl"])] = r["measured_ms"]
+    out = []
+    for (mode, causal, dtype, d, n, impl), library in sorted(times.items()):
+        ours = times.get((mode, causal, dtype, d, n, "ours"))
+        if impl == "ours" or not ours:
+            continue
+        bar, applies = LIBRARY_TARGETS[impl]
+        out.append({"case": f"{mode} {'causal' if causal else 'full'} {dtype} d = {d} N = {n}", "ours": "ours (Triton)",
+                    "library": LIBRARY_NAMES[impl], "speed_ratio": library / ours, "target": bar if applies(n) else None})
+    return out
+
+
 def lesson_numbers(target: Target) -> dict:
     c = target.ceilings
     mm = matmul_rate(target, "bf16")

@@ -1769,6 +1769,31 @@ def _compiled_resources(compiled) -> dict:
 # ---------------------------------------------------------------------------------------------
 # Lesson numbers
 # ---------------------------------------------------------------------------------------------
+# Issue 15's bar for our kernel: at least this share of cuBLAS's speed at every TMA-aligned N from 1024 on (below
+# 1024 a launch is mostly fixed cost; unaligned rows take the slower pointer path by design)
+LIBRARY_TARGET = 0.9
+LIBRARY_TARGET_FROM_N = 1024
+
+
+def library_ratios(rows: list) -> list[dict]:
+    """Our Triton kernel against cuBLAS in the same run, one row per (dtype, N) where both were timed: the speed
+    ratio is cuBLAS's time over ours (1.0 = as fast, above 1 faster), with the target where the issue sets one
+    (labs/repredict.py gathers these from every recording for the scorecard)."""
+    times = {(r["dtype"], r["n"], r["kernel"]): r["measured_ms"] for r in rows
+             if r.get("kernel") in KERNELS and r.get("measured_ms")}
+    paths = {(r["dtype"], r["n"]): r.get("path") for r in rows if r.get("kernel") == "triton"}
+    out = []
+    for (dtype, n), path in sorted(paths.items()):
+        ours, library = times.get((dtype, n, "triton")), times.get((dtype, n, "cublas"))
+        if not (ours and library):
+            continue
+        aligned = path == "tma"
+        out.append({"case": f"{dtype} N = {n}" + ("" if aligned else " (unaligned)"), "ours": "Triton",
+                    "library": "cuBLAS", "speed_ratio": library / ours,
+                    "target": LIBRARY_TARGET if aligned and n >= LIBRARY_TARGET_FROM_N else None})
+    return out
+
+
 def lesson_numbers(target: Target) -> dict:
     """Numbers for the lesson text, for this GPU (SM count, ceilings, the lecture's 1792/1793 puzzle)."""
     bf16 = DEFAULT_CONFIGS["bf16"]

@@ -168,3 +168,40 @@ def misses(lab, band_pct: float = WITHIN_PCT) -> list[dict]:
                             f"measured_{lab.metric}": r.get(f"measured_{lab.metric}"),
                             f"predicted_{lab.metric}": r.get(f"predicted_{lab.metric}"), "error_pct": e})
     return sorted(out, key=lambda r: -abs(r["error_pct"]))
+
+
+def kernels_against_libraries(labs) -> list[dict]:
+    """Every recorded case where a lab timed our kernel beside a library's in the same run (a lab offers
+    `library_ratios(rows)` in its module): one row per case, library and recorded GPU, with the speed ratio
+    (library time / ours), the target the issue set for that case (None where it sets none) and whether the
+    case meets it."""
+    from labs.results import list_recorded
+
+    out = []
+    for lab in labs:
+        hook = getattr(sys.modules[lab.predict.__module__], "library_ratios", None)
+        if hook is None:
+            continue
+        for result in list_recorded(lab.name):
+            gpu_name = result.meta.get("gpu", {}).get("name", "?")
+            for row in hook(result.rows):
+                target = row.get("target")
+                out.append({"lab": lab.name, "title": lab.title, "gpu": gpu_name,
+                            "date": str(result.meta.get("date", ""))[:10], "commit": result.meta.get("git_commit"),
+                            **row, "meets": None if target is None else row["speed_ratio"] >= target})
+    return out
+
+
+def library_summary(cases: list) -> list[dict]:
+    """Per lab, GPU, library and target: how many of the cases the target covers meet it, and the slowest one."""
+    groups = {}
+    for c in cases:
+        if c["target"] is not None:
+            groups.setdefault((c["title"], c["gpu"], c["library"], c["target"]), []).append(c)
+    out = []
+    for (title, gpu_name, library, target), group in groups.items():
+        worst = min(group, key=lambda c: c["speed_ratio"])
+        out.append({"lab": title, "GPU": gpu_name, "against": library, "target (x)": target, "cases": len(group),
+                    "meet it": sum(c["meets"] for c in group), "slowest (x)": worst["speed_ratio"],
+                    "slowest case": worst["case"]})
+    return out

@@ -4,13 +4,33 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from labs import all_labs, get_lab
-from labs.repredict import WITHIN_PCT, misses, scorecard
+from labs.repredict import WITHIN_PCT, kernels_against_libraries, library_summary, misses, scorecard
 from ui import classroom, text
 
 
 @st.cache_data(show_spinner="Re-predicting the recorded runs with this version's models")
 def cached_scorecard() -> list:
     return scorecard(all_labs())
+
+
+@st.cache_data(show_spinner=False)
+def cached_library_cases() -> list:
+    return kernels_against_libraries(all_labs())
+
+
+def ratio_chart(cases: list, library: str) -> go.Figure:
+    """Our speed over the library's per case, one bar series per recorded GPU, the target as a line."""
+    fig = go.Figure()
+    for gpu_name in sorted({c["gpu"] for c in cases}):
+        mine = [c for c in cases if c["gpu"] == gpu_name]
+        fig.add_bar(x=[c["case"] for c in mine], y=[c["speed_ratio"] for c in mine], name=gpu_name,
+                    hovertemplate="%{x}: %{y:.2f}x<extra>" + gpu_name + "</extra>")
+    for target in sorted({c["target"] for c in cases if c["target"] is not None}):
+        fig.add_hline(y=target, line_dash="dash", annotation_text=f"target {target:.2f}x (where set)")
+    fig.add_hline(y=1.0, line_color="grey", line_width=1)
+    fig.update_layout(title=f"Speed against {library} (1.0 = as fast; above = faster)", barmode="group",
+                      yaxis_title="library time / our time", height=420, xaxis_tickangle=-45)
+    return fig
 
 
 def share_heatmap(rows: list) -> go.Figure:
@@ -64,3 +84,22 @@ if missed:
 else:
     st.success(f"Every recorded point of {choice} is within {WITHIN_PCT:.0f} % of the model.")
 st.page_link(f"pages/{lab.page_name}.py", label=f"Open the {choice} lab and its lesson", icon=":material/science:")
+
+st.header("Our kernels against the libraries")
+st.markdown(sections.get("Our kernels against the libraries", ""))
+cases = cached_library_cases()
+if not cases:
+    st.info("No recorded run times one of our kernels beside a library's yet.")
+else:
+    st.dataframe(library_summary(cases), hide_index=True, width="stretch",
+                 column_config={c: st.column_config.NumberColumn(format="%.2f") for c in ("target (x)", "slowest (x)")})
+    lab_title = st.selectbox("Lab", list(dict.fromkeys(c["title"] for c in cases)), key="scorecard:kernel-lab")
+    in_lab = [c for c in cases if c["title"] == lab_title]
+    library = st.selectbox("Against", list(dict.fromkeys(c["library"] for c in in_lab)), key="scorecard:library")
+    chosen = [c for c in in_lab if c["library"] == library]
+    st.plotly_chart(ratio_chart(chosen, library), width="stretch")
+    missed = sorted((c for c in chosen if c["meets"] is False), key=lambda c: c["speed_ratio"])
+    st.caption(f"{sum(c['meets'] is True for c in chosen)} of {sum(c['meets'] is not None for c in chosen)} cases with "
+               f"a target meet it; the {len(missed)} below it, slowest first: "
+               + (", ".join(f"{c['case']} on the {c['gpu']} ({c['speed_ratio']:.3f}x)" for c in missed[:8])
+                  + (" ..." if len(missed) > 8 else "") if missed else "none") + ".")

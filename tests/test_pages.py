@@ -104,6 +104,24 @@ def test_scorecard_scores_every_recorded_lab_and_lists_a_labs_misses():
         assert len(listed) == len(misses(lab)) and (listed["error_pct"].abs() > 15).all()
 
 
+def test_scorecard_shows_our_kernels_against_the_libraries():
+    from labs.repredict import kernels_against_libraries, library_summary
+
+    at = open_page("pages/scorecard.py")
+    assert not at.exception, [e.value for e in at.exception]
+    assert "Our kernels against the libraries" in [h.value for h in at.header]
+    summary = library_summary(kernels_against_libraries(all_labs()))
+    assert summary, "the repository holds recordings of matmul and attention beside their libraries"
+    shown = next(d.value for d in at.dataframe if "against" in d.value.columns)
+    assert len(shown) == len(summary)
+    at.selectbox(key="scorecard:kernel-lab").set_value("FlashAttention").run()
+    at.selectbox(key="scorecard:library").set_value("cuDNN (SDPA)").run()
+    assert not at.exception
+    caption = " ".join(c.value for c in at.caption)
+    cudnn = [r for r in summary if r["lab"] == "FlashAttention" and r["against"] == "cuDNN (SDPA)"]
+    assert f"{sum(r['meet it'] for r in cudnn)} of {sum(r['cases'] for r in cudnn)} cases with a target" in caption
+
+
 def test_a_lab_page_states_how_its_model_holds_on_the_recorded_runs():
     from labs.repredict import score, with_current_model
     from labs.results import list_recorded

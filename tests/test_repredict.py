@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from labs import fusion, get_lab, transfers
+from labs import all_labs, fusion, get_lab, transfers
 from labs.results import RECORDED_DIR
 from labs.repredict import recorded_target
 from scripts import repredict
@@ -114,3 +114,51 @@ def test_scorecard_rows_are_the_current_model_on_each_recording():
         assert row["repredicted"] and row["points"] == len(after)
         assert row["within_15_pct"] == pytest.approx(100 * repredict.shares(after)[0])
         assert row["recorded_within_15_pct"] == pytest.approx(100 * repredict.shares(before)[0])
+
+
+def test_library_ratios_by_hand():
+    from labs import attention, matmul
+
+    rows = [{"kernel": "triton", "dtype": "bf16", "n": 2048, "path": "tma", "measured_ms": 0.025},
+            {"kernel": "cublas", "dtype": "bf16", "n": 2048, "measured_ms": 0.020},
+            {"kernel": "triton", "dtype": "bf16", "n": 2049, "path": "vec2", "measured_ms": 0.050},
+            {"kernel": "cublas", "dtype": "bf16", "n": 2049, "measured_ms": 0.020},
+            {"kernel": "triton", "dtype": "bf16", "n": 512, "path": "tma", "measured_ms": 0.010},
+            {"kernel": "cublas", "dtype": "bf16", "n": 512, "measured_ms": 0.005}]
+    got = {r["case"]: r for r in matmul.library_ratios(rows)}
+    assert got["bf16 N = 2048"]["speed_ratio"] == pytest.approx(0.8) and got["bf16 N = 2048"]["target"] == 0.9
+    assert got["bf16 N = 2049 (unaligned)"]["target"] is None  # the pointer path: no bar
+    assert got["bf16 N = 512"]["target"] is None  # below 1024: no bar
+    key = {"mode": "fwd", "causal": False, "dtype": "bf16", "head_dim": 128}
+    rows = [key | {"impl": "ours", "seq_len": 2048, "measured_ms": 1.0},
+            key | {"impl": "sdpa-cudnn", "seq_len": 2048, "measured_ms": 0.8},
+            key | {"impl": "sdpa-flash", "seq_len": 2048, "measured_ms": 1.5},
+            key | {"impl": "ours", "seq_len": 1024, "measured_ms": 0.5},
+            key | {"impl": "sdpa-flash", "seq_len": 1024, "measured_ms": 0.5},
+            key | {"impl": "naive", "seq_len": 1024, "measured_ms": 2.0}]
+    got = {(r["case"], r["library"]): r for r in attention.library_ratios(rows)}
+    assert len(got) == 3  # naive attention is not a library
+    cudnn = got[("fwd full bf16 d = 128 N = 2048", "cuDNN (SDPA)")]
+    assert cudnn["speed_ratio"] == pytest.approx(0.8) and cudnn["target"] == 0.95
+    assert got[("fwd full bf16 d = 128 N = 2048", "FlashAttention (SDPA)")]["target"] is None  # flash's bar is at 1024
+    assert got[("fwd full bf16 d = 128 N = 1024", "FlashAttention (SDPA)")]["target"] == 0.9
+
+
+def test_kernels_against_libraries_read_the_recordings_as_they_are():
+    """The scorecard's ratios are the recorded times' own: cuBLAS's time over ours at one recorded point, and the
+    verdict against the bar follows from it."""
+    from labs.repredict import kernels_against_libraries, library_summary
+
+    cases = kernels_against_libraries(all_labs())
+    rec = _recording("matmul")
+    times = {r["kernel"]: r["measured_ms"] for r in rec["rows"] if r.get("n") == 2048 and r.get("dtype") == "bf16"}
+    gpu_name = rec["meta"]["gpu"]["name"]
+    case = next(c for c in cases if c["lab"] == "matmul" and c["gpu"] == gpu_name and c["case"] == "bf16 N = 2048")
+    assert case["speed_ratio"] == pytest.approx(times["cublas"] / times["triton"])
+    assert case["meets"] == (case["speed_ratio"] >= 0.9)
+    summary = library_summary(cases)
+    for row in summary:
+        group = [c for c in cases if c["title"] == row["lab"] and c["gpu"] == row["GPU"] and c["library"] == row["against"]
+                 and c["target"] == row["target (x)"]]
+        assert row["cases"] == len(group) and row["meet it"] == sum(c["meets"] for c in group)
+        assert row["slowest (x)"] == min(c["speed_ratio"] for c in group)
