@@ -87,7 +87,9 @@ def one_session(i: int, go: threading.Event, ready: list, out: list) -> None:
         result = at.session_state[f"live:{lab}"] if f"live:{lab}" in at.session_state else None
         problems = [e.value[:300] for e in at.exception] + [e.value[:300] for e in at.error]
         if result is None or problems:
-            raise RuntimeError(f"no result: {problems}")
+            # what the page said besides errors (e.g. "Live runs are off: ...") tells a silent miss from a failure
+            notes = [e.value[:200] for e in at.info] + [e.value[:200] for e in at.warning]
+            raise RuntimeError(f"no result: {problems}" + (f"; the page said: {notes[:3]}" if not problems else ""))
         pool = result.meta.get("pool", {})
         record.update(ok=True, worker=pool.get("worker_name"), gpu=pool.get("gpu_label"),
                       run_s=result.meta.get("duration_s"), complete=result.complete,
