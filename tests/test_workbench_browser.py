@@ -50,7 +50,10 @@ def test_type_a_kernel_run_it_and_see_the_verdict(server, browser):  # noqa: F81
     assert re.search(r"[?&]s=", url) and "exercise=add" in url
     page.reload(wait_until="domcontentloaded")  # a new Streamlit session: the code and the verdict come back
     page.get_by_text("Correct on every check case").first.wait_for(timeout=90_000)
-    assert "BLOCK = 1024" in page.frame_locator(EDITOR).first.locator(".ace_content").inner_text(timeout=60_000)
+    # the editor fills its iframe after the verdict has rendered: wait for the code itself, not just the element
+    from playwright.sync_api import expect
+
+    expect(page.frame_locator(EDITOR).first.locator(".ace_content")).to_contain_text("BLOCK = 1024", timeout=60_000)
     assert not errors, errors
     page.close()
 
