@@ -20,6 +20,11 @@ The experiments:
    copy and its CPU probe are timed in turns, three rounds, the fastest of each kept.
 2. `overlap`: a pinned H2D copy and a chain of bf16 matmuls of about the same duration, run one after the
    other on one stream, then on two streams at once (the four in turns, three rounds, the fastest kept).
+3. `staging`: a pageable H2D copy staged by hand, the way the driver is described to do it (one CPU thread
+   copies each piece of your buffer into one of two pinned staging buffers while the copy engine moves the
+   piece before), checked bit for bit and timed in turns with the driver's own copy of the same buffer and the
+   CPU probe. The model of staging describes the hand-made copy, whose every step is known; where the driver's
+   copy parts from both, the driver does something it does not document.
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ from labs.lab import Headline, Lab
 from labs.params import ParamError, param
 
 KIB = 1024
-EXPERIMENTS = ("copies", "overlap")
+EXPERIMENTS = ("copies", "overlap", "staging")
 DIRECTIONS = ("h2d", "d2h")
 MEMORIES = ("pinned", "pageable")
 
@@ -128,6 +133,8 @@ class Params:
                              min=4, max=4 * 1048576)
     overlap_mib: int = param(256, "overlap experiment: bytes copied while the matmuls run", unit="MiB",
                              min=1, max=4096)
+    staging_mib: tuple = param((4, 16, 64, 256), "staging experiment: pageable h2d copies staged by hand",
+                               unit="MiB", min=1, max=4096)
 
 
 def size_bytes(size_kib: int) -> int:
@@ -233,6 +240,33 @@ def copy_row(direction: str, memory: str, nbytes: int, link: dict, latency_us: f
             "model_first_piece_us": 1e3 * exposed}
 
 
+# Staging by hand: the pieces are the probe's ring size, so the probe measures exactly the CPU half of each step.
+HAND_PIECE_BYTES = STAGING_BYTES
+HAND_BUFFERS = 2  # double buffering: the CPU fills one buffer while the copy engine empties the other
+
+
+def hand_staging_ms(nbytes: int, cpu_gbps: float, link_gbps: float, pinned_latency_us: float,
+                    piece: int = HAND_PIECE_BYTES) -> float:
+    """A pageable h2d copy staged by hand through two pinned buffers, as a two-stage pipeline: the CPU copies
+    piece i into a free buffer (bytes / cpu rate) while the engine moves piece i - 1 (a pinned copy: latency +
+    bytes over the link). Each step takes the longer of the two; the first CPU copy and the last engine copy
+    stick out at the ends."""
+    sizes = [min(piece, nbytes - off) for off in range(0, nbytes, piece)]
+    cpu = [b / (cpu_gbps * 1e9) * 1e3 for b in sizes]
+    engine = [copy_ms(b, pinned_latency_us, link_gbps) for b in sizes]
+    steps = [max(cpu[i + 1], engine[i]) for i in range(len(sizes) - 1)]  # CPU on piece i + 1, engine on piece i
+    return cpu[0] + sum(steps) + engine[-1]
+
+
+def hand_staging_row(nbytes: int, link: dict, pinned_latency_us: float, rates: dict) -> dict:
+    cpu = staging_gbps("h2d", rates)
+    ms = hand_staging_ms(nbytes, cpu, link["pcie_gbps"], pinned_latency_us)
+    return {"experiment": "staging", "direction": "h2d", "memory": "pageable", "size_bytes": nbytes,
+            "schedule": "by hand", "predicted_ms": ms, "predicted_gbps": nbytes / (ms * 1e-3) / 1e9,
+            "model_bandwidth_gbps": min(cpu, link["pcie_gbps"]), "model_latency_us": pinned_latency_us,
+            "model_route": f"{HAND_BUFFERS} x {HAND_PIECE_BYTES // MiB} MiB pinned buffers"}
+
+
 def matmul_ms(target: Target, count: int) -> float:
     rate = target.ceilings.matmul_tflops.get("bf16") or target.ceilings.fma_tflops
     return count * 2 * MATMUL_N**3 / (rate * 1e12) * 1e3
@@ -276,6 +310,14 @@ def predict_with(p: Params, target: Target, latency_us: dict, host_rates: dict) 
                     rows.append(copy_row(direction, memory, size_bytes(s), link, lat, rates, pinned_lat))
     if "overlap" in p.experiments:
         rows += overlap_rows(p, target, link, latency_us.get(("h2d", "pinned"), ASSUMED_LATENCY_US))
+    if "staging" in p.experiments:
+        for mib in sorted(p.staging_mib):
+            # the probe measured beside the hand-made copy, else the copies experiment's at that size
+            rates = host_rates.get(("hand", mib * MiB)) or host_rates.get(("h2d", mib * MiB), {})
+            rates = {"host_copy_gbps": host_rates.get("host_copy_gbps"), "out_of_cache_gbps": out_of_cache.get("h2d"),
+                     **rates}
+            rows.append(hand_staging_row(mib * MiB, link, latency_us.get(("h2d", "pinned"), ASSUMED_LATENCY_US),
+                                         rates))
     return rows
 
 
@@ -302,7 +344,8 @@ def host_free_bytes() -> int:
 def check(p: Params, target: Target) -> None:
     """Refuse buffers that do not fit: one device buffer and one host buffer of each kind, of the largest size."""
     largest = max(size_bytes(max(p.sizes_kib)) if "copies" in p.experiments else 0,
-                  p.overlap_mib * MiB if "overlap" in p.experiments else 0)
+                  p.overlap_mib * MiB if "overlap" in p.experiments else 0,
+                  max(p.staging_mib) * MiB if "staging" in p.experiments else 0)
     free = free_memory_bytes() if target.live else target.memory_bytes
     need = largest + (3 * MATMUL_N**2 * 2 if "overlap" in p.experiments else 0)
     if need > 0.8 * free:
@@ -561,6 +604,115 @@ def measure_overlap(p: Params, target: Target, count: int, progress, done: int, 
         yield row
 
 
+class HandStager:
+    """Pageable host -> device copies staged by hand: one CPU thread (this one) copies each piece of the source
+    into one of HAND_BUFFERS pinned buffers (a plain memcpy), then queues the copy engine's copy of that buffer
+    to the device (cudaMemcpyAsync) and an event behind it; a buffer is refilled only once its event has passed.
+    The CUDA runtime is called through ctypes (the library torch has loaded), so each piece costs a few calls
+    of C, not of PyTorch's Python layer. Raises RuntimeError where that library cannot be found."""
+
+    def __init__(self, piece: int = HAND_PIECE_BYTES, buffers: int = HAND_BUFFERS):
+        import ctypes
+
+        self._ct = ctypes
+        self.lib = _cudart()
+        self.piece = piece
+        self.pinned = [torch.empty(piece, dtype=torch.uint8, pin_memory=True) for _ in range(buffers)]
+        self.events = []
+        for _ in range(buffers):
+            event = ctypes.c_void_p()
+            _cuda_ok(self.lib.cudaEventCreateWithFlags(ctypes.byref(event), 2), "cudaEventCreateWithFlags")
+            self.events.append(event)  # flag 2: cudaEventDisableTiming (only ordering is needed)
+
+    def copy(self, dst: torch.Tensor, src: torch.Tensor) -> None:
+        """dst (on the GPU) <- src (pageable host memory), both contiguous, same size; returns when it is done."""
+        nbytes = src.numel() * src.element_size()
+        stream = self._ct.c_void_p(torch.cuda.current_stream().cuda_stream)
+        src_ptr, dst_ptr, lib = src.data_ptr(), dst.data_ptr(), self.lib
+        for i, off in enumerate(range(0, nbytes, self.piece)):
+            n, b = min(self.piece, nbytes - off), i % len(self.pinned)
+            if i >= len(self.pinned):
+                lib.cudaEventSynchronize(self.events[b])  # the engine has moved this buffer's last piece
+            buf = self.pinned[b].data_ptr()
+            self._ct.memmove(buf, src_ptr + off, n)  # the CPU's half: the piece into pinned memory
+            lib.cudaMemcpyAsync(dst_ptr + off, buf, n, 1, stream)  # the engine's half (1: host to device)
+            lib.cudaEventRecord(self.events[b], stream)
+        torch.cuda.current_stream().synchronize()
+
+    def close(self) -> None:
+        for event in self.events:
+            self.lib.cudaEventDestroy(event)
+        self.events = []
+
+
+def _cudart():
+    """The CUDA runtime library this process has loaded for torch, through ctypes, with the argument types of
+    the few calls HandStager makes."""
+    import ctypes
+    import ctypes.util
+
+    torch.cuda.init()
+    paths = []
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = sorted({line.split()[-1] for line in maps if "libcudart.so" in line})
+    except OSError:
+        pass
+    name = paths[0] if paths else ctypes.util.find_library("cudart")
+    if not name:
+        raise RuntimeError("the CUDA runtime library (libcudart) was not found in this process")
+    lib = ctypes.CDLL(name)
+    lib.cudaMemcpyAsync.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]
+    lib.cudaEventRecord.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    lib.cudaEventSynchronize.argtypes = [ctypes.c_void_p]
+    lib.cudaEventDestroy.argtypes = [ctypes.c_void_p]
+    lib.cudaEventCreateWithFlags.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_uint]
+    return lib
+
+
+def _cuda_ok(code: int, what: str) -> None:
+    if int(code) != 0:
+        raise RuntimeError(f"{what} failed with CUDA error {int(code)}")
+
+
+def measure_staging(p: Params, progress, done: int, total: int):
+    """Rows of the staging experiment: per size, the copy staged by hand (checked bit for bit first) with the
+    CPU probe on the same buffer, and the driver's own pageable copy of it, all sizes in turns (timed_in_turns)."""
+    largest = max(p.staging_mib) * MiB
+    host = host_buffer(largest, pinned=False)
+    device = torch.empty(largest // 4, device="cuda", dtype=torch.float32)
+    stager = HandStager()
+    try:
+        pairs, errors = {}, {}
+        for mib in sorted(p.staging_mib):
+            progress(done / total, f"staging by hand, {mib} MiB: checking the copy bit for bit")
+            n = mib * MiB // 4
+            src, dst = host[:n], device[:n]
+            src.copy_(torch.randn(n))
+            dst.fill_(float("nan"))
+            stager.copy(dst, src)
+            errors[mib] = bench.check_close(dst, src, "fp32", f"hand-staged copy of {mib} MiB", tol=0.0)
+            pairs[(mib, "by hand")] = (functools.partial(stager.copy, dst, src), staging_probe(src))
+            pairs[(mib, "driver")] = (functools.partial(dst.copy_, src), None)
+
+        def step(key, round_):
+            progress(done / total, f"staging: round {round_ + 1} of {ROUNDS}, {key[0]} MiB {key[1]}")
+
+        for (mib, schedule), (ms, rates) in timed_in_turns(pairs, progress=step).items():
+            nbytes = mib * MiB
+            row = {"experiment": "staging", "direction": "h2d", "memory": "pageable", "size_bytes": nbytes,
+                   "schedule": schedule, "check_rel_error": errors[mib]}
+            # the driver's copy is the comparison, measured only: its model is the copies experiment's
+            row["measured_ms" if schedule == "by hand" else "driver_ms"] = ms
+            row["measured_gbps" if schedule == "by hand" else "driver_gbps"] = nbytes / (ms * 1e-3) / 1e9
+            if schedule == "by hand":
+                row |= rates | {"cpu_l2_bytes": cpu_l2_bytes()}
+                done += 1
+            yield row
+    finally:
+        stager.close()
+
+
 def stream_copy_then_compute(copy, compute, side) -> None:
     """The copy queued on the side stream first, then the matmuls on the current one: both run at once."""
     side.wait_stream(torch.cuda.current_stream())
@@ -606,27 +758,40 @@ def fitted_latency_us(target: Target, rows: list, host_rates: dict) -> dict:
 
 
 def measured_host_rates(rows: list) -> dict:
-    """The CPU staging rates measured beside each pageable copy, by (direction, size_bytes)."""
+    """The CPU staging rates measured beside each pageable copy, by (direction, size_bytes), and beside each
+    copy staged by hand, by ("hand", size_bytes)."""
     keys = ("cpu_read_gbps", "cpu_copy_out_gbps", "cpu_write_gbps", "pin_ms", "unpin_ms", "cpu_l2_bytes")
-    return {(r["direction"], r["size_bytes"]): {k: r[k] for k in keys if r.get(k) is not None}
-            for r in rows if r.get("experiment") == "copies" and any(r.get(k) for k in keys)}
+    found = {}
+    for r in rows:
+        if not any(r.get(k) for k in keys):
+            continue
+        if r.get("experiment") == "copies":
+            found[(r["direction"], r["size_bytes"])] = {k: r[k] for k in keys if r.get(k) is not None}
+        elif r.get("experiment") == "staging" and r.get("schedule") == "by hand":
+            found[("hand", r["size_bytes"])] = {k: r[k] for k in keys if r.get(k) is not None}
+    return found
 
 
 def measure(p: Params, target: Target, progress):
     total = (len(p.directions) * len(p.memories) * len(p.sizes_kib) if "copies" in p.experiments else 0) \
-        + (4 if "overlap" in p.experiments else 0) + 1
+        + (4 if "overlap" in p.experiments else 0) + (len(p.staging_mib) if "staging" in p.experiments else 0) + 1
     progress(0.0, "measuring one CPU thread's memcpy rate")
     host_gbps = host_copy_gbps()
     yield (f"One CPU thread copies host memory at {host_gbps:.1f} GB/s here (256 MiB, DRAM to DRAM). Each "
            "pageable copy's model uses the CPU's staging rate measured on its own buffer and size instead.")
     rows = list(measure_copies(p, progress, 1, total)) if "copies" in p.experiments else []
+    if "staging" in p.experiments:
+        try:
+            rows += list(measure_staging(p, progress, 1 + len(rows), total))
+        except RuntimeError as err:  # no CUDA runtime library to call by hand: the other experiments still run
+            yield f"Staging by hand was skipped: {err}."
     host_rates = {"host_copy_gbps": host_gbps, **measured_host_rates(rows)}
     latency = fitted_latency_us(target, rows, host_rates)
     model = predict_with(p, target, latency, host_rates)
     # every measured row carries the prediction made with this run's own latency and memcpy rate
     by_key = {(m["experiment"], m["direction"], m["memory"], m["size_bytes"], m["schedule"]): m for m in model}
-    for r in rows:
-        yield by_key[(r["experiment"], r["direction"], r["memory"], r["size_bytes"], r["schedule"])] | r
+    for r in rows:  # (the driver's copy in the staging experiment has no model row of its own)
+        yield by_key.get((r["experiment"], r["direction"], r["memory"], r["size_bytes"], r["schedule"]), {}) | r
     if "overlap" in p.experiments:
         link = link_for(target)
         count = matmul_count(p, target, link, latency.get(("h2d", "pinned"), ASSUMED_LATENCY_US))
@@ -684,6 +849,7 @@ def lesson_numbers(target: Target) -> dict:
         "gib_ms": f"{gib:.1f}",
         "small_gbps": f"{4 * KIB / (small * 1e-3) / 1e9:.2f}",
         "half_size_kib": f"{latency_us * 1e-6 * link['pcie_gbps'] * 1e9 / KIB:.0f}",
+        "hand_piece_mib": f"{HAND_PIECE_BYTES / MiB:.0f}",
     }
 
 

@@ -45,6 +45,18 @@ if "overlap" in params.experiments:
     st.caption("Two streams take about as long as the slower of the two pieces: the copy engine and the SMs work "
                "at the same time. One stream adds them up.")
 
+if "staging" in params.experiments:
+    fig = charts.figure(f"Pageable host-to-device copies staged by hand and by the driver on {page.target.name}",
+                        "copy size (bytes)", "GB/s", log_x=True)
+    where = {"experiment": "staging", "schedule": "by hand"}
+    charts.overlay(fig, model, live, recorded, "size_bytes", "gbps", "staged by hand", where,
+                   ("model_bandwidth_gbps", "model_latency_us", "model_route", "cpu_read_gbps"))
+    for name, result in ([("now", live)] if live is not None else []) + [(rec.label, rec) for rec in recorded]:
+        charts.add_series(fig, charts.rows_where(result.rows, experiment="staging", schedule="driver"), "size_bytes",
+                          "driver_gbps", f"driver's own copy, {name}", dict(mode="markers", marker_symbol="x"))
+    st.plotly_chart(fig, width="stretch")
+    st.caption(page.section("Why stage by hand"))
+
 shown = live or (recorded[0] if recorded else None)
 if shown is not None:
     rows = [r for r in charts.rows_where(shown.rows, experiment="copies") if r.get("error_pct") is not None]

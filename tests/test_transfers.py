@@ -210,6 +210,42 @@ def test_pageable_d2h_pinned_on_the_fly_by_hand():
     assert row["model_route"] == "staged" and row["model_bandwidth_gbps"] == 9.0
 
 
+def test_hand_staging_is_a_two_stage_pipeline_by_hand():
+    mib = 2**20
+    # 5 MiB in 2 MiB pieces (2, 2, 1 MiB): CPU 10 GB/s, link 50 GB/s, 10 us per engine copy
+    cpu = [b / 10e9 * 1e3 for b in (2 * mib, 2 * mib, mib)]
+    engine = [0.010 + b / 50e9 * 1e3 for b in (2 * mib, 2 * mib, mib)]
+    expected = cpu[0] + max(cpu[1], engine[0]) + max(cpu[2], engine[1]) + engine[2]
+    assert t.hand_staging_ms(5 * mib, 10.0, 50.0, 10.0, piece=2 * mib) == pytest.approx(expected)
+    # one piece: nothing overlaps; a slow link instead of a slow CPU sets the steps
+    assert t.hand_staging_ms(mib, 10.0, 50.0, 10.0) == pytest.approx(mib / 10e9 * 1e3 + 0.010 + mib / 50e9 * 1e3)
+    slow_link = t.hand_staging_ms(8 * mib, 100.0, 5.0, 0.0, piece=2 * mib)
+    assert slow_link == pytest.approx(2 * mib / 100e9 * 1e3 + 4 * (2 * mib / 5e9 * 1e3))
+
+
+def test_hand_staging_model_uses_the_probe_measured_beside_it():
+    rows = [{"experiment": "staging", "direction": "h2d", "memory": "pageable", "size_bytes": 16 * 2**20,
+             "schedule": "by hand", "measured_ms": 1.5, "cpu_read_gbps": 11.0, "cpu_l2_bytes": 2**21},
+            {"experiment": "staging", "direction": "h2d", "memory": "pageable", "size_bytes": 16 * 2**20,
+             "schedule": "driver", "driver_ms": 1.2}]
+    rates = t.measured_host_rates(rows)
+    assert list(rates) == [("hand", 16 * 2**20)] and rates[("hand", 16 * 2**20)]["cpu_read_gbps"] == 11.0
+    p = t.Params(experiments=("staging",), staging_mib=(16,))
+    (row,) = t.predict_with(p, H100, {("h2d", "pinned"): 12.0}, {"host_copy_gbps": 9.0, **rates})
+    assert row["schedule"] == "by hand" and row["model_bandwidth_gbps"] == 11.0
+    link = t.link_for(H100)["pcie_gbps"]
+    assert row["predicted_ms"] == pytest.approx(t.hand_staging_ms(16 * 2**20, 11.0, link, 12.0))
+    # before any run of this size: the one host memcpy rate
+    (row,) = t.predict_with(p, H100, {}, {"host_copy_gbps": 9.0})
+    assert row["model_bandwidth_gbps"] == 9.0
+
+
+def test_staging_sizes_that_do_not_fit_are_refused():
+    small = gpu.Target("4 GB GPU", "small", 40, 0, 4 * 10**9, "7.5", H100.ceilings, None, live=False)
+    with pytest.raises(ParamError, match="does not fit"):
+        t.check(t.Params(experiments=("staging",), staging_mib=(4096,)), small)
+
+
 def test_host_memcpy_rate_is_measured():
     assert t.host_copy_gbps(8 * 2**20) > 0.1
 
@@ -224,12 +260,16 @@ def test_page_renders_without_a_gpu():
 def test_real_copies_are_checked_and_timed():
     from labs import runner
 
-    p = t.Params(sizes_kib=(4, 1024), overlap_mib=16)
+    p = t.Params(sizes_kib=(4, 1024), overlap_mib=16, staging_mib=(3, 5))
     result = runner.run(t.LAB, p, use_cache=False)
     rows = [r for r in result.rows if r.get("measured_ms")]
-    assert len(rows) == 2 * 2 * 2 + 4
-    assert all(r["check_rel_error"] == 0 for r in rows if r["experiment"] == "copies")
+    assert len(rows) == 2 * 2 * 2 + 4 + 2
+    assert all(r["check_rel_error"] == 0 for r in rows if r["experiment"] in ("copies", "staging"))
     assert all(r["check_rel_error"] <= 2e-2 for r in rows)
+    hand = [r for r in rows if r["experiment"] == "staging"]
+    assert all(r["predicted_ms"] > 0 and r["cpu_read_gbps"] > 0 for r in hand)
+    drivers = [r for r in result.rows if r["experiment"] == "staging" and r["schedule"] == "driver"]
+    assert len(drivers) == 2 and all(r["driver_gbps"] > 0 for r in drivers)
 
 
 def test_lesson_latency_is_fitted_to_the_recorded_run_or_said_to_be_assumed():
