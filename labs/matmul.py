@@ -196,6 +196,109 @@ def matmul_band_kernel(a_desc, b_desc, c_desc, ax_desc, bx_desc, cx_desc, M, N, 
 
 
 # ---------------------------------------------------------------------------------------------
+# Composite tiles: a tile whose sides are sums of power-of-two pieces (192 = 128 + 64)
+# ---------------------------------------------------------------------------------------------
+@triton.jit
+def _piece_dot(a, b, acc, FP32_MODE: tl.constexpr, UPCAST: tl.constexpr):
+    """acc + a @ b on the tensor cores (or, for FP32_MODE 1, in true FP32), as in matmul_tma_kernel."""
+    if UPCAST:
+        a, b = a.to(tl.float32), b.to(tl.float32)
+    if FP32_MODE == 1:
+        acc = tl.dot(a, b, acc, input_precision="ieee")
+    elif FP32_MODE == 2:
+        acc = tl.dot(a, b, acc, input_precision="tf32")
+    else:
+        acc = tl.dot(a, b, acc)
+    return acc
+
+
+@triton.jit
+def _piece_b(b_desc, k, off_n, B_KMAJOR: tl.constexpr):
+    """One column piece of B for K step k: [BLOCK_K, piece] (B k-major: the transpose of a [piece, BLOCK_K] load)."""
+    if B_KMAJOR:
+        return b_desc.load([off_n, k]).T
+    else:
+        return b_desc.load([k, off_n])
+
+
+@triton.jit(do_not_specialize=["M", "N", "K"])
+def matmul_pieces_kernel(a0_desc, a1_desc, a2_desc, b0_desc, b1_desc, c00_desc, c01_desc, c10_desc, c11_desc,
+                         c20_desc, c21_desc, M, N, K, one,
+                         BM0: tl.constexpr, BM1: tl.constexpr, BM2: tl.constexpr, BN0: tl.constexpr,
+                         BN1: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, B_KMAJOR: tl.constexpr,
+                         FP32_MODE: tl.constexpr, UPCAST: tl.constexpr = False,
+                         LAUNCH_DEPENDENTS: tl.constexpr = False, WAIT_PRIMARY: tl.constexpr = 0,
+                         A_REGS: tl.constexpr = 0):
+    """TMA path with a composite tile: (BM0 + BM1 + BM2) rows x (BN0 + BN1) columns of C, each side a sum of
+    power-of-two pieces (a piece of 0 is absent), because a Triton block must be a power of two but a tile need not
+    be: 192 x 192 tiles make 11 x 11 = 121 tiles at N = 2056, one wave on 132 SMs, where 128 x 256 makes 153. Each
+    K step loads every row piece of A and every column piece of B once and multiplies each pair into its own FP32
+    accumulator, so a piece of A is shared by all the column pieces and a piece of B by all the row pieces, as one
+    big tile's loads would be. The copy engine zero-fills pieces past the matrix edge and clips their stores.
+    A_REGS (a variant): 1 multiplies the row pieces after the first, 2 every row piece, by `one` (1.0, exact), so that
+    the compiler keeps them in registers and the tensor cores read only B from shared memory for those products
+    (otherwise each instruction re-reads its piece of A there, which costs most where the column piece is narrow).
+    Measured, not chosen by default: slower than the lab's schedules except at N = 2056 (see PIECES_A_REGS below)."""
+    if LAUNCH_DEPENDENTS:
+        tl.extra.cuda.gdc_launch_dependents()
+    tile_m, tile_n = _tile_of(tl.program_id(0), M, N, BM0 + BM1 + BM2, BN0 + BN1, GROUP_M)
+    m0 = tile_m * (BM0 + BM1 + BM2)  # first row of each row piece: m0, m0 + BM0, m0 + BM0 + BM1
+    n0 = tile_n * (BN0 + BN1)  # first column of each column piece: n0, n0 + BN0
+    acc00 = tl.zeros((BM0, BN0), dtype=tl.float32)
+    if BN1 > 0:
+        acc01 = tl.zeros((BM0, BN1), dtype=tl.float32)
+    if BM1 > 0:
+        acc10 = tl.zeros((BM1, BN0), dtype=tl.float32)
+        if BN1 > 0:
+            acc11 = tl.zeros((BM1, BN1), dtype=tl.float32)
+    if BM2 > 0:
+        acc20 = tl.zeros((BM2, BN0), dtype=tl.float32)
+        if BN1 > 0:
+            acc21 = tl.zeros((BM2, BN1), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        kk = k * BLOCK_K
+        b0 = _piece_b(b0_desc, kk, n0, B_KMAJOR)  # [BLOCK_K, BN0]
+        if BN1 > 0:
+            b1 = _piece_b(b1_desc, kk, n0 + BN0, B_KMAJOR)  # [BLOCK_K, BN1]
+        a0 = a0_desc.load([m0, kk])  # [BM0, BLOCK_K]
+        if A_REGS == 2 and not UPCAST:  # (the interpreter cannot multiply bf16 values)
+            a0 = (a0 * one).to(a0.dtype)
+        acc00 = _piece_dot(a0, b0, acc00, FP32_MODE, UPCAST)
+        if BN1 > 0:
+            acc01 = _piece_dot(a0, b1, acc01, FP32_MODE, UPCAST)
+        if BM1 > 0:
+            a1 = a1_desc.load([m0 + BM0, kk])  # [BM1, BLOCK_K]
+            if A_REGS > 0 and not UPCAST:
+                a1 = (a1 * one).to(a1.dtype)
+            acc10 = _piece_dot(a1, b0, acc10, FP32_MODE, UPCAST)
+            if BN1 > 0:
+                acc11 = _piece_dot(a1, b1, acc11, FP32_MODE, UPCAST)
+        if BM2 > 0:
+            a2 = a2_desc.load([m0 + BM0 + BM1, kk])  # [BM2, BLOCK_K]
+            if A_REGS > 0 and not UPCAST:
+                a2 = (a2 * one).to(a2.dtype)
+            acc20 = _piece_dot(a2, b0, acc20, FP32_MODE, UPCAST)
+            if BN1 > 0:
+                acc21 = _piece_dot(a2, b1, acc21, FP32_MODE, UPCAST)
+    c00_desc.store([m0, n0], acc00.to(c00_desc.dtype))  # the engine clips each piece at the edges
+    if BN1 > 0:
+        c01_desc.store([m0, n0 + BN0], acc01.to(c01_desc.dtype))
+    if BM1 > 0:
+        c10_desc.store([m0 + BM0, n0], acc10.to(c10_desc.dtype))
+        if BN1 > 0:
+            c11_desc.store([m0 + BM0, n0 + BN0], acc11.to(c11_desc.dtype))
+    if BM2 > 0:
+        c20_desc.store([m0 + BM0 + BM1, n0], acc20.to(c20_desc.dtype))
+        if BN1 > 0:
+            c21_desc.store([m0 + BM0 + BM1, n0 + BN0], acc21.to(c21_desc.dtype))
+    if WAIT_PRIMARY == 1:
+        tl.extra.cuda.gdc_wait()
+    elif WAIT_PRIMARY == 2:
+        if tl.program_id(0) == tl.num_programs(0) - 1:
+            tl.extra.cuda.gdc_wait()
+
+
+# ---------------------------------------------------------------------------------------------
 # Stream-K: the same tiles, but the K steps of the awkward tiles shared out evenly among the SMs
 # ---------------------------------------------------------------------------------------------
 @triton.jit
@@ -411,12 +514,21 @@ class TileConfig:
     split_tail: bool = False  # split-K tail (TMA path only): the partial wave's tiles cut along K (splittail_plan)
     row_tail: bool = False  # row tail (TMA path only): the full waves' tile rows, then the rest in ROW_TAIL_TILE
     edge: bool = False  # interior + edge (TMA path only): whole tiles inside, thin strips of EDGE tiles at the edges
+    row_pieces: tuple = ()  # composite tile (TMA path only): block_m as power-of-two row pieces, e.g. (128, 64)
+    col_pieces: tuple = ()  # and block_n as column pieces (empty: one piece); see matmul_pieces_kernel
+
+    @property
+    def composite(self) -> bool:
+        return bool(self.row_pieces or self.col_pieces)
 
     @property
     def label(self) -> str:
+        pieces = (f" P{'+'.join(map(str, self.row_pieces or (self.block_m,)))}"
+                  f"x{'+'.join(map(str, self.col_pieces or (self.block_n,)))}") if self.composite else ""
         return (f"{self.block_m}x{self.block_n}x{self.block_k} G{self.group_m} "
                 f"w{self.num_warps} s{self.num_stages}" + (" SK" if self.streamk else "")
-                + (" ST" if self.split_tail else "") + (" RT" if self.row_tail else "") + (" EG" if self.edge else ""))
+                + (" ST" if self.split_tail else "") + (" RT" if self.row_tail else "") + (" EG" if self.edge else "")
+                + pieces)
 
 
 # Fixed configs per dtype, chosen from measurements on an H200 (scripts/matmul_gpu.py; Triton 3.6):
@@ -704,6 +816,11 @@ def triton_matmul(a: torch.Tensor, b: torch.Tensor, dtype: str, out: Optional[to
         return _row_tail_matmul(a, b, dtype, out, config, tma, programs, tail_config or ROW_TAIL_TILE)
     if config.edge and not autotune:
         return _edge_matmul(a, b, dtype, out, config, tma)
+    if config.composite and not autotune:
+        if _tma_slices_ok(a, b, out, tma):
+            return _pieces_matmul(a, b, dtype, out, config, extra_meta)
+        # off the TMA path a tile must be a power of two: the dtype's default tile instead
+        config = dataclasses.replace(DEFAULT_CONFIGS[dtype], group_m=config.group_m)
     kmajor_b = b.stride(0) == 1 and b.stride(1) != 1
     cc = _device_cc(a.device)
     e = a.element_size()
@@ -764,6 +881,57 @@ def triton_matmul(a: torch.Tensor, b: torch.Tensor, dtype: str, out: Optional[to
                                 GROUP_M=config.group_m, num_warps=config.num_warps, num_stages=config.num_stages,
                                 **meta, **(extra_meta or {}))
     return out, path, compiled
+
+
+# Composite tiles are a measured alternative, not chosen by default (no rule in tuned_config picks them). What cuBLAS
+# runs at these sizes (torch.profiler, H100 and H200): 192 x 176 tiles at N = 2056 and 2064 (11 x 12 = 132 tiles, one
+# wave on 132 SMs), 192 x 192 at 3072 (256 tiles, two waves) and 192 x 96 at 1536 (128 tiles). Ours, on an H100
+# (scripts/matmul_gpu.py pieces, 2026-11-23, bf16; every variant checked against float64 on odd shapes, then each size
+# checked and timed beside cuBLAS in the same run; three runs), as speed relative to cuBLAS: 192 x 192 as
+# (128 + 64) x (128 + 64), 8 warps, 3 stages: 0.75-0.76 at N = 2056 (the lab's interior + edge: 0.68-0.69), 0.76-0.77
+# at 2064 (0.83-0.84), 0.82-0.83 at 3072 (row tail 0.91-0.92), 0.79-0.80 at 2048 and 0.75-0.76 at 4096 (128 x 256:
+# 0.97-0.98 and 0.94-0.96), 0.58 at 1536 (64 tiles). No variant was faster where it matters: 4 stages the same; BLOCK_K
+# 32 (6 stages) 0.60-0.78, BLOCK_K 128 (2 stages) 0.52-0.57, GROUP_M 16 the same, three 64-row pieces 0.53-0.76;
+# 192 x 256 (128 + 64 rows) 0.90 at 4096 but 0.69-0.72 at 2056-2064 (99 larger tiles); 192 x 128 0.55-0.86. The cut
+# goes into the tensor-core instructions: Triton gives each of the 2 warpgroups 64 rows of a 128-row piece at its full
+# width, but half the width of a 64-row piece, so 192 x 192 issues m64n128, m64n64 and m64n32 instructions (the PTX)
+# where 128 x 256 issues only m64n256. Each instruction reads its 64 x 16 slice of A from shared memory again, so per
+# K step of 64 the two warpgroups read 136 KiB of operands for 4.7 MFLOP, about 121 bytes a clock at the tensor cores'
+# rate (4096 FLOP per clock per SM), against 80 KiB for 4.2 MFLOP (80 bytes a clock) for 128 x 256: near the 128 bytes a
+# clock of an SM's shared memory (an estimate; not measured with counters). Keeping row pieces of A in registers
+# (PIECES_A_REGS 1 or 2) was slower still, 0.30-0.66 for every such variant and size (192 x 192: 0.45-0.56 at N =
+# 2056-3072): the PTX shows the register-operand instructions and a wgmma.wait_group after each of them (8 or 16 waits
+# in the loop against 1), so the waits and the copies of A into registers cost more than the shared-memory reads saved
+# (not measured apart). 12 warps (3 warpgroups, as cuBLAS's 192-row tiles use) is refused: Triton needs a power of two.
+PIECES_A_REGS = 0  # matmul_pieces_kernel's A_REGS for 16-bit inputs (0: every operand from shared memory)
+
+
+def _pieces_matmul(a, b, dtype, out, config, extra_meta=None):
+    """A composite tile (matmul_pieces_kernel): one TMA descriptor per distinct piece shape of A, B and C (pieces of
+    the same shape share one, since a descriptor holds the box shape, not where it is read)."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    (m, k), n = a.shape, b.shape[1]
+    rows, cols = config.row_pieces or (config.block_m,), config.col_pieces or (config.block_n,)
+    assert sum(rows) == config.block_m and sum(cols) == config.block_n and len(rows) <= 3 and len(cols) <= 2, \
+        f"pieces {rows} x {cols} do not make a {config.block_m} x {config.block_n} tile (at most 3 x 2 pieces)"
+    bk = config.block_k
+    kmajor_b = b.stride(0) == 1 and b.stride(1) != 1
+    b_rows = b.t() if kmajor_b else b
+    a_d = {r: TensorDescriptor.from_tensor(a, [r, bk]) for r in set(rows)}
+    b_d = {c: TensorDescriptor.from_tensor(b_rows, [c, bk] if kmajor_b else [bk, c]) for c in set(cols)}
+    c_d = {(r, c): TensorDescriptor.from_tensor(out, [r, c]) for r in set(rows) for c in set(cols)}
+    rs, cs = rows + (0,) * (3 - len(rows)), cols + (0,) * (2 - len(cols))
+    a_of = [a_d[r or rows[0]] for r in rs]  # an absent piece gets any descriptor: the kernel never touches it
+    b_of = [b_d[c or cols[0]] for c in cs]
+    c_of = [c_d[(r or rows[0], c or cols[0])] for r in rs for c in cs]
+    grid = (triton.cdiv(m, config.block_m) * triton.cdiv(n, config.block_n),)
+    compiled = matmul_pieces_kernel[grid](
+        *a_of, *b_of, *c_of, m, n, k, 1.0, BM0=rs[0], BM1=rs[1], BM2=rs[2], BN0=cs[0], BN1=cs[1], BLOCK_K=bk,
+        GROUP_M=config.group_m, B_KMAJOR=kmajor_b, FP32_MODE=_fp32_mode(dtype),
+        UPCAST=a.device.type == "cpu" and dtype == "bf16", num_warps=config.num_warps, num_stages=config.num_stages,
+        A_REGS=PIECES_A_REGS if a.element_size() == 2 else 0, **(extra_meta or {}))
+    return out, "tma", compiled
 
 
 def _row_tail_matmul(a, b, dtype, out, config, tma, programs, tail_config):
@@ -1575,8 +1743,11 @@ def parse_label(label: str) -> Optional[TileConfig]:
     try:
         parts = label.split()
         bm, bn, bk = (int(x) for x in parts[0].split("x"))
+        pieces = next((p[1:].split("x") for p in parts[4:] if p.startswith("P")), None)
+        rows, cols = (tuple(tuple(int(x) for x in side.split("+")) for side in pieces) if pieces else ((), ()))
+        rows, cols = (rows if len(rows) > 1 else ()), (cols if len(cols) > 1 else ())  # one piece: written as ()
         return TileConfig(bm, bn, bk, int(parts[1][1:]), int(parts[2][1:]), int(parts[3][1:]), "SK" in parts[4:],
-                          "ST" in parts[4:], "RT" in parts[4:], "EG" in parts[4:])
+                          "ST" in parts[4:], "RT" in parts[4:], "EG" in parts[4:], rows, cols)
     except (AttributeError, IndexError, ValueError):
         return None
 

@@ -33,6 +33,11 @@ Run on a GPU:  python scripts/matmul_gpu.py [check] [variants] [sweep] [floor] [
             and at N % 32 != 0 the interior alone on row-padded copies (32- and 128-byte aligned rows; SPLIT_PAD=0: not)
   tail      bf16 at TAIL_SIZES: plain tiles of several shapes, the split-K tail kernel, the Hopper lab's persistent
             kernels, beside cuBLAS (ratios, model, registers and spills)
+  pieces    composite tiles (matmul_pieces_kernel: sides made of power-of-two pieces, 192 = 128 + 64): each variant
+            on odd shapes against a full float64 product, then bf16 at PIECES_SIZES beside cuBLAS and the lab's choice
+            (ratio to cuBLAS [model TFLOP/s]), with registers, spills and shared memory of each compiled variant and a
+            summary of its PTX (wgmma shapes, how many take A from registers, the waits); names ending a1/a2 keep row
+            pieces of A in registers (labs.matmul.PIECES_A_REGS); PIECES_ONLY, PIECES_SIZES (env): variants, sizes
 Prints a compact table per section; with $OUT set, writes matmul_gpu.json there. Sections (and sizes) stop being
 started once DEADLINE_S (env, seconds since start, default 220) has passed; VARIANT_SIZES (env, comma-separated)
 replaces the sizes of `variants`.
@@ -817,6 +822,95 @@ def section_tail():
             flush=True)
         del a, b, out
     save()
+
+PIECES = {  # name -> composite tile (rows pieces x column pieces)
+    "192x192": T(192, 192, 64, 8, 8, 3, row_pieces=(128, 64), col_pieces=(128, 64)),
+    "192x192s4": T(192, 192, 64, 8, 8, 4, row_pieces=(128, 64), col_pieces=(128, 64)),
+    "192x192r3": T(192, 192, 64, 8, 8, 3, row_pieces=(64, 64, 64), col_pieces=(128, 64)),
+    "192x128": T(192, 128, 64, 8, 8, 4, row_pieces=(128, 64)),
+    "192x256": T(192, 256, 64, 8, 8, 3, row_pieces=(128, 64)),
+    "192x192w12": T(192, 192, 64, 8, 12, 3, row_pieces=(128, 64), col_pieces=(128, 64)),
+    "192x192k128": T(192, 192, 128, 8, 8, 2, row_pieces=(128, 64), col_pieces=(128, 64)),
+    "192x192k32": T(192, 192, 32, 8, 8, 6, row_pieces=(128, 64), col_pieces=(128, 64)),
+    "192x192g16": T(192, 192, 64, 16, 8, 3, row_pieces=(128, 64), col_pieces=(128, 64)),
+    "big": BIG,  # the plain 128 x 256 tile over all of C, for the same PTX summary
+}
+# variants with row pieces of A kept in registers (mm.PIECES_A_REGS: 1 the pieces after the first, 2 every piece)
+for _name, _regs in (("192x192", 1), ("192x192", 2), ("192x192r3", 1), ("192x192r3", 2), ("192x256", 1),
+                     ("192x128", 1)):
+    PIECES[f"{_name}a{_regs}"] = PIECES[_name]
+A_REGS_OF = {name: int(name[-1]) for name in PIECES if name[-2:] in ("a1", "a2")}
+
+
+def with_a_regs(name, fn):
+    """fn() with the composite kernel's A_REGS that the variant `name` asks for (0 unless it ends in a1 or a2)."""
+    mm.PIECES_A_REGS = A_REGS_OF.get(name, 0)
+    try:
+        return fn()
+    finally:
+        mm.PIECES_A_REGS = 0
+
+
+def ptx_summary(compiled) -> str:
+    """The tensor-core instructions of a compiled kernel (wgmma shapes and how often each appears) and its waits for
+    them (wait_group N: N groups may stay in flight; 0 = the warpgroup stops until all its MMAs are done)."""
+    import collections
+    import re
+
+    ptx = (getattr(compiled, "asm", {}) or {}).get("ptx", "")
+    shapes = collections.Counter(re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m64n\d+k16)", ptx))
+    waits = collections.Counter(re.findall(r"wgmma\.wait_group\.sync\.aligned\s+(\d+)", ptx))
+    a_in_regs = len(re.findall(r"wgmma\.mma_async[^;]*\}\s*,\s*\{", ptx))  # {accumulators}, {A registers}, ...
+    return f"wgmma {dict(shapes)} (A from registers: {a_in_regs}) waits {dict(waits)}"
+PIECES_SIZES = tuple(int(x) for x in os.environ.get("PIECES_SIZES", "2056,2064,3072,1536,2048,4096").split(","))
+PIECES_SHAPES = ((517, 528, 560), (2057, 2064, 200), (203, 392, 1032))  # M odd; N, K 16-byte rows; partial pieces
+
+
+def section_pieces():
+    """Composite tiles: checked on odd shapes against float64 (output poisoned with NaN), then timed beside cuBLAS."""
+    target = gpu.live_target()
+    mm.probe_floor_us(target)
+    params = mm.Params()
+    ok = {}
+    only = os.environ.get("PIECES_ONLY")  # comma-separated names: only those variants
+    for name, cfg in [(k, v) for k, v in PIECES.items() if not only or k in only.split(",")]:
+        errs, res = [], {}
+        try:
+            for m, n, k in PIECES_SHAPES:
+                a, b = mm.operands(m, n, k, "bf16")
+                out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+                _, path, compiled = with_a_regs(name, lambda: mm.triton_matmul(a, b, "bf16", out, cfg, "auto"))
+                errs.append(bench.check_close(out, mm.reference(a, b), "bf16", f"{name} {m}x{n}x{k}"))
+                assert path == "tma", path
+            res = mm._compiled_resources(compiled)
+            res["spills"] = getattr(compiled, "n_spills", None)
+            res["ptx"] = ptx_summary(compiled)
+            ok[name] = cfg
+            print(f"check {name:<11} {cfg.label:<36} max rel err {max(errs):.2e} ok  {res}", flush=True)
+        except Exception as exc:
+            print(f"check {name:<11} FAILED: {exc!r}"[:400], flush=True)
+        record("pieces_check", name=name, config=cfg.label, errs=errs, ok=name in ok, **res)
+    print(f"{'N':>5} {'cuBLAS':>7} {'lab':>11} " + " ".join(f"{k:>15}" for k in ok) + "  lab config", flush=True)
+    for n in PIECES_SIZES:
+        if elapsed() > DEADLINE:
+            print("deadline: pieces stopped", flush=True)
+            break
+        a, b, out, cub = cublas_point(n)
+        row = {"n": n, "cublas": cub}
+        lab_cfg = mm.config_for(params, "bf16", n, target.sm_count, target.compute_capability)
+        for name, cfg in [("lab", lab_cfg)] + list(ok.items()):
+            out.fill_(float("nan"))
+            with_a_regs(name, lambda: mm.triton_matmul(a, b, "bf16", out, cfg, "auto"))
+            mm.check_sampled(out, a, b, "bf16", f"{name} {n}")
+            ms = with_a_regs(name, lambda: mm.kernel_ms(lambda: mm.triton_matmul(a, b, "bf16", out, cfg, "auto")))
+            row[name] = bench.tflops(2 * n**3, ms)
+            row[name + "_pred"] = mm.predict_point(n, "bf16", cfg, target).get("predicted_tflops") or float("nan")
+        record("pieces", lab_config=lab_cfg.label, **row)
+        cells = [f"{row[x] / cub:5.2f}[{row[x + '_pred']:4.0f}]".rjust(11 if x == "lab" else 15) for x in ["lab", *ok]]
+        print(f"{n:>5} {cub:7.1f} " + " ".join(cells) + f"  {lab_cfg.label}", flush=True)
+        del a, b, out
+    save()
+
 
 def section_floor():
     """The model's probes (the smallest product; a load's latency), and the smallest products of both kernels."""

@@ -888,3 +888,58 @@ def test_the_default_tile_shrinks_to_fit_an_sm_but_a_chosen_tile_is_refused():
     l4 = gpu.datasheet_target(gpu.datasheet_by_name("L4"))
     with pytest.raises(ParamError, match="shared memory"):
         mm.LAB.check(mm.Params(block_n=256, num_stages=3), l4)
+
+
+# ---------------------------------------------------------------------------------------------
+# Composite tiles (matmul_pieces_kernel): tile sides made of power-of-two pieces
+# ---------------------------------------------------------------------------------------------
+COMPOSITE_2X2 = mm.TileConfig(48, 48, 16, 2, 4, 2, row_pieces=(32, 16), col_pieces=(32, 16))
+COMPOSITE_3X1 = mm.TileConfig(48, 32, 16, 2, 4, 2, row_pieces=(16, 16, 16))
+
+
+@pytest.mark.parametrize("config,dtype,kmajor,a_regs", [
+    (COMPOSITE_2X2, "bf16", False, 0), (COMPOSITE_2X2, "fp16", True, 0), (COMPOSITE_3X1, "bf16", False, 0),
+    (COMPOSITE_3X1, "fp32", False, 0), (COMPOSITE_2X2, "fp16", False, 2),
+    (mm.TileConfig(48, 48, 16, 2, 4, 2, row_pieces=(16, 16, 16), col_pieces=(32, 16)), "fp16", False, 1),
+], ids=lambda v: v.label if isinstance(v, mm.TileConfig) else str(v))
+@pytest.mark.parametrize("shape", [(75, 88, 40), (37, 48, 72)])  # M odd; the last tile's pieces partly or wholly out
+def test_composite_tiles_match_float64_on_odd_shapes(config, dtype, kmajor, a_regs, shape, device, monkeypatch):
+    """Every piece of every tile written once (the output starts as NaN), the pieces past the edge clipped, against
+    float64; also with B k-major and with row pieces kept in registers (A_REGS)."""
+    if device == "cuda" and not mm.tma_supported(mm._device_cc(torch.device("cuda"))):
+        pytest.skip("this GPU has no TMA")
+    monkeypatch.setattr(mm, "PIECES_A_REGS", a_regs)
+    m, n, k = shape
+    a, b = mm.operands(m, n, k, dtype, device, kmajor_b=kmajor)
+    out = torch.full((m, n), float("nan"), device=device, dtype=mm.out_dtype(dtype))
+    _, path, _ = mm.triton_matmul(a, b, dtype, out, config, tma="on")
+    assert path == "tma"
+    bench.check_close(out, mm.reference(a, b), dtype, f"composite {config.label} {shape}")
+
+
+def test_composite_tile_off_the_tma_path_takes_the_default_tile(device):
+    """A Triton block must be a power of two, so off the TMA path a composite config runs the dtype's default tile."""
+    a, b = mm.operands(37, 45, 51, "fp16", device)
+    out = torch.full((37, 45), float("nan"), device=device, dtype=torch.float16)
+    _, path, _ = mm.triton_matmul(a, b, "fp16", out, COMPOSITE_2X2, tma="off")
+    assert path.startswith("vec")
+    bench.check_close(out, mm.reference(a, b), "fp16", "composite off the TMA path")
+
+
+def test_composite_labels_and_tile_counts_by_hand():
+    """192 x 192 tiles (128 + 64 each way) at N = 2056: ceil(2056 / 192) = 11 per side, 121 tiles, one wave on
+    132 SMs (one program an SM: 3 stages x (192 + 192) x 64 x 2 bytes = 144 KiB of shared memory, and 192 x 192 / 256
+    + 26 = 170 registers a thread); 128 x 256 tiles make 17 x 9 = 153, two waves."""
+    c = mm.TileConfig(192, 192, 64, 8, 8, 3, row_pieces=(128, 64), col_pieces=(128, 64))
+    assert c.composite and c.label == "192x192x64 G8 w8 s3 P128+64x128+64"
+    for cfg in (c, mm.TileConfig(192, 256, 64, 8, 8, 3, row_pieces=(128, 64)), COMPOSITE_3X1):
+        assert mm.parse_label(cfg.label) == cfg
+    assert not mm.parse_label("128x256x64 G8 w8 s3 EG").composite  # older labels: no pieces
+    assert mm.shared_bytes(c, "bf16") == 144 * 1024 and mm.registers_per_thread(c, "bf16") == 170
+    assert mm.blocks_per_sm(c, "bf16", "tma", "9.0") == 1
+    assert mm.tiles_of(2056, c) == 121 and mm.tiles_of(2056, mm.DEFAULT_CONFIGS["bf16"]) == 153
+    row = mm.predict_point(2056, "bf16", c, toy_target())
+    assert (row["tiles"], row["waves"]) == (121, 2)  # the toy GPU has 100 SMs: 121 tiles are two waves there
+    with pytest.raises(AssertionError):  # pieces must add up to the tile
+        mm._pieces_matmul(*mm.operands(32, 48, 32, "fp16"), "fp16", torch.empty(32, 48, dtype=torch.float16),
+                          mm.TileConfig(48, 48, 16, 2, 4, 2, row_pieces=(32, 32)))
