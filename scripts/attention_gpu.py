@@ -20,6 +20,11 @@ Run on a GPU:  python scripts/attention_gpu.py [phase ...]
               and SDPA flash (the before -> after table)
     ws        round five: Triton 3.6's warp-specialized forward (one loop, 4 warps asked, 12 run) and dK/dV beside
               cuDNN and the default, d = 64, 128, N = 2048..16384, full and causal
+    r6        round six: N = 1024, full against causal: do_bench of ours (direct launch and round five's) beside SDPA
+              flash and cuDNN in alternating rounds, the CPU's time per call (GPU idle, launches skipped, inside the
+              lab's timer), each kernel's GPU time (pointer loads against TMA, causal d = 128 forward tiles), a CPU profile
+    r6final   round six: the production path beside cuDNN and SDPA flash, N = 1024..8192 (and round five's path at
+              1024 and 2048), after the lab's checks and end-to-end checks of the recorded launch plans
     r5        round five: short lengths through round four's and this round's launch paths beside cuDNN and SDPA
               flash; prefetched-score forwards and deeper backward pipelines against the defaults
 Every kernel variant is first compiled and checked against float64 in parallel worker processes
@@ -142,7 +147,7 @@ def check_variant(v: dict, lengths=((1000, 1000),), bh=(1, 2)) -> dict:
         cfg = make_cfg(v)
         scale = 1 / math.sqrt(v["d"])
         made = {}
-        for i, (lq, lk) in enumerate(lengths * 2):  # twice: the second pass launches through _launch's cache
+        for i, (lq, lk) in enumerate(lengths * 2):  # twice: the second launches as timed calls do
             if i < len(lengths):
                 seed = int.from_bytes(os.urandom(4), "little")  # fresh inputs for every check
                 out.setdefault("seeds", []).append(seed)
@@ -541,7 +546,8 @@ def phase_summary(path):
     for r in res["rows"]:
         if r.get("measured_ms") is None and not r.get("note"):
             continue
-        print(f"  {r['impl']:14s} {r['mode']:8s} {'causal' if r['causal'] else 'full':6s} N={r['seq_len']:6d} "
+        print(f"  {r['impl']:14s} {r['mode']:8s} {'causal' if r['causal'] else 'full':6s} d={r.get('head_dim')} "
+              f"N={r['seq_len']:6d} host {r.get('host_ms') or 0:.3f} "
               f"{r.get('measured_tflops') or 0:6.1f} TF/s (model {r.get('predicted_tflops') or 0:6.1f}, "
               f"err {r.get('error_pct') or 0:+6.1f}%) {r.get('measured_ms') or 0:9.3f} ms "
               f"peak {(r.get('measured_peak_bytes') or 0) / 1e6:9.1f} MB (mem err {r.get('memory_error_pct') or 0:+.1f}%) "
@@ -1133,6 +1139,298 @@ def phase_ws(B=4, H=16, Ns=(2048, 4096, 8192, 16384)):
                           f"cuDNN {r[f'cudnn {mode}']:.3f} ms: " + ", ".join(cells))
 
 
+
+# ------------------------------------------------------------------------------------------------
+# Round six (issue 15): why our causal forward+backward at N = 1024 costs more than the full one
+# ------------------------------------------------------------------------------------------------
+def r6_variants(n=1024, B=4, H=16, sm=132) -> list[dict]:
+    """The production configurations at this N (forward alone and forward+backward), and forward tiles to compare."""
+    from labs import attention as A
+    out = []
+    tup = lambda t: (t.block_m, t.block_n, t.warps, t.stages)  # noqa: E731
+    for d in (64, 128):
+        for causal in (False, True):
+            base = {"d": d, "causal": causal, "dtype": "bf16"}
+            for mode in ("fwd", "fwd+bwd"):
+                c = A.tiles_for(d, "bf16", (9, 0), causal=causal, seq_len=n, batch_heads=B * H, sm_count=sm, mode=mode)
+                out.append(base | {"kind": "fwd" if mode == "fwd" else "bwd", "fwd": tup(c.fwd), "dkdv": tup(c.dkdv),
+                                   "dq": tup(c.dq), "tma": c.use_tma, "label": f"prod {mode}"})
+                if mode == "fwd+bwd":  # the same tiles over the other kind of load
+                    out.append(out[-1] | {"tma": not c.use_tma, "label": "prod fwd+bwd " + ("ptr" if c.use_tma else "tma")})
+            if causal and d == 128:
+                for t, tma in (((64, 64, 4, 3), False), ((128, 64, 4, 2), True), ((64, 64, 4, 3), True)):
+                    out.append(base | {"kind": "fwd", "fwd": t, "dkdv": (64, 64, 4, 2), "dq": (64, 64, 4, 2), "tma": tma,
+                                       "label": "fwd " + "x".join(map(str, t)) + (" tma" if tma else " ptr")})
+    return out
+
+
+def host_idle_us(fn, calls=60) -> float:
+    """The CPU's time of one call with the GPU idle when it starts (synchronized before each call), median, in us."""
+    for _ in range(3):
+        fn()
+    times = []
+    for _ in range(calls):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    torch.cuda.synchronize()
+    return sorted(times)[len(times) // 2] * 1e6
+
+
+def phase_r6(B=4, H=16, n=1024, rounds=3):
+    """Check (float64, odd lengths) every configuration timed, through both launch paths; then at N = 1024, in
+    alternating rounds so that a drifting host CPU hits every case alike: (1) do_bench of ours (direct launch and
+    round five's compiled[grid]) beside SDPA flash and cuDNN; (2) the CPU's time per call with the GPU idle, for
+    ours, ours with the kernel launches skipped, an empty autograd.Function, SDPA; the CPU's time inside the
+    lab's timed calls (recompute.time_with_host_ms); (3) each kernel's GPU time (torch.profiler), pointer loads
+    against TMA, and the causal d = 128 forward's tile choices; (4) a profile of the CPU's time per call."""
+    from labs import attention as A
+    from labs.recompute import time_with_host_ms
+    vs = r6_variants(n, B, H, torch.cuda.get_device_properties(0).multi_processor_count if not DRY else 132)
+    odd = ((1000, 1000), (777, 1000), (1000, 777), (1031, 1031))
+    if DRY:
+        vs, odd = [v for v in vs if v["d"] == 64 and v["causal"] and v["label"] == "prod fwd+bwd"], ((70, 45),)
+    log(f"compiling + checking {len(vs)} variants in parallel (both launch paths: the second pass is direct)")
+    checks = check_all(vs, lambda v: odd, 2 if DRY else 15)
+    ok = {}
+    for v, c in zip(vs, checks):
+        worst = max((e for errs in c["errors"].values() for e in errs.values()), default=float("nan"))
+        ok[(v["d"], v["causal"], v["label"])] = c["ok"]
+        print(f"  check d={v['d']:<3d} {'causal' if v['causal'] else 'full  '} {v['label']:24s} "
+              f"{'ok  ' if c['ok'] else 'FAIL'} worst {worst:.1e} {c.get('exception', '')[:160]}", flush=True)
+    RESULTS["checks"] += checks
+    # the production path end to end (autograd, default configuration, direct launches on the second call)
+    for d in (64, 128):
+        for causal in (False, True):
+            for rep in range(2):
+                q, k, v_, do = inputs(1, 2, 1000 if not DRY else 61, d, grad=True)
+                out = A.flash_attention(q, k, v_, causal)
+                grads = torch.autograd.grad(out, (q, k, v_), do)
+                qr, kr, vr = (x.detach().double().requires_grad_() for x in (q, k, v_))
+                ref = A.reference(qr, kr, vr, causal)[0]
+                refs = torch.autograd.grad(ref, (qr, kr, vr), do.double())
+                from labs import bench
+                errs = [bench.rel_error(out, ref)] + [bench.rel_error(g, r) for g, r in zip(grads, refs)]
+                good = all(e <= bench.TOLERANCE["bf16"] for e in errs)
+                ok[(d, causal, "autograd")] = ok.get((d, causal, "autograd"), True) and good
+                print(f"  check flash_attention d={d} {'causal' if causal else 'full'} call {rep + 1} (direct: "
+                      f"{A.DIRECT_LAUNCH}) {'ok' if good else 'FAIL'} worst {max(errs):.1e}", flush=True)
+    log(f"checked: {sum(ok.values())} ok of {len(ok)}")
+    if DRY or not all(ok.values()):
+        return
+
+    def ours(causal):
+        return lambda q, k, v: A.flash_attention(q, k, v, causal)
+
+    def path(direct):
+        A.DIRECT_LAUNCH = direct
+
+    # (1) + (2): rounds
+    cases = [(d, causal) for d in (64, 128) for causal in (False, True)]
+    data = {}
+    ins = {d: inputs(B, H, n, d, grad=True) for d in (64, 128)}
+    real_launch = A._launch
+
+    class Empty(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v):
+            return torch.empty_like(q)
+
+        @staticmethod
+        def backward(ctx, g):
+            return torch.empty_like(g), torch.empty_like(g), torch.empty_like(g)
+
+    for r in range(rounds):
+        for d, causal in cases:
+            q, k, v_, do = ins[d]
+            key = (d, causal)
+            for mode in ("fwd", "fwd+bwd"):
+                for name, fn, direct in (("ours", ours(causal), True), ("ours-r5", ours(causal), False),
+                                         ("flash", A._impl_fn("sdpa-flash", causal), True),
+                                         ("cudnn", A._impl_fn("sdpa-cudnn", causal), True)):
+                    path(direct)
+                    run = A._runner(fn, mode, q, k, v_, do)
+                    data.setdefault((key, mode, name, "ms"), []).append(tms(run))
+                    if name in ("ours", "ours-r5", "flash"):
+                        data.setdefault((key, mode, name, "idle_us"), []).append(host_idle_us(run))
+                    if name in ("ours", "ours-r5") and mode == "fwd+bwd":
+                        g, h = time_with_host_ms(run, warmup_ms=5, rep_ms=25)
+                        data.setdefault((key, mode, name, "timer_host_ms"), []).append(h)
+                        data.setdefault((key, mode, name, "timer_gpu_ms"), []).append(g)
+                path(True)
+                A._launch = lambda *a, **kw: None  # noqa: E731 - the CPU's path without the launches
+                try:
+                    data.setdefault((key, mode, "ours-nolaunch", "idle_us"), []).append(
+                        host_idle_us(A._runner(ours(causal), mode, q, k, v_, do)))
+                finally:
+                    A._launch = real_launch
+                data.setdefault((key, mode, "empty-fn", "idle_us"), []).append(
+                    host_idle_us(A._runner(lambda q, k, v: Empty.apply(q, k, v), mode, q, k, v_, do)))
+        log(f"round {r + 1} of {rounds} done")
+    med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
+    RESULTS["r6_rounds"] = {" ".join(map(str, k)): v for k, v in data.items()}
+    print(f"\n(1) N = {n}, B = {B}, H = {H}, bf16: do_bench median ms (median of {rounds} rounds); ratio = library / ours")
+    for d, causal in cases:
+        for mode in ("fwd", "fwd+bwd"):
+            g = lambda name, what="ms": med(data[((d, causal), mode, name, what)])  # noqa: E731
+            print(f"  d={d:<3d} {'causal' if causal else 'full  '} {mode:7s} ours {g('ours'):.3f} (r5 path "
+                  f"{g('ours-r5'):.3f}) flash {g('flash'):.3f} cudnn {g('cudnn'):.3f} | x flash "
+                  f"{g('flash') / g('ours'):.2f} (r5 {g('flash') / g('ours-r5'):.2f}) x cudnn {g('cudnn') / g('ours'):.2f}"
+                  f" | rounds ours {'/'.join(f'{x:.3f}' for x in data[((d, causal), mode, 'ours', 'ms')])}")
+    print("\n(2) CPU us per call, GPU idle at the start (median); timer = the lab's time_with_host_ms (host / gpu ms)")
+    for d, causal in cases:
+        for mode in ("fwd", "fwd+bwd"):
+            g = lambda name, what="idle_us": med(data[((d, causal), mode, name, what)])  # noqa: E731
+            extra = ""
+            if mode == "fwd+bwd":
+                extra = (f" | timer ours {g('ours', 'timer_host_ms'):.3f}/{g('ours', 'timer_gpu_ms'):.3f} r5 "
+                         f"{g('ours-r5', 'timer_host_ms'):.3f}/{g('ours-r5', 'timer_gpu_ms'):.3f}")
+            print(f"  d={d:<3d} {'causal' if causal else 'full  '} {mode:7s} ours {g('ours'):.0f} r5 {g('ours-r5'):.0f} "
+                  f"no-launch {g('ours-nolaunch'):.0f} empty-fn {g('empty-fn'):.0f} flash {g('flash'):.0f}{extra}")
+
+    # (3) kernels' GPU time
+    print("\n(3) GPU us per kernel (torch.profiler, 5 calls): forward | dQ | dK/dV")
+    ks = {}
+    for v in vs:
+        d, causal = v["d"], v["causal"]
+        if not ok.get((d, causal, v["label"])):
+            continue
+        q, k, v_, do = ins[d]
+        cfg = make_cfg(v)
+        scale = 1 / math.sqrt(d)
+        qd, kd, vd = q.detach(), k.detach(), v_.detach()
+        if v["kind"] == "fwd":
+            fn = lambda: A._forward(qd, kd, vd, causal, scale, cfg)  # noqa: E731
+        else:
+            o, lse = A._forward(qd, kd, vd, causal, scale, cfg)
+            fn = lambda: (A._forward(qd, kd, vd, causal, scale, cfg),  # noqa: E731
+                          A._backward(qd, kd, vd, o, lse, do, causal, scale, cfg))
+        times = _kernel_ms(fn, reps=5)
+        pick = lambda s: sum(t for name, t in times.items() if s in name) * 1e3  # noqa: E731
+        ks[(d, causal, v["label"])] = (pick("fwd_kernel"), pick("dq_kernel"), pick("dkdv_kernel"))
+        print(f"  d={d:<3d} {'causal' if causal else 'full  '} {v['label']:24s} {'tma' if v.get('tma', True) else 'ptr'} "
+              f"{'x'.join(map(str, v['fwd']))}: {pick('fwd_kernel'):6.1f} | {pick('dq_kernel'):6.1f} | "
+              f"{pick('dkdv_kernel'):6.1f}", flush=True)
+    RESULTS["r6_kernels"] = {" ".join(map(str, k)): v for k, v in ks.items()}
+
+    # (4) where the CPU's time goes, causal and full, d = 64
+    for causal in (False, True):
+        q, k, v_, do = ins[64]
+        print(f"  CPU profile ours fwd+bwd d=64 {'causal' if causal else 'full'} (direct launch):\n" +
+              host_profile(A._runner(ours(causal), "fwd+bwd", q, k, v_, do), calls=200, top=16), flush=True)
+
+
+
+def _r5_config(A, cfg, d, causal, mode):
+    """Round five's choice where round six changed it: causal d = 128 over pointer loads kept 128-query tiles."""
+    import dataclasses
+    if d == 128 and causal and mode == "fwd+bwd" and not cfg.use_tma and cfg.fwd.block_m == 64:
+        return dataclasses.replace(cfg, fwd=T(128, 64, 4, 2))
+    return cfg
+
+
+def phase_r6final(B=4, H=16, Ns=(1024, 2048, 4096, 8192), rounds_1024=3):
+    """The production path beside cuDNN and SDPA flash (ratios = library ms / our ms), and round five's path ("r5":
+    compiled[grid] launches, 128-query causal d = 128 tiles over pointer loads) where they differ. First every
+    configuration of both is checked against float64 on odd lengths (the lab's own check, which now calls each
+    kernel twice so that the timed calls' launch path is checked too), and flash_attention end to end (autograd,
+    the recorded plans on the second call). N = 1024 in alternating rounds; the CPU's time inside the lab's timer."""
+    from labs import attention as A, bench
+    from labs.recompute import time_with_host_ms
+    dev = torch.device(DEV, 0) if not DRY else torch.device("cpu")
+    if DRY:
+        B, H, Ns, rounds_1024 = 1, 2, (64,), 1
+        A.CHECK_LQ = A.CHECK_LK = 61
+    p = A.Params(impls=("ours",), seq_lens=Ns, batch=B, heads=H)
+    keys = A.check_keys(p, lambda shape, mode: A.point_config(shape, mode, dev))
+    keys += [k[:5] + (_r5_config(A, k[5], k[2], k[3], k[4]),) for k in keys
+             if _r5_config(A, k[5], k[2], k[3], k[4]) is not k[5]]
+    log(f"checking {len(keys)} configurations of ours against float64 (odd lengths, each kernel called twice)")
+    errs, _ = A._run_checks(keys, dev)
+    log(f"checked: worst relative error {max(errs.values()):.1e}")
+    for d in (64, 128):
+        for causal in (False, True):
+            worst = 0.0
+            for call in range(3):  # the first records the plans, the later ones launch through them
+                q, k, v_, do = inputs(1, 2, 1000 if not DRY else 61, d, grad=True)
+                qr, kr, vr = (x.detach().double().requires_grad_() for x in (q, k, v_))
+                ref = A.reference(qr, kr, vr, causal)[0]
+                refs = torch.autograd.grad(ref, (qr, kr, vr), do.double())
+                with torch.no_grad():
+                    inf = A.flash_attention(q, k, v_, causal)
+                out = A.flash_attention(q, k, v_, causal)
+                grads = torch.autograd.grad(out, (q, k, v_), do)
+                e = [bench.check_close(inf, ref, "bf16", "inference"), bench.check_close(out, ref, "bf16", "output")]
+                e += [bench.check_close(g, r, "bf16", name) for name, g, r in zip("QKV", grads, refs)]
+                worst = max(worst, *e)
+            log(f"flash_attention d={d} {'causal' if causal else 'full'}: 3 calls, worst {worst:.1e}, "
+                f"{len(A._PLANS)} plans recorded")
+    if DRY:
+        return
+
+    def r5(causal, d, n, mode):
+        shape = A.Shape(B, H, n, n, d, causal, "bf16")
+        cfg = _r5_config(A, A.point_config(shape, mode, dev), d, causal, mode)
+        return lambda q, k, v: A.flash_attention(q, k, v, causal, config=cfg)
+
+    rows = []
+    med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
+    for n in Ns:
+        ins = {d: inputs(B, H, n, d, grad=True) for d in (64, 128)}
+        data = {}
+        for r in range(rounds_1024 if n == 1024 else 1):
+            for d in (64, 128):
+                q, k, v_, do = ins[d]
+                for causal in (False, True):
+                    for mode in ("fwd", "fwd+bwd"):
+                        impls = [("ours", A._impl_fn("ours", causal), True), ("flash", A._impl_fn("sdpa-flash", causal), True),
+                                 ("cudnn", A._impl_fn("sdpa-cudnn", causal), True)]
+                        if n <= 2048:
+                            impls.append(("r5", r5(causal, d, n, mode), False))
+                        for name, fn, direct in impls:
+                            A.DIRECT_LAUNCH = direct
+                            run = A._runner(fn, mode, q, k, v_, do)
+                            data.setdefault((d, causal, mode, name), []).append(tms(run))
+                            if n == 1024 and name in ("ours", "r5") and mode == "fwd+bwd":
+                                data.setdefault((d, causal, mode, name + " host"), []).append(
+                                    time_with_host_ms(run, warmup_ms=5, rep_ms=25)[1])
+                        A.DIRECT_LAUNCH = True
+        for (d, causal, mode, name), xs in data.items():
+            rows.append({"N": n, "d": d, "causal": causal, "mode": mode, "impl": name, "ms": med(xs), "rounds": xs})
+        log(f"N={n} timed")
+        del ins
+    RESULTS["r6final"] = rows
+    get = {(r["N"], r["d"], r["causal"], r["mode"], r["impl"]): r["ms"] for r in rows}
+    print("\nms (do_bench median; N = 1024: median of rounds) and ratios library ms / our ms; r5 = round five's path")
+    for mode in ("fwd", "fwd+bwd"):
+        for d in (64, 128):
+            for causal in (False, True):
+                cells = []
+                for n in Ns:
+                    o, f, c = (get[(n, d, causal, mode, i)] for i in ("ours", "flash", "cudnn"))
+                    cell = f"{n}: {o:.3f} xF {f / o:.2f} xC {c / o:.2f}"
+                    if (n, d, causal, mode, "r5") in get:
+                        cell += f" (r5 {get[(n, d, causal, mode, 'r5')]:.3f} xF {f / get[(n, d, causal, mode, 'r5')]:.2f})"
+                    if (n, d, causal, mode, "ours host") in get:
+                        cell += f" host {get[(n, d, causal, mode, 'ours host')]:.3f}/r5 {get[(n, d, causal, mode, 'r5 host')]:.3f}"
+                    cells.append(cell)
+                print(f"{mode:7s} d={d:<3d} {'causal' if causal else 'full  '} " + " | ".join(cells), flush=True)
+    print("\ncausal d = 128 forward kernel alone over pointer loads (GPU us, torch.profiler): 64- against 128-query tiles")
+    for n in (1024, 2048):
+        q, k, v_, _ = inputs(B, H, n, 128)
+        cells = []
+        for t in ((64, 64, 4, 3), (128, 64, 4, 2)):
+            cfg = A.FlashConfig(T(*t), T(64, 64, 4, 2), T(64, 64, 4, 2), use_tma=False)
+            times = _kernel_ms(lambda: A._forward(q, k, v_, True, 128 ** -0.5, cfg), reps=5)
+            cells.append(f"{'x'.join(map(str, t))} {sum(v for key, v in times.items() if 'fwd_kernel' in key) * 1e3:.1f}")
+        print(f"  N={n}: " + ", ".join(cells), flush=True)
+        del q, k, v_
+    r1024 = [r for r in rows if r["N"] == 1024 and r["impl"] == "ours"]
+    print("rounds at N = 1024 (ours): " + "; ".join(f"d{r['d']} {'C' if r['causal'] else 'F'} {r['mode']} " +
+                                                   "/".join(f"{x:.3f}" for x in r["rounds"]) for r in r1024))
+
+
 def main():
     sys.path.insert(0, os.getcwd())
     from labs import attention as A
@@ -1158,6 +1456,10 @@ def main():
             except Exception:  # the host-time probe must not cost the run its kernel table
                 import traceback
                 traceback.print_exc()
+        if "r6" in phases:
+            phase_r6()
+        if "r6final" in phases:
+            phase_r6final()
         if "ws" in phases:
             phase_ws()
         if "r5" in phases:

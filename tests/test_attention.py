@@ -396,6 +396,53 @@ def test_short_forward_backward_uses_pointer_loads():
     assert A.tiles_for(64, "bf16", (9, 0), causal=True, seq_len=2048, mode="fwd", **h100).use_tma  # 2.6e8 per SM
 
 
+def test_short_causal_d128_takes_64_query_tiles_over_pointer_loads_too():
+    """Round six: at N = 1024 (1.9 waves of 128-query tiles on an H100) the 64-query forward tiles won over pointer
+    loads as over TMA (61 against 76 us), so forward+backward, which keeps pointer loads there, takes them too."""
+    h100 = dict(batch_heads=64, sm_count=132)
+    for n in (1024, 2048):
+        cfg = A.tiles_for(128, "bf16", (9, 0), causal=True, seq_len=n, mode="fwd+bwd", **h100)
+        assert not cfg.use_tma and cfg.fwd == A.Tiles(64, 64, 4, 3)
+    # the full mask and long sequences keep 128-query tiles
+    assert A.tiles_for(128, "bf16", (9, 0), seq_len=1024, mode="fwd+bwd", **h100).fwd.block_m == 128
+    assert A.tiles_for(128, "bf16", (9, 0), causal=True, seq_len=16384, mode="fwd+bwd", **h100).fwd.block_m == 128
+
+
+def test_autograd_path_keeps_delta_and_lse2_beside_lse(monkeypatch, device):
+    """The autograd forward allocates lse with two more planes that the backward fills with delta and lse2 (one
+    allocation fewer per call); _backward still takes a plain (B, H, padded Lq) lse and allocates them itself."""
+    allocated = []
+    real = A._backward
+
+    def spy(q4, k4, v4, out, lse, *args, **kw):
+        allocated.append(tuple(lse.shape))
+        return real(q4, k4, v4, out, lse, *args, **kw)
+
+    monkeypatch.setattr(A, "_backward", spy)
+    q, k, v = (bench.random_tensor((1, 2, 45, 16), "fp32").requires_grad_() for _ in range(3))
+    out = A.flash_attention(q, k, v, True)
+    do = bench.random_tensor(q.shape, "fp32")
+    grads = torch.autograd.grad(out, (q, k, v), do)
+    assert allocated == [(3, 1, 2, A._lq_pad(45))]
+    qr, kr, vr = (x.detach().double().requires_grad_() for x in (q, k, v))
+    refs = torch.autograd.grad(A.reference(qr, kr, vr, True)[0], (qr, kr, vr), do.double())
+    for g, r in zip(grads, refs):
+        bench.check_close(g, r, "fp32", "gradient")
+
+
+def test_plan_keys_name_the_configuration_the_mask_and_the_shapes():
+    """A recorded launch is reused only for the same configuration object, mask, shapes, dtype and device."""
+    x = torch.zeros(1, 2, 8, 16)
+    y = torch.zeros(1, 2, 9, 16)
+    cfg = A.INTERPRETER_CONFIG
+    other = A.FlashConfig(cfg.fwd, cfg.dkdv, cfg.dq, use_tma=True)
+    key = A._plan_key("fwd", cfg, True, x, x)
+    assert key == A._plan_key("fwd", cfg, True, x.clone(), x)
+    assert key != A._plan_key("fwd", cfg, False, x, x) != A._plan_key("fwd", other, True, x, x)
+    assert key != A._plan_key("fwd", cfg, True, x, y) != A._plan_key("dq", cfg, True, x, x)
+    assert key != A._plan_key("fwd", cfg, True, x.double(), x)
+
+
 def test_flash_attention_picks_the_mode_from_autograd(monkeypatch, device):
     seen = []
     real = A.default_config
@@ -419,6 +466,25 @@ def test_gpu_odd_lengths(dtype, d):
     for i, (lq, lk) in enumerate(lengths):
         for causal in (False, True):
             _assert_matches_float64(*_inputs(1, 2, lq, lk, d, dtype, "cuda", seed=i), causal, dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("d", [64, 128])
+def test_gpu_recorded_launch_plans_match_float64(d):
+    """Pointer-load calls launch through the plans their first call recorded (the short sequences' path): every
+    later call matches float64 too, and a tensor that is not 16-byte aligned takes the compiling path instead of a
+    plan made for aligned ones."""
+    for causal in (False, True):
+        for call in range(3):
+            _assert_matches_float64(*_inputs(1, 2, 1000, 1000, d, "bf16", "cuda", seed=call), causal, "bf16")
+    kinds = {key[0] for key in A._PLANS}
+    assert {"fwd", "dq", "dkdv"} <= kinds
+    base = bench.random_tensor((1 * 2 * 1000 * d + 1,), "bf16", "cuda")
+    q = base[1:].view(1, 2, 1000, d).requires_grad_()  # 2 bytes past an aligned address
+    k, v = _inputs(1, 2, 1000, 1000, d, "bf16", "cuda", seed=7)[1:]
+    assert q.data_ptr() % 16 != 0
+    for _ in range(2):
+        _assert_matches_float64(q, k, v, True, "bf16")
 
 
 @pytest.mark.gpu
@@ -473,16 +539,28 @@ def test_default_sweep_plans_within_memory_on_every_large_gpu(sheet):
 
 
 def test_short_sequences_get_the_cpus_time_as_a_floor():
-    """Our kernels at small N: the model is the larger of the GPU model and the CPU time the timer sees."""
-    from labs import recompute
-
+    """Our kernels at small N: the model is the larger of the GPU model and the CPU time the timer sees: the CPU's
+    time less the timer's 256 MiB L2-clearing write (done on the GPU while the CPU prepares the call), plus the
+    last kernel, which starts only once the CPU has launched it."""
     shape = A.Shape(1, 2, 256, 256, 64, False, "bf16")
     assert A._needs_host_floor(shape, "fwd", H200)
+    flush_ms = 256 * 2**20 / (H200.ceilings.copy_tbps * 1e12) * 1e3  # 0.056 ms at the H200's 4.8 TB/s datasheet
+    assert A.timer_flush_ms(H200) == pytest.approx(flush_ms) and 0.04 < flush_ms < 0.08
     row = A.host_floor_row({"impl": "ours"}, shape, "fwd", 2.0, H200)
     assert row["limited_by"] == "CPU" and row["host_ms"] == 2.0
-    assert row["predicted_ms"] == pytest.approx(recompute.timer_host_floor_ms(2.0, H200))
+    gpu_ms = A.flash_model(shape, "fwd", H200)["predicted_ms"]  # one kernel: it is also the last one
+    assert row["gpu_model_ms"] == pytest.approx(gpu_ms)
+    assert row["predicted_ms"] == pytest.approx(2.0 - flush_ms + gpu_ms)
     flops = A.attention_flops("fwd", 1, 2, 256, 256, 64, False)
     assert row["predicted_tflops"] == pytest.approx(flops / (row["predicted_ms"] * 1e-3) / 1e12)
+    # forward and backward: the dK/dV kernel runs last
+    both = A.flash_model(shape, "fwd+bwd", H200)
+    assert 0 < both["predicted_last_kernel_ms"] < both["predicted_ms"]
+    row = A.host_floor_row({}, shape, "fwd+bwd", 2.0, H200)
+    assert row["predicted_ms"] == pytest.approx(2.0 - flush_ms + both["predicted_last_kernel_ms"])
+    # a CPU time under the GPU model's: the GPU's time
+    assert A.host_floor_row({}, shape, "fwd+bwd", both["predicted_ms"] / 2, H200)["predicted_ms"] == \
+        pytest.approx(both["predicted_ms"])
     assert A.host_floor_row({}, shape, "fwd", 1e-6, H200)["limited_by"] == "GPU"
     long = A.Shape(4, 16, 16384, 16384, 128, False, "bf16")  # GPU model of many ms: no CPU timing at all
     assert not A._needs_host_floor(long, "fwd", H200)
