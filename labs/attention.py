@@ -815,7 +815,14 @@ def _prepare(q, k, v, scale):
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     if not scale > 0:
         raise ValueError(f"scale must be positive; got {scale}")
-    return q4.contiguous(), k4.contiguous(), v4.contiguous(), scale
+    return _tma_ready(q4), _tma_ready(k4), _tma_ready(v4), scale
+
+
+def _tma_ready(x: torch.Tensor) -> torch.Tensor:
+    """x contiguous and, on a GPU, starting on a 16-byte boundary, as TMA descriptors require (a view that starts
+    a few elements into its storage is copied once; a fresh tensor always starts aligned)."""
+    x = x.contiguous()
+    return x.clone() if x.is_cuda and x.data_ptr() % 16 else x
 
 
 def _descriptor(x: torch.Tensor, rows: int, use_tma: bool):
@@ -874,7 +881,7 @@ def _backward(q4, k4, v4, out, lse, do4, causal: bool, scale: float, cfg: FlashC
     and room for delta and lse2 in the other two (what the autograd path allocates in one go, forward)."""
     b, h, lq, d = q4.shape
     lk = k4.shape[2]
-    do4 = do4.contiguous()
+    do4 = _tma_ready(do4)
     dq = torch.empty_like(q4) if dq is None else dq
     dk = torch.empty_like(k4) if dk is None else dk
     dv = torch.empty_like(v4) if dv is None else dv
