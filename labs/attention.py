@@ -1284,6 +1284,7 @@ def naive_model(shape: Shape, mode: str, target: Target, rates: Optional[dict] =
         return max(o["flops"] / peak, o["bytes"] / rate)
 
     return {"predicted_ms": sum(seconds(o) for o in ops) * 1e3, "predicted_hbm_bytes": sum(o["bytes"] for o in ops),
+            "predicted_last_kernel_ms": seconds(ops[-1]) * 1e3,
             "predicted_mma_ms": sum(o["flops"] for o in ops) / peak * 1e3,
             "predicted_mem_ms": sum(o["bytes"] for o in ops) / bw * 1e3,
             "predicted_probed_ms": sum(seconds(o) for o in ops if o["kernel"] in rates) * 1e3,
@@ -1438,9 +1439,15 @@ OUR_KERNELS = {"fwd": 1, "fwd+bwd": 3}  # launches per call: forward; forward, d
 HOST_FLOOR_BELOW_MS = 2.0  # the CPU's time per call is measured only where the GPU model is shorter than this
 
 
-def _needs_host_floor(shape: Shape, mode: str, target: Target) -> bool:
-    """Short calls only: a launch costs tens of microseconds, it cannot be what limits a call of milliseconds."""
-    return flash_model(shape, mode, target)["predicted_ms"] <= HOST_FLOOR_BELOW_MS
+HOST_FLOOR_IMPLS = ("ours", "naive")  # launched from Python (ours) or op by op through autograd (naive)
+
+
+def _needs_host_floor(shape: Shape, mode: str, target: Target, impl: str = "ours") -> bool:
+    """Short calls only: a launch costs tens of microseconds, it cannot be what limits a call of milliseconds.
+    Naive attention launches a dozen or two of torch's kernels per call (its forward and, through autograd, its
+    backward), so a short one can wait on the CPU just as ours does."""
+    model = flash_model(shape, mode, target) if impl == "ours" else naive_model(shape, mode, target)
+    return model["predicted_ms"] <= HOST_FLOOR_BELOW_MS
 
 
 TIMER_FLUSH_BYTES = 256 * 2**20  # what the lab's timer (recompute.time_with_host_ms, as do_bench) writes per call
@@ -1463,7 +1470,17 @@ def host_floor_row(row: dict, shape: Shape, mode: str, host_ms: float, target: T
     on the H100 at N = 1024, with the kernels' profiled GPU times for the last kernel, the floor came within 0.01 ms
     of the causal calls timed, forward at d = 128 and forward+backward at d = 64 and 128). Where the CPU's time is
     under the GPU model's, the call is the GPU's."""
-    model = flash_model(shape, mode, target)
+    return _with_host_floor(row, flash_model(shape, mode, target), shape, mode, host_ms, target)
+
+
+def naive_host_floor_row(row: dict, shape: Shape, mode: str, host_ms: float, target: Target, rates: dict) -> dict:
+    """The same floor for naive attention: its GPU model with the rates the run probed, its last kernel (the
+    scaling of dQ after a backward pass, the P V product after a forward one)."""
+    model = naive_model(shape, mode, target, naive_rates_for(rates, shape.lq, shape.dtype))
+    return _with_host_floor(row, model, shape, mode, host_ms, target)
+
+
+def _with_host_floor(row: dict, model: dict, shape: Shape, mode: str, host_ms: float, target: Target) -> dict:
     gpu_ms = model["predicted_ms"]
     floor_ms = host_ms - timer_flush_ms(target) + model["predicted_last_kernel_ms"] if host_ms > gpu_ms else host_ms
     ms = max(gpu_ms, floor_ms)
@@ -1479,12 +1496,14 @@ def repredict(recording: dict, target: Target) -> list[dict]:
 
     params = from_dict(Params, recording["params"])
     host = {tuple(r.get(k) for k in LAB.key): r["host_ms"] for r in recording["rows"] if r.get("host_ms") is not None}
+    rates = probed_naive_rates(recording["rows"])
     rows = []
-    for row in predict(params, target, probed_naive_rates(recording["rows"]) or None):
+    for row in predict(params, target, rates or None):
         key = tuple(row.get(k) for k in LAB.key)
         if key in host:
             shape = _shape(params, row["seq_len"], row["head_dim"], "causal" if row["causal"] else "full", row["dtype"])
-            row = host_floor_row(row, shape, row["mode"], host[key], target)
+            row = naive_host_floor_row(row, shape, row["mode"], host[key], target, rates) if row["impl"] == "naive" \
+                else host_floor_row(row, shape, row["mode"], host[key], target)
         rows.append(row)
     return rows
 
@@ -1867,7 +1886,7 @@ def measure(params: Params, target: Target, progress):
                                 checked[check_key] = _check(check_key)
                             run = _runner(_impl_fn(impl, causal), mode, q, k, v, do)
                             progress(frac, f"{label}: timing")
-                            host_floor = impl == "ours" and _needs_host_floor(shape, mode, target)
+                            host_floor = impl in HOST_FLOOR_IMPLS and _needs_host_floor(shape, mode, target, impl)
                             timed = _time_point(run, with_host=host_floor)
                             if timed is None:  # predicted to fit, yet out of memory: keep going without it
                                 skipped.append(f"{impl} {mode} N={n} d={d} {mask}")
@@ -1884,10 +1903,12 @@ def measure(params: Params, target: Target, progress):
                                 predicted = naive_peak_bytes(shape, mode) if impl == "naive" else \
                                     flash_peak_bytes(shape, mode)
                                 row["memory_error_pct"] = 100.0 * (peak - predicted) / predicted
-                            if host_floor:  # short sequences: the GPU can wait for our Python launches
+                            if host_floor and impl == "ours":  # short sequences: the GPU can wait for our launches
                                 row = host_floor_row(row, shape, mode, host_ms, target)
                             if impl == "naive":  # with the rates this run probed
                                 row = _naive_prediction(shape, mode, target, rates) | row
+                                if host_floor:  # and torch's launches, op by op
+                                    row = naive_host_floor_row(row, shape, mode, host_ms, target, rates)
                             yield row
                 del q, k, v, do
     if skipped:

@@ -568,6 +568,39 @@ def test_short_sequences_get_the_cpus_time_as_a_floor():
     assert not A._needs_host_floor(long, "fwd", H200)
 
 
+def test_short_naive_calls_get_the_same_cpu_floor():
+    """Naive attention launches torch's kernels one by one (through autograd for the backward pass): a short call
+    gets the same floor, with its own GPU model (the probed rates) and its own last kernel (dQ's scaling)."""
+    shape = A.Shape(4, 16, 1024, 1024, 64, True, "bf16")
+    rates = {("softmax-causal", 1024, "bf16"): 1.5, ("masked-fill", 1024, "bf16"): 1.2}
+    model = A.naive_model(shape, "fwd+bwd", H200, A.naive_rates_for(rates, 1024, "bf16"))
+    last = A.naive_ops(shape, "fwd+bwd")[-1]
+    assert last["op"] == "dq * scale"
+    assert model["predicted_last_kernel_ms"] == pytest.approx(last["bytes"] / (H200.ceilings.copy_tbps * 1e12) * 1e3)
+    assert A._needs_host_floor(shape, "fwd+bwd", H200, "naive")
+    host_ms = model["predicted_ms"] + 0.3
+    row = A.naive_host_floor_row({"impl": "naive"}, shape, "fwd+bwd", host_ms, H200, rates)
+    assert row["limited_by"] == "CPU" and row["gpu_model_ms"] == pytest.approx(model["predicted_ms"])
+    assert row["predicted_ms"] == pytest.approx(host_ms - A.timer_flush_ms(H200) + model["predicted_last_kernel_ms"])
+    assert A.naive_host_floor_row({}, shape, "fwd+bwd", 0.01, H200, rates)["predicted_ms"] == \
+        pytest.approx(model["predicted_ms"])
+    assert not A._needs_host_floor(A.Shape(4, 16, 8192, 8192, 64, False, "bf16"), "fwd+bwd", H200, "naive")
+
+
+def test_repredict_applies_each_impls_floor():
+    """A recorded short point with the CPU's time: ours gets the flash floor, naive the naive one."""
+    params = A.Params(seq_lens=(1024,), head_dims=(64,), masks=("full",), impls=("naive", "ours"), modes=("fwd+bwd",))
+    rows = [{"impl": impl, "mode": "fwd+bwd", "causal": False, "dtype": "bf16", "head_dim": 64, "seq_len": 1024,
+             "measured_ms": 1.0, "host_ms": 5.0} for impl in ("naive", "ours")]
+    got = {r["impl"]: r for r in A.repredict({"params": dataclasses.asdict(params), "rows": rows}, H200)}
+    shape = A.Shape(4, 16, 1024, 1024, 64, False, "bf16")
+    flush = A.timer_flush_ms(H200)
+    assert got["ours"]["predicted_ms"] == pytest.approx(
+        5.0 - flush + A.flash_model(shape, "fwd+bwd", H200)["predicted_last_kernel_ms"])
+    assert got["naive"]["predicted_ms"] == pytest.approx(
+        5.0 - flush + A.naive_model(shape, "fwd+bwd", H200)["predicted_last_kernel_ms"])
+
+
 @pytest.mark.gpu
 def test_gpu_probes_of_torchs_softmax_and_masked_fill():
     rows = A.probe_naive_kernels(1024, "bf16", 64, causal=True)
