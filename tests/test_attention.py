@@ -541,25 +541,24 @@ def test_default_sweep_plans_within_memory_on_every_large_gpu(sheet):
 
 
 def test_short_sequences_get_the_cpus_time_as_a_floor():
-    """Our kernels at small N: the model is the larger of the GPU model and the CPU time the timer sees: the CPU's
-    time less the timer's 256 MiB L2-clearing write (done on the GPU while the CPU prepares the call), plus the
-    last kernel, which starts only once the CPU has launched it."""
+    """Our kernels at small N: the model is the larger of the GPU model and the CPU's time per call; each row also
+    carries the refined floor (the CPU's time less the timer's 256 MiB L2-clearing write, plus the last kernel)."""
     shape = A.Shape(1, 2, 256, 256, 64, False, "bf16")
     assert A._needs_host_floor(shape, "fwd", H200)
     flush_ms = 256 * 2**20 / (H200.ceilings.copy_tbps * 1e12) * 1e3  # 0.056 ms at the H200's 4.8 TB/s datasheet
     assert A.timer_flush_ms(H200) == pytest.approx(flush_ms) and 0.04 < flush_ms < 0.08
     row = A.host_floor_row({"impl": "ours"}, shape, "fwd", 2.0, H200)
-    assert row["limited_by"] == "CPU" and row["host_ms"] == 2.0
+    assert row["limited_by"] == "CPU" and row["host_ms"] == 2.0 and row["predicted_ms"] == pytest.approx(2.0)
     gpu_ms = A.flash_model(shape, "fwd", H200)["predicted_ms"]  # one kernel: it is also the last one
     assert row["gpu_model_ms"] == pytest.approx(gpu_ms)
-    assert row["predicted_ms"] == pytest.approx(2.0 - flush_ms + gpu_ms)
+    assert row["refined_floor_ms"] == pytest.approx(2.0 - flush_ms + gpu_ms)
     flops = A.attention_flops("fwd", 1, 2, 256, 256, 64, False)
     assert row["predicted_tflops"] == pytest.approx(flops / (row["predicted_ms"] * 1e-3) / 1e12)
     # forward and backward: the dK/dV kernel runs last
     both = A.flash_model(shape, "fwd+bwd", H200)
     assert 0 < both["predicted_last_kernel_ms"] < both["predicted_ms"]
     row = A.host_floor_row({}, shape, "fwd+bwd", 2.0, H200)
-    assert row["predicted_ms"] == pytest.approx(2.0 - flush_ms + both["predicted_last_kernel_ms"])
+    assert row["refined_floor_ms"] == pytest.approx(2.0 - flush_ms + both["predicted_last_kernel_ms"])
     # a CPU time under the GPU model's: the GPU's time
     assert A.host_floor_row({}, shape, "fwd+bwd", both["predicted_ms"] / 2, H200)["predicted_ms"] == \
         pytest.approx(both["predicted_ms"])
@@ -581,7 +580,8 @@ def test_short_naive_calls_get_the_same_cpu_floor():
     host_ms = model["predicted_ms"] + 0.3
     row = A.naive_host_floor_row({"impl": "naive"}, shape, "fwd+bwd", host_ms, H200, rates)
     assert row["limited_by"] == "CPU" and row["gpu_model_ms"] == pytest.approx(model["predicted_ms"])
-    assert row["predicted_ms"] == pytest.approx(host_ms - A.timer_flush_ms(H200) + model["predicted_last_kernel_ms"])
+    assert row["predicted_ms"] == pytest.approx(host_ms)
+    assert row["refined_floor_ms"] == pytest.approx(host_ms - A.timer_flush_ms(H200) + model["predicted_last_kernel_ms"])
     assert A.naive_host_floor_row({}, shape, "fwd+bwd", 0.01, H200, rates)["predicted_ms"] == \
         pytest.approx(model["predicted_ms"])
     assert not A._needs_host_floor(A.Shape(4, 16, 8192, 8192, 64, False, "bf16"), "fwd+bwd", H200, "naive")
@@ -595,9 +595,10 @@ def test_repredict_applies_each_impls_floor():
     got = {r["impl"]: r for r in A.repredict({"params": dataclasses.asdict(params), "rows": rows}, H200)}
     shape = A.Shape(4, 16, 1024, 1024, 64, False, "bf16")
     flush = A.timer_flush_ms(H200)
-    assert got["ours"]["predicted_ms"] == pytest.approx(
+    assert got["ours"]["predicted_ms"] == got["naive"]["predicted_ms"] == pytest.approx(5.0)
+    assert got["ours"]["refined_floor_ms"] == pytest.approx(
         5.0 - flush + A.flash_model(shape, "fwd+bwd", H200)["predicted_last_kernel_ms"])
-    assert got["naive"]["predicted_ms"] == pytest.approx(
+    assert got["naive"]["refined_floor_ms"] == pytest.approx(
         5.0 - flush + A.naive_model(shape, "fwd+bwd", H200)["predicted_last_kernel_ms"])
 
 
