@@ -35,7 +35,7 @@ b3.markdown(f"Step **{k + 1} of {len(steps)}**: keys {step['start']} to {step['s
 colors = ["#1f77b4" if j < step["start"] else "#ff7f0e" if j < step["stop"] else "#d3d3d3" for j in range(length)]
 fig = charts.figure("One query's scores: done (blue), this tile (orange), not loaded yet (grey)", "key", "score")
 fig.add_trace(go.Bar(x=list(range(length)), y=list(scores), marker_color=colors, name="scores"))
-fig.add_hline(y=step["m"], line_dash="dash", annotation_text=f"running max m = {step['m']:.2f}")
+charts.reference_line(fig, step["m"], f"running max m = {step['m']:.2f}", "y", line_dash="dash")
 fig.update_layout(height=320, showlegend=False)
 st.plotly_chart(fig, width="stretch")
 m1, m2, m3, m4 = st.columns(4)
@@ -113,8 +113,9 @@ for metric, unit, log_y in (("tflops", "TFLOP/s", False), ("ms", "time (ms)", Tr
             charts.add_series(fig, charts.rows_where(run.rows, impl=impl, **view), "seq_len", f"measured_{metric}",
                               f"{impl}, {run.label}", style, hover)
     if metric == "peak_bytes":
-        fig.add_hline(y=page.target.memory_bytes, line_dash="dash", line_color="gray",
-                      annotation_text=f"{page.target.name}: {page.target.memory_bytes / 1e9:.0f} GB")
+        charts.reference_line(fig, page.target.memory_bytes,
+                              f"{page.target.name}: {page.target.memory_bytes / 1e9:.0f} GB", "y", line_dash="dash",
+                              line_color="gray")
     st.plotly_chart(fig, width="stretch")
 refused = [r for run in runs for r in run.rows if str(r.get("note", "")).startswith(("refused", "skipped"))]
 for r in refused[:3]:

@@ -32,8 +32,8 @@ def bars(title: str, experiment: str) -> go.Figure:
         got = [r for r in charts.rows_where(run.rows, experiment=experiment) if r.get("measured_tbps") is not None]
         fig.add_trace(go.Bar(x=[r["variant"] for r in got], y=[r["measured_tbps"] for r in got],
                              name=f"measured, {run.label}"))
-    fig.add_hline(y=target.ceilings.copy_tbps, line_dash="dash", line_color="gray",
-                  annotation_text=f"copy {target.ceilings.copy_tbps:.2f} TB/s", annotation_position="top right")
+    charts.reference_line(fig, target.ceilings.copy_tbps, f"copy {target.ceilings.copy_tbps:.2f} TB/s", "y",
+                          line_dash="dash", line_color="gray", annotation_position="top right")
     fig.update_layout(barmode="group")
     return fig
 

@@ -29,8 +29,8 @@ for op in params.ops:
     charts.add_series(bw, textbook, "size_bytes", "textbook_busbw_gbps", f"textbook: datasheet B, {op}",
                       dict(mode="lines", line=dict(dash="dot", width=1)))
     charts.overlay(times, model, live, recorded, "size_bytes", "ms", op, where, ("gpus",))
-bw.add_hline(y=link["link_gbps"], line_dash="dash", line_color="gray",
-             annotation_text=f"{link['link']} {link['link_gbps']:.0f} GB/s per direction")
+charts.reference_line(bw, link["link_gbps"], f"{link['link']} {link['link_gbps']:.0f} GB/s per direction", "y",
+                      line_dash="dash", line_color="gray")
 st.plotly_chart(bw, width="stretch")
 st.caption("Model: in a loop of calls each call takes the longer of the host's cost of issuing it and the GPUs' "
            "time, latency + factor x S / bus bandwidth (factor 2(n-1)/n for all-reduce, (n-1)/n for all-gather and "

@@ -42,8 +42,8 @@ if "branches" in params.experiments:
             style = charts.LIVE_STYLE if result is live else charts.RECORDED_STYLE
             charts.add_series(fig, charts.rows_where(result.rows, experiment="branches", cost_ratio=ratio), "g",
                               "measured_ms", f"{result.label}, cost ratio {ratio:g}", style, hover)
-    fig.add_vline(x=32, line_dash="dash", line_color="gray", annotation_text="warp size 32",
-                  annotation_position="top left")
+    charts.reference_line(fig, 32, "warp size 32", "x", line_dash="dash", line_color="gray",
+                          annotation_position="top left")
     st.plotly_chart(fig, width="stretch")
     st.caption("Open circles: the model (a warp runs every branch any of its lanes takes). Filled: measured now. "
                "Diamonds: recorded runs. Each cost ratio is one pair of levels: below 32 every warp runs both loops.")

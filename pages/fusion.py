@@ -28,8 +28,8 @@ def sincos_view(params, model, live, recorded, target):
     overlay(fig, shown if with_cpu else model, live, recorded, "sincos", variants, "size_mib", "ms",
             ("bytes_moved", "predicted_kernels", "host_ms", "limited_by"))
     l2_mib = target.l2_bytes / 2**20
-    fig.add_vline(x=l2_mib, line_dash="dash", line_color="gray", annotation_text=f"L2 {target.l2_bytes / 1e6:.0f} MB",
-                  annotation_position="top left")
+    charts.reference_line(fig, l2_mib, f"L2 {target.l2_bytes / 1e6:.0f} MB", "x", line_dash="dash", line_color="gray",
+                          annotation_position="top left")
     st.plotly_chart(fig, width="stretch")
     model_text = (f"the larger of bytes / bandwidth + kernels x launch cost and the CPU's time per call measured in "
                   f"{shown.label}" if with_cpu else "bytes / bandwidth + kernels x launch cost (a run adds the CPU's "
@@ -56,8 +56,8 @@ def chain_view(params, model, live, recorded, target):
                         "time (ms)", log_x=True, log_y=True)
     overlay(fig, model, live, recorded, "chain", ("eager", "triton"), "ops", "ms", ("predicted_kernels", "bytes_moved"))
     ridge = fusion.chain_ridge_ops(target)
-    fig.add_vline(x=ridge, line_dash="dash", line_color="gray", annotation_text=f"ridge: k = {ridge:.0f}",
-                  annotation_position="top left")
+    charts.reference_line(fig, ridge, f"ridge: k = {ridge:.0f}", "x", line_dash="dash", line_color="gray",
+                          annotation_position="top left")
     st.plotly_chart(fig, width="stretch")
     st.caption("Eager: k kernels, each reading and writing the whole tensor. Triton: one kernel; flat until its "
                "2k FLOPs per element take longer than its 8 bytes (the dashed line).")
@@ -70,8 +70,8 @@ def softmax_view(params, model, live, recorded, target):
     overlay(fig, model, live, recorded, "softmax", tuple(fusion.SOFTMAX), "n_cols", "effective_tbps",
             ("predicted_kernels", "bytes_moved", "kernel_names"))
     copy = target.ceilings.copy_tbps
-    fig.add_hline(y=copy, line_color="black", annotation_text=f"copy bandwidth {copy:.2f} TB/s")
-    fig.add_hline(y=0.85 * copy, line_dash="dot", line_color="gray", annotation_text="85 % of copy")
+    charts.reference_line(fig, copy, f"copy bandwidth {copy:.2f} TB/s", "y", line_color="black")
+    charts.reference_line(fig, 0.85 * copy, "85 % of copy", "y", line_dash="dot", line_color="gray")
     st.plotly_chart(fig, width="stretch")
     st.caption("Every version is credited with the same useful bytes (read the input once, write the output once), "
                "so the height shows how close each gets to the one-pass floor.")

@@ -78,14 +78,14 @@ for variant in params.variants:
     for rec in recorded:
         charts.add_series(fig, charts.rows_where(rec.rows, variant=variant), "size_bytes", "measured_tbps",
                           f"{rec.label}, {VARIANTS[variant]}", charts.RECORDED_STYLE, hover)
-fig.add_vline(x=target.l2_bytes, line_dash="dash", line_color="gray",
-              annotation_text=f"L2 {target.l2_bytes / MiB:.0f} MiB", annotation_position="top left")
-fig.add_hline(y=target.ceilings.copy_tbps, line_dash="dot", line_color="gray",
-              annotation_text=f"copy {target.ceilings.copy_tbps:.2f} TB/s", annotation_position="bottom right")
+charts.reference_line(fig, target.l2_bytes, f"L2 {target.l2_bytes / MiB:.0f} MiB", "x", line_dash="dash",
+                      line_color="gray", annotation_position="top left")
+charts.reference_line(fig, target.ceilings.copy_tbps, f"copy {target.ceilings.copy_tbps:.2f} TB/s", "y",
+                      line_dash="dot", line_color="gray", annotation_position="bottom right")
 knee = hierarchy.find_knee(shown.rows) if shown else None
 if knee:
-    fig.add_vline(x=knee["knee_bytes"], line_color="firebrick", annotation_text="knee",
-                  annotation_position="bottom left")
+    charts.reference_line(fig, knee["knee_bytes"], "knee", "x", line_color="firebrick",
+                          annotation_position="bottom left")
 st.plotly_chart(fig, width="stretch")
 lv = hierarchy.levels(target)
 st.caption(f"Model: the L2 plateau below {target.l2_bytes / MiB:.0f} MiB, HBM above; level figures "

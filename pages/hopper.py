@@ -31,7 +31,7 @@ for n in params.sizes:
         rows = [r for r in charts.rows_where(shown.rows, n=n) if r.get("measured_pct_of_cublas") and r["step"] in steps]
         bars.add_trace(go.Bar(x=[r["step"] for r in rows], y=[r["measured_pct_of_cublas"] for r in rows],
                               name=f"{shown.label}, N = {n}"))
-bars.add_hline(y=95, line_dash="dash", line_color="gray", annotation_text="95% of cuBLAS")
+charts.reference_line(bars, 95, "95% of cuBLAS", "y", line_dash="dash", line_color="gray")
 bars.update_layout(barmode="group")
 st.plotly_chart(bars, width="stretch")
 st.caption("Model: the SM's share of cuBLAS's measured rate at the same N, the SM's 128 bytes per clock into shared "

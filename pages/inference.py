@@ -68,7 +68,7 @@ def memory_calculator():
         fig.add_trace(go.Bar(name=name, x=["breakdown"], y=[nbytes / 1e9], hovertemplate="%{y:.1f} GB"))
     fig.add_trace(go.Bar(name=f"rule of thumb (x{e.rule_factor})", x=["rule of thumb"], y=[e.rule_bytes / 1e9],
                          marker_color="gray", hovertemplate="%{y:.1f} GB"))
-    fig.add_hline(y=e.gpu_memory_bytes / 1e9, line_dash="dash", annotation_text=f"one {gpu_name}")
+    charts.reference_line(fig, e.gpu_memory_bytes / 1e9, f"one {gpu_name}", "y", line_dash="dash")
     fig.update_layout(barmode="stack", title="Memory by part (GB)", yaxis_title="GB", height=420,
                       legend=dict(orientation="h", yanchor="top", y=-0.12))
     st.plotly_chart(fig, width="stretch")
@@ -92,12 +92,12 @@ def ridge_lines(fig, target, params, shown):
     has_rate = bool(target.ceilings.matmul_tflops.get(params.dtype))  # a T4 has no bf16 rate: no model ridge
     predicted = inference.roofline_ridge_m(params.gemm_k, params.gemm_n, params.dtype, target) if has_rate else None
     if predicted:
-        fig.add_vline(x=predicted, line_dash="dash", line_color="gray",
-                      annotation_text=f"predicted ridge M = {predicted:.0f}", annotation_position="top left")
+        charts.reference_line(fig, predicted, f"predicted ridge M = {predicted:.0f}", "x", line_dash="dash",
+                              line_color="gray", annotation_position="top left")
     measured = inference.ridge_m(shown.rows, "measured") if shown else None
     if measured:
-        fig.add_vline(x=measured, line_dash="dot", line_color="red",
-                      annotation_text=f"measured ridge M = {measured:.0f}", annotation_position="bottom right")
+        charts.reference_line(fig, measured, f"measured ridge M = {measured:.0f}", "x", line_dash="dot",
+                              line_color="red", annotation_position="bottom right")
     return predicted, measured
 
 
@@ -122,7 +122,8 @@ def gemm_charts(params, live, model, recorded, shown):
                                   f"measured_{y}", f"{rec.label}, {kernel}", charts.RECORDED_STYLE, hover)
     peak = target.ceilings.matmul_tflops.get(params.dtype)
     if peak:
-        rate_fig.add_hline(y=peak, line_color="black", annotation_text=f"{params.dtype} matmul peak {peak:.0f} TFLOP/s")
+        charts.reference_line(rate_fig, peak, f"{params.dtype} matmul peak {peak:.0f} TFLOP/s", "y",
+                              line_color="black")
     predicted, measured = ridge_lines(time_fig, target, params, shown)
     ridge_lines(rate_fig, target, params, shown)
     st.plotly_chart(time_fig, width="stretch")
@@ -158,7 +159,8 @@ def attention_charts(params, live, model, recorded):
                                                        batch=batch), "context", "kv_bytes", f"batch {batch}",
                           dict(mode="lines+markers"))
     weights = inference.gemm_bytes(0, params.gemm_k, params.gemm_n, params.dtype)
-    bytes_fig.add_hline(y=weights, line_dash="dash", annotation_text=f"the {params.gemm_k} x {params.gemm_n} layer's weights")
+    charts.reference_line(bytes_fig, weights, f"the {params.gemm_k} x {params.gemm_n} layer's weights", "y",
+                          line_dash="dash")
     st.plotly_chart(bytes_fig, width="stretch")
     per_token = inference.kv_bytes(1, 1, params.kv_heads, params.d_model // params.heads, params.dtype)
     st.caption(f"KV cache: {per_token / 1024:.0f} KiB per cached token per layer ({params.kv_heads} K/V heads of "

@@ -130,8 +130,9 @@ if lparams is not None:
                 rows = [r for r in charts.rows_where(lshown.rows, dtype=ldtype) if r.get("measured_request_tbps")]
                 reads.add_trace(go.Bar(x=[r["kernel"] for r in rows], y=[r["measured_request_tbps"] for r in rows],
                                        name=f"TB/s requested, measured, {ldtype}"))
-        reads.add_hline(y=target.ceilings.copy_tbps, line_dash="dash", line_color="gray",
-                        annotation_text=f"device memory: {target.ceilings.copy_tbps:.2f} TB/s")
+        charts.reference_line(reads, target.ceilings.copy_tbps,
+                              f"device memory: {target.ceilings.copy_tbps:.2f} TB/s", "y", line_dash="dash",
+                              line_color="gray")
         reads.update_layout(barmode="group")
         st.plotly_chart(reads, width="stretch")
         st.caption("Requested bytes: what the kernel's loads ask global memory for (2N³ elements for the naive "

@@ -56,7 +56,7 @@ st.caption("Open circles: the model, element-sized trips x bytes / bandwidth (or
 speed_fig = charts.figure(f"Speed-up over storing the activations ({dtype})", "size of x (MiB)", "speed-up (x)",
                           log_x=True)
 overlay(speed_fig, model, live, recorded, dtype, "size_mib", "speedup", ("accesses",))
-speed_fig.add_hline(y=8 / 5, line_dash="dash", line_color="gray", annotation_text="8/5: memory-bound model")
+charts.reference_line(speed_fig, 8 / 5, "8/5: memory-bound model", "y", line_dash="dash", line_color="gray")
 st.plotly_chart(speed_fig, width="stretch")
 st.plotly_chart(memory_figure(model, shown, dtype), width="stretch")
 st.caption("Measured with torch.cuda.max_memory_allocated(): the forward pass's peak, minus what existed before "

@@ -5,7 +5,7 @@ import streamlit as st
 
 from labs import all_labs, get_lab
 from labs.repredict import WITHIN_PCT, kernels_against_libraries, library_summary, misses, scorecard
-from ui import classroom, text
+from ui import charts, classroom, text
 
 
 @st.cache_data(show_spinner="Re-predicting the recorded runs with this version's models")
@@ -26,7 +26,7 @@ def ratio_chart(cases: list, library: str) -> go.Figure:
         fig.add_bar(x=[c["case"] for c in mine], y=[c["speed_ratio"] for c in mine], name=gpu_name,
                     hovertemplate="%{x}: %{y:.2f}x<extra>" + gpu_name + "</extra>")
     for target in sorted({c["target"] for c in cases if c["target"] is not None}):
-        fig.add_hline(y=target, line_dash="dash", annotation_text=f"target {target:.2f}x (where set)")
+        charts.reference_line(fig, target, f"target {target:.2f}x (where set)", "y", line_dash="dash")
     fig.add_hline(y=1.0, line_color="grey", line_width=1)
     fig.update_layout(title=f"Speed against {library} (1.0 = as fast; above = faster)", barmode="group",
                       yaxis_title="library time / our time", height=420, xaxis_tickangle=-45)

@@ -53,7 +53,7 @@ def calculator():
     for part, nbytes in e.parts.items():
         fig.add_trace(go.Bar(name=part, x=["per GPU"], y=[nbytes / GB], hovertemplate="%{y:.2f} GB"))
     fig.add_trace(go.Bar(name="6x rule", x=["6x rule"], y=[e.rule_bytes / GB], marker_color="gray"))
-    fig.add_hline(y=e.gpu_memory_bytes / GB, line_dash="dash", annotation_text=f"one {mem.gpu}")
+    charts.reference_line(fig, e.gpu_memory_bytes / GB, f"one {mem.gpu}", "y", line_dash="dash")
     fig.update_layout(barmode="stack", title=f"ZeRO stage {stage} over {gpus} GPUs: memory by part (GB)",
                       yaxis_title="GB", height=440, legend=dict(orientation="h", yanchor="top", y=-0.12))
     st.plotly_chart(fig, width="stretch")
@@ -82,7 +82,7 @@ def lab():
                           f"sum of every part, {name}", dict(mode="lines", line=dict(dash="dash")))
     rule = model.rows[0]["rule_of_thumb_bytes"] if model.rows else None
     if rule:
-        fig.add_hline(y=rule, line_color="gray", annotation_text="6x rule")
+        charts.reference_line(fig, rule, "6x rule", "y", line_color="gray")
     st.plotly_chart(fig, width="stretch")
     st.caption("Open circles: the model's peak (model state + saved activations + the largest transient, in the "
                "phase the model names). Dashed: every part added up, as a plan would. Filled: "

@@ -25,8 +25,8 @@ if "copies" in params.experiments:
             charts.overlay(fig, model, live, recorded, "size_bytes", "gbps", f"{direction}, {memory}",
                            {"experiment": "copies", "direction": direction, "memory": memory},
                            ("model_latency_us", "model_bandwidth_gbps", "model_route", "model_first_piece_us"))
-    fig.add_hline(y=link["pcie_gbps"], line_dash="dash", line_color="gray",
-                  annotation_text=f"PCIe link {link['pcie_gbps']:.0f} GB/s")
+    charts.reference_line(fig, link["pcie_gbps"], f"PCIe link {link['pcie_gbps']:.0f} GB/s", "y", line_dash="dash",
+                          line_color="gray")
     st.plotly_chart(fig, width="stretch")
     st.caption("Open circles: the model, latency + bytes / bandwidth. Live runs use their own smallest copy's time "
                "as the latency. Pageable copies are staged by one CPU thread: the model uses that thread's copy "

@@ -143,3 +143,42 @@ def test_a_lab_page_serves_every_gpu_of_the_datasheet(page):
     for sheet in gpu.DATASHEET:
         at.selectbox(key="target").set_value(sheet.name).run()
         assert not at.exception, (sheet.name, [e.value for e in at.exception])
+
+
+def _log_axis_labels(spec: dict) -> list:
+    """(chart title, axis, coordinate) of every annotation placed on a log axis of a plotly chart's spec."""
+    layout, found = spec.get("layout", {}), []
+    title = (layout.get("title") or {}).get("text", "")
+    for note in layout.get("annotations", []):
+        for axis in ("x", "y"):
+            ref = note.get(f"{axis}ref", "")
+            if ref in (axis, f"{axis}1") and layout.get(f"{axis}axis", {}).get("type") == "log":
+                found.append((title, axis, note.get(axis)))
+    return found
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_labels_on_log_axes_sit_at_their_exponent(page):
+    """Plotly places an annotation on a log axis by log10 of its value: a label given the value itself (what
+    add_hline's annotation_text does) lands at 10^value and stretches the axis (a 57 GB/s line once took a chart's
+    y axis to 1e57). Every such label on every page must be an exponent a chart of this app can show."""
+    import json
+
+    at = open_page(page)
+    for chart in at.get("plotly_chart"):
+        for title, axis, where in _log_axis_labels(json.loads(chart.proto.spec)):
+            assert where is not None and -12 < where < 15, f"{page}, {title}: a label on the log {axis} axis at {where}"
+
+
+def test_reference_line_labels_by_exponent_on_log_axes_only():
+    from ui import charts
+
+    log = charts.figure("t", "x", "y", log_x=True, log_y=True)
+    charts.reference_line(log, 57.2, "link", "y", line_dash="dash")
+    charts.reference_line(log, 5e7, "L2", "x", annotation_position="top left")
+    assert log.layout.annotations[0].y == pytest.approx(1.7574, abs=1e-4)
+    assert log.layout.annotations[1].x == pytest.approx(7.699, abs=1e-3)
+    assert log.layout.shapes[0].y0 == 57.2 and log.layout.shapes[1].x0 == 5e7  # lines take the value itself
+    linear = charts.figure("t", "x", "y")
+    charts.reference_line(linear, 0.9, "target")
+    assert linear.layout.annotations[0].y == 0.9

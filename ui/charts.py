@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import plotly.graph_objects as go
 
 MODEL_STYLE = dict(mode="lines+markers", marker=dict(symbol="circle-open", size=9), line=dict(dash="dot"))
@@ -18,6 +20,24 @@ def figure(title: str, x_title: str, y_title: str, log_x: bool = False, log_y: b
     if log_y:
         fig.update_yaxes(type="log")
     return fig
+
+
+def reference_line(fig: go.Figure, value: float, text: str = "", axis: str = "y", **style) -> None:
+    """A line across the plot at `value` on the x or y axis (add_hline / add_vline, `style` passed on), labelled.
+
+    Plotly draws a line on a log axis at the value itself but places an annotation on a log axis by its exponent,
+    so a label added at the value (what add_hline's annotation_text does) lands at 10^value and stretches the axis
+    to it: a 57 GB/s line took the y axis of a GB/s chart up to 1e57. On a log axis the label's coordinate is
+    therefore set to log10(value)."""
+    add = fig.add_hline if axis == "y" else fig.add_vline
+    if not text:
+        add(**{axis: value}, **style)
+        return
+    add(**{axis: value}, annotation_text=text, **style)
+    log = (fig.layout.yaxis.type if axis == "y" else fig.layout.xaxis.type) == "log"
+    if log and value > 0:
+        label = fig.layout.annotations[-1]
+        setattr(label, axis, math.log10(value))
 
 
 def rows_where(rows: list, **match) -> list:
