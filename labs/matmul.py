@@ -308,18 +308,7 @@ def _k_steps(a_desc, b_desc, off_m, off_n, k_lo, k_hi, BLOCK_M: tl.constexpr, BL
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k in range(k_lo, k_hi):
         a = a_desc.load([off_m, k * BLOCK_K])  # [BLOCK_M, BLOCK_K]
-        if B_KMAJOR:
-            b = b_desc.load([off_n, k * BLOCK_K]).T
-        else:
-            b = b_desc.load([k * BLOCK_K, off_n])  # [BLOCK_K, BLOCK_N]
-        if UPCAST:
-            a, b = a.to(tl.float32), b.to(tl.float32)
-        if FP32_MODE == 1:
-            acc = tl.dot(a, b, acc, input_precision="ieee")
-        elif FP32_MODE == 2:
-            acc = tl.dot(a, b, acc, input_precision="tf32")
-        else:
-            acc = tl.dot(a, b, acc)
+        acc = _piece_dot(a, _piece_b(b_desc, k * BLOCK_K, off_n, B_KMAJOR), acc, FP32_MODE, UPCAST)
     return acc
 
 

@@ -763,12 +763,10 @@ def measured_host_rates(rows: list) -> dict:
     keys = ("cpu_read_gbps", "cpu_copy_out_gbps", "cpu_write_gbps", "pin_ms", "unpin_ms", "cpu_l2_bytes")
     found = {}
     for r in rows:
-        if not any(r.get(k) for k in keys):
-            continue
-        if r.get("experiment") == "copies":
-            found[(r["direction"], r["size_bytes"])] = {k: r[k] for k in keys if r.get(k) is not None}
-        elif r.get("experiment") == "staging" and r.get("schedule") == "by hand":
-            found[("hand", r["size_bytes"])] = {k: r[k] for k in keys if r.get(k) is not None}
+        kind = r["direction"] if r.get("experiment") == "copies" else \
+            "hand" if (r.get("experiment"), r.get("schedule")) == ("staging", "by hand") else None
+        if kind and any(r.get(k) for k in keys):
+            found[(kind, r["size_bytes"])] = {k: r[k] for k in keys if r.get(k) is not None}
     return found
 
 

@@ -146,72 +146,32 @@ def main():
             json.dump({"host": info, "rows": results, "torch": torch.__version__}, f, indent=1)
 
 
-def cudart_lib():
-    """The CUDA runtime library this process has loaded (torch's), through ctypes."""
-    import ctypes
-    torch.cuda.init()
-    with open("/proc/self/maps") as f:
-        paths = sorted({line.split()[-1] for line in f if "libcudart.so" in line})
-    lib = ctypes.CDLL(paths[0])
-    lib.cudaMemcpyAsync.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]
-    lib.cudaEventRecord.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
-    lib.cudaEventSynchronize.argtypes = [ctypes.c_void_p]
-    lib.cudaEventCreateWithFlags.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_uint]
-    return lib
-
-
-def diy_staging(lib, src_ptr: int, dev_ptr: int, nbytes: int, pinned_ptrs: list, piece: int, stream) -> None:
-    """A pageable host->device copy done by hand as the driver is said to: one CPU thread copies each piece into
-    a pinned staging buffer (memcpy), the copy engine moves it on, the thread reuses a buffer only once its last
-    copy is done (events). len(pinned_ptrs) buffers in rotation."""
-    import ctypes
-    events = diy_staging.events
-    for i, off in enumerate(range(0, nbytes, piece)):
-        n = min(piece, nbytes - off)
-        b = i % len(pinned_ptrs)
-        if i >= len(pinned_ptrs):
-            lib.cudaEventSynchronize(events[b])
-        ctypes.memmove(pinned_ptrs[b], src_ptr + off, n)
-        lib.cudaMemcpyAsync(dev_ptr + off, pinned_ptrs[b], n, 1, stream)
-        lib.cudaEventRecord(events[b], stream)
-    torch.cuda.current_stream().synchronize()
-
-
 def diy_main(sizes_mib, rounds):
-    import ctypes
-    lib = cudart_lib()
-    events = []
-    for _ in range(8):
-        e = ctypes.c_void_p()
-        lib.cudaEventCreateWithFlags(ctypes.byref(e), 2)  # cudaEventDisableTiming
-        events.append(e)
-    diy_staging.events = events
-    stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+    """The driver's pageable h2d copy beside the lab's hand-made staging (labs.transfers.HandStager) with several
+    piece sizes and buffer counts, all in turns."""
     largest = max(sizes_mib) * MiB
     host = torch.empty(largest // 4, dtype=torch.float32)
     host.copy_(torch.randn(largest // 4))
     dev = torch.empty(largest // 4, dtype=torch.float32, device="cuda")
-    staging = [torch.empty(4 * MiB, dtype=torch.uint8, pin_memory=True) for _ in range(4)]
-    variants = [(piece, k) for piece in (256 * 1024, 1 * MiB, 2 * MiB, 4 * MiB) for k in (1, 2, 4)]
-    # correctness of the hand-made staging once, on an odd size
-    n = 3 * MiB + 4 * 777
+    stagers = {(piece, k): tr.HandStager(piece, k) for piece in (256 * 1024, 1 * MiB, 2 * MiB, 4 * MiB)
+               for k in (1, 2, 4)}
+    n = (3 * MiB + 4 * 777) // 4  # correctness once, on a size that is no multiple of the pieces
     dev.zero_()
-    diy_staging(lib, host.data_ptr(), dev.data_ptr(), n, [s.data_ptr() for s in staging[:2]], MiB, stream)
-    ok = torch.equal(dev.view(torch.uint8)[:n].cpu(), host.view(torch.uint8)[:n])
-    print("diy staging bit-exact:", ok, flush=True)
+    stagers[(MiB, 2)].copy(dev[:n], host[:n])
+    print("diy staging bit-exact:", torch.equal(dev[:n].cpu(), host[:n]), flush=True)
     pairs = {}
     for s in sizes_mib:
-        nb = s * MiB
-        pairs[(s, "driver")] = ((lambda nb=nb: dev[:nb // 4].copy_(host[:nb // 4])), None)
-        for piece, k in variants:
-            ptrs = [t.data_ptr() for t in staging[:k]]
-            pairs[(s, f"diy{piece >> 10}Kx{k}")] = ((lambda nb=nb, ptrs=ptrs, piece=piece: diy_staging(
-                lib, host.data_ptr(), dev.data_ptr(), nb, ptrs, piece, stream)), None)
+        src, dst = host[:s * MiB // 4], dev[:s * MiB // 4]
+        pairs[(s, "driver")] = ((lambda d=dst, x=src: d.copy_(x)), None)
+        for (piece, k), stager in stagers.items():
+            pairs[(s, f"diy{piece >> 10}Kx{k}")] = ((lambda st=stager, d=dst, x=src: st.copy(d, x)), None)
     timed = tr.timed_in_turns(pairs, rounds=rounds)
     for s in sizes_mib:
-        line = " ".join(f"{name} {s * MiB / (timed[(s, name)][0] * 1e-3) / 1e9:5.1f}"
+        line = " ".join(f"{name} {s * MiB / (timed[(size, name)][0] * 1e-3) / 1e9:5.1f}"
                         for (size, name) in pairs if size == s)
         print(f"h2d {s:5d} MiB GB/s: {line}", flush=True)
+    for stager in stagers.values():
+        stager.close()
 
 
 if __name__ == "__main__":
