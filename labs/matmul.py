@@ -64,29 +64,44 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
                   stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                   GROUP_M: tl.constexpr, B_KMAJOR: tl.constexpr, FP32_MODE: tl.constexpr,
-                  UPCAST: tl.constexpr = False):
+                  UPCAST: tl.constexpr = False, ALIGN: tl.constexpr = 1):
     """Pointer path: any strides. Triton knows an integer argument is a multiple of 16 when it is one
     (it compiles a variant for that case); only then can it prove that a row starts on a 16-byte
-    boundary and load 16 bytes at a time. Otherwise it loads element by element."""
+    boundary and load 16 bytes at a time. Otherwise it loads element by element, unless the launcher
+    knows better: ALIGN > 1 promises that the row strides and K are multiples of ALIGN elements (N = 2056:
+    8 bf16 elements, 16 bytes), and the kernel passes that on to Triton with tl.multiple_of."""
     tile_m, tile_n = _tile_of(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     rows = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)  # [BLOCK_M] rows of C (and A) of this tile
     cols = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)  # [BLOCK_N] columns of C (and B)
     ks = tl.arange(0, BLOCK_K)  # [BLOCK_K]
     # Rows of A past the edge read row 0 instead: no mask along M (those results are never stored).
     # A row of A is contiguous along K, so this keeps the loads contiguous.
-    a_ptrs = a_ptr + tl.where(rows < M, rows, 0)[:, None] * stride_am + ks[None, :] * stride_ak
+    a_rows = tl.where(rows < M, rows, 0) * stride_am  # [BLOCK_M] where each row of A starts
+    if ALIGN > 1:
+        a_rows = tl.multiple_of(a_rows, ALIGN)
+    a_ptrs = a_ptr + a_rows[:, None] + ks[None, :] * stride_ak
     if B_KMAJOR:  # B stored as [N, K]: contiguous along K, so columns past the edge can read column 0
-        b_ptrs = b_ptr + ks[:, None] * stride_bk + tl.where(cols < N, cols, 0)[None, :] * stride_bn
+        b_cols = tl.where(cols < N, cols, 0) * stride_bn
+        if ALIGN > 1:
+            b_cols = tl.multiple_of(b_cols, ALIGN)
+        b_ptrs = b_ptr + ks[:, None] * stride_bk + b_cols[None, :]
     else:  # B row-major: contiguous along N; keep it so (vector loads) and mask the columns past the edge
-        b_ptrs = b_ptr + ks[:, None] * stride_bk + cols[None, :] * stride_bn
+        b_rows = ks * stride_bk
+        if ALIGN > 1:
+            b_rows = tl.multiple_of(b_rows, ALIGN)
+        b_ptrs = b_ptr + b_rows[:, None] + cols[None, :] * stride_bn
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)  # FP32 accumulators, in registers
     for k in range(0, tl.cdiv(K, BLOCK_K)):
         k_left = K - k * BLOCK_K  # the last step may be partial: its missing products must be zero
+        col_ok = cols[None, :] < N
+        if ALIGN > 1:  # masks constant over ALIGN elements: k_left and the columns left are multiples of ALIGN
+            k_left = tl.multiple_of(k_left, ALIGN)
+            col_ok = tl.arange(0, BLOCK_N)[None, :] < tl.multiple_of(N - tile_n * BLOCK_N, ALIGN)
         a = tl.load(a_ptrs, mask=ks[None, :] < k_left, other=0.0)  # [BLOCK_M, BLOCK_K]
         if B_KMAJOR:
             b = tl.load(b_ptrs, mask=ks[:, None] < k_left, other=0.0)  # [BLOCK_K, BLOCK_N]
         else:
-            b = tl.load(b_ptrs, mask=(ks[:, None] < k_left) & (cols[None, :] < N), other=0.0)
+            b = tl.load(b_ptrs, mask=(ks[:, None] < k_left) & col_ok, other=0.0)
         if UPCAST:  # only under Triton's CPU interpreter, whose bf16 arithmetic is broken
             a, b = a.to(tl.float32), b.to(tl.float32)
         if FP32_MODE == 1:  # fp32: true FP32 products (CUDA cores)
@@ -97,7 +112,10 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
             acc = tl.dot(a, b, acc)
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
-    c_ptrs = c_ptr + rows[:, None] * stride_cm + cols[None, :] * stride_cn
+    c_rows = rows * stride_cm
+    if ALIGN > 1:
+        c_rows = tl.multiple_of(c_rows, ALIGN)
+    c_ptrs = c_ptr + c_rows[:, None] + cols[None, :] * stride_cn
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(rows[:, None] < M) & (cols[None, :] < N))
 
 
@@ -586,15 +604,23 @@ def tma_supported(compute_capability: str) -> bool:
     return _cc(compute_capability) >= (9, 0)
 
 
+def vector_elems(element_bytes: int, *counts: int) -> int:
+    """Elements one pointer load can move: the largest power of two that divides every count (row strides, K,
+    N), up to 16 bytes' worth. Triton proves only multiples of 16 from the arguments themselves; the launcher
+    promises the rest (matmul_kernel's ALIGN)."""
+    most = 16 // element_bytes
+    return min([most] + [pow2_dividing(c, most) for c in counts])
+
+
 def load_path(n: int, dtype: str, compute_capability: str, tma: str = "auto", k: Optional[int] = None) -> str:
     """Which way the Triton kernel loads its tiles at this size: 'tma' (rows start on 16-byte boundaries,
-    Hopper or newer), 'vec16' (pointer loads of 16 bytes: N and K multiples of 16 elements, which is all
-    Triton can prove), or 'vecE' with E the element size in bytes (element by element)."""
+    Hopper or newer), else 'vecB': pointer loads of B bytes, as many as the rows' alignment allows (vec16:
+    rows on 16-byte boundaries; vec8 and vec4: 8 and 4; vecE with E the element size: element by element)."""
     k = n if k is None else k
     e = bench.element_bytes(dtype)
     if tma == "auto" and (n * e) % 16 == 0 and (k * e) % 16 == 0 and tma_supported(compute_capability):
         return "tma"
-    return "vec16" if n % 16 == 0 and k % 16 == 0 else f"vec{e}"
+    return f"vec{vector_elems(e, n, k) * e}"
 
 
 def _fp32_mode(dtype: str) -> int:
@@ -858,9 +884,14 @@ def triton_matmul(a: torch.Tensor, b: torch.Tensor, dtype: str, out: Optional[to
     else:
         args = (a, b, out, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1))
         kernel = _autotuned("ptr", e) if autotune else matmul_kernel
-        meta = dict(B_KMAJOR=kmajor_b, FP32_MODE=_fp32_mode(dtype), UPCAST=upcast)
-        sixteen = all(x % 16 == 0 for x in (n, k, a.stride(0), b_rows.stride(0), out.stride(0)))
-        path = "vec16" if sixteen else f"vec{e}"
+        # Loads as wide as the rows' alignment allows: where every count is a multiple of 16 Triton sees it
+        # itself (ALIGN 1, the kernel as it always was); otherwise the launcher promises what divides them all.
+        counts = (n, k, a.stride(0), b_rows.stride(0), out.stride(0))
+        bases = all(t.data_ptr() % 16 == 0 for t in (a, b_rows, out))  # Triton assumes less of other pointers
+        align = vector_elems(e, *counts) if bases else 1
+        sixteen = all(x % 16 == 0 for x in counts)
+        meta = dict(B_KMAJOR=kmajor_b, FP32_MODE=_fp32_mode(dtype), UPCAST=upcast, ALIGN=1 if sixteen else align)
+        path = f"vec{align * e}"
     if autotune:
         grid = lambda META: (triton.cdiv(m, META["BLOCK_M"]) * triton.cdiv(n, META["BLOCK_N"]),)
         compiled = kernel[grid](*args, **meta)
@@ -1569,7 +1600,7 @@ def explain_misses(rows: list, band_pct: float = MISS_BAND_PCT) -> list[dict]:
         if r.get("kernel") != "triton" or err is None or abs(err) <= band_pct:
             continue
         if str(r.get("path", "")).startswith("vec") and r.get("path") != "vec16":
-            reason = "unaligned N: element-by-element loads"
+            reason = f"unaligned N: loads of {str(r['path'])[3:]} bytes"
         elif r.get("path") == "tma" and (r.get("n", 0) * bench.element_bytes(r.get("dtype", "bf16"))) % 32:
             reason = "rows not 32-byte aligned: 5 sectors read for 4 of data"
         elif r.get("n", 0) < 1100 or r.get("bound") == "launch":

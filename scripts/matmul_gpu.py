@@ -38,6 +38,10 @@ Run on a GPU:  python scripts/matmul_gpu.py [check] [variants] [sweep] [floor] [
             (ratio to cuBLAS [model TFLOP/s]), with registers, spills and shared memory of each compiled variant and a
             summary of its PTX (wgmma shapes, how many take A from registers, the waits); names ending a1/a2 keep row
             pieces of A in registers (labs.matmul.PIECES_A_REGS); PIECES_ONLY, PIECES_SIZES (env): variants, sizes
+  align     the pointer path with 16-byte rows promised to Triton (matmul_kernel's ALIGN = 8: N = 2056's rows are
+            16-byte but not 32-byte aligned, where the TMA interior ran 0.80x cuBLAS against 1.0x on padded rows):
+            odd shapes against float64 first, then bf16 at ALIGN_SIZES the interior (whole tiles) and the whole
+            product, TMA against pointer loads in several tiles, beside cuBLAS (ratio, us, registers, spills)
 Prints a compact table per section; with $OUT set, writes matmul_gpu.json there. Sections (and sizes) stop being
 started once DEADLINE_S (env, seconds since start, default 220) has passed; VARIANT_SIZES (env, comma-separated)
 replaces the sizes of `variants`.
@@ -924,6 +928,66 @@ def section_floor():
         rows[f"cublas_{n}_us"] = 1e3 * mm.kernel_ms(lambda: mm.cublas_matmul(a, b, "bf16", out))
     record("floor", **rows)
     print("floor:", " ".join(f"{k}={v:.2f}" for k, v in rows.items()), flush=True)
+
+
+ALIGN_SIZES = tuple(int(x) for x in os.environ.get("ALIGN_SIZES", "2056,2064,2048").split(","))
+ALIGN_TILES = (T(128, 256, 64, 8, 8, 3), T(128, 256, 64, 8, 8, 4), T(128, 128, 64, 8, 4, 4), T(128, 128, 64, 8, 8, 4),
+               T(256, 128, 64, 8, 8, 3), T(128, 256, 32, 8, 8, 5))
+ALIGN_CHECK = ((517, 520, 536), (1001, 1032, 2056), (2056, 2056, 2056))
+
+
+def aligned_ptr(a, b, out, cfg, align=8):
+    return mm.triton_matmul(a, b, "bf16", out, cfg, "off", extra_meta={"ALIGN": align})
+
+
+def section_align():
+    """The pointer path with ALIGN: every variant checked against float64 (whole product on odd shapes), then timed
+    beside cuBLAS on the interior (whole 128 x 256 tiles) and on the whole product, with the same timer."""
+    for m, n, k in ALIGN_CHECK:
+        a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+        b = torch.randn(k, n, device="cuda").to(torch.bfloat16)
+        for cfg in ALIGN_TILES[:3]:
+            out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+            aligned_ptr(a, b, out, cfg)
+            bench.check_close(out, a.double() @ b.double(), "bf16", f"align {cfg.label} {m}x{n}x{k}")
+    print("align: checks passed", flush=True)
+    timer = lambda f: bench.time_ms(f, 10, 50)  # noqa: E731
+    for n in ALIGN_SIZES:
+        if elapsed() > DEADLINE:
+            print("deadline: align stopped", flush=True)
+            break
+        a, b, out, _ = cublas_point(n)
+        cub_ms = bench.graph_time_ms(lambda: mm.cublas_matmul(a, b, "bf16", out), timer=timer)
+        r, c = mm.edge_interior(n, n, BIG)
+        v = {"lab": (lambda: mm.triton_matmul(a, b, "bf16", out, None, "auto"), None),
+             "tma_int": (lambda: mm.triton_matmul(a[:r], b[:, :c], "bf16", out[:r, :c], BIG, "auto"), (r, c))}
+        for cfg in ALIGN_TILES:
+            v[f"ptr_int {cfg.label}"] = (lambda cfg=cfg: aligned_ptr(a[:r], b[:, :c], out[:r, :c], cfg), (r, c))
+        v["ptr_int1 " + BIG.label] = (lambda: aligned_ptr(a[:r], b[:, :c], out[:r, :c], BIG, 1), (r, c))
+        for cfg in ALIGN_TILES[:3]:
+            v[f"ptr_all {cfg.label}"] = (lambda cfg=cfg: aligned_ptr(a, b, out, cfg), None)
+        cells = []
+        row = {"n": n, "cublas_us": cub_ms * 1e3}
+        for name, (fn, region) in v.items():
+            if elapsed() > DEADLINE:
+                break
+            try:
+                out.fill_(float("nan"))
+                res = fn()
+                rr, cc = region or (n, n)
+                mm.check_sampled(out[:rr, :cc], a[:rr], b[:, :cc], "bf16", f"{name} {n}")
+                ms = bench.graph_time_ms(fn, timer=timer)
+                comp = res[2] if isinstance(res, tuple) and len(res) > 2 else None
+                regs = getattr(comp, "n_regs", None)
+                spills = getattr(comp, "n_spills", None)
+                row[name] = {"ratio": cub_ms / ms, "us": ms * 1e3, "regs": regs, "spills": spills}
+                cells.append(f"{name}={cub_ms / ms:.3f}({ms * 1e3:.1f}us r{regs} s{spills})")
+            except Exception as exc:
+                print(f"   {name} at {n} failed: {exc!r}"[:400], flush=True)
+        record("align", **row)
+        print(f"N={n} cuBLAS={cub_ms * 1e3:.1f}us\n   " + "\n   ".join(cells), flush=True)
+        del a, b, out
+    save()
 
 
 def section_lab(*args, name="matmul_lab.json"):
