@@ -213,6 +213,53 @@ def matmul_band_kernel(a_desc, b_desc, c_desc, ax_desc, bx_desc, cx_desc, M, N, 
             tl.extra.cuda.gdc_wait()
 
 
+@triton.jit(do_not_specialize=["M", "N", "K", "ROWS", "COLS"])
+def matmul_spread_kernel(a_desc, b_desc, c_desc, ae_desc, be_desc, cb_desc, cr_desc, M, N, K, ROWS, COLS,
+                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                         EDGE: tl.constexpr, UPCAST: tl.constexpr = False, LAUNCH_DEPENDENTS: tl.constexpr = False,
+                         WAIT_PRIMARY: tl.constexpr = 0):
+    """Interior + edge in one launch, the edge spread over every program: each program computes one whole tile of
+    the interior ([0, ROWS) x [0, COLS)) and, in the same K loop, one EDGE-wide piece of each thin strip: the bottom
+    strip's columns [pid EDGE, pid EDGE + EDGE) (rows ROWS..M) and the right strip's rows [pid EDGE, pid EDGE + EDGE)
+    (columns COLS..N). Each piece adds two small loads and a small product per K step, so the strips' reads of A and
+    B ride along the interior's instead of following it. The piece outputs go through descriptors over C's bottom
+    rows (cb_desc) and over its interior rows (cr_desc), so the copy engine clips them where the strips end. Early
+    start as in matmul_tma_kernel (a corner no piece covers is launched first, see _spread_matmul)."""
+    if LAUNCH_DEPENDENTS:
+        tl.extra.cuda.gdc_launch_dependents()
+    pid = tl.program_id(0)
+    tile_m, tile_n = _tile_of(pid, ROWS, COLS, BLOCK_M, BLOCK_N, GROUP_M)
+    off_m = tile_m * BLOCK_M
+    off_n = tile_n * BLOCK_N
+    edge_at = pid * EDGE  # this program's columns of the bottom strip, and its rows of the right strip
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc_bottom = tl.zeros((EDGE, EDGE), dtype=tl.float32)
+    acc_right = tl.zeros((EDGE, EDGE), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        kk = k * BLOCK_K
+        a = a_desc.load([off_m, kk])  # [BLOCK_M, BLOCK_K]: the interior tile's operands
+        b = b_desc.load([kk, off_n])  # [BLOCK_K, BLOCK_N]
+        a_below = ae_desc.load([ROWS, kk])  # [EDGE, BLOCK_K]: the rows under the interior (zeros past M)
+        b_mine = be_desc.load([kk, edge_at])  # [BLOCK_K, EDGE]: this program's columns of B
+        a_mine = ae_desc.load([edge_at, kk])  # [EDGE, BLOCK_K]: this program's rows of A
+        b_right = be_desc.load([kk, COLS])  # [BLOCK_K, EDGE]: the columns right of the interior (zeros past N)
+        if UPCAST:
+            a, b = a.to(tl.float32), b.to(tl.float32)
+            a_below, b_mine, a_mine, b_right = (a_below.to(tl.float32), b_mine.to(tl.float32),
+                                                a_mine.to(tl.float32), b_right.to(tl.float32))
+        acc = tl.dot(a, b, acc)
+        acc_bottom = tl.dot(a_below, b_mine, acc_bottom)
+        acc_right = tl.dot(a_mine, b_right, acc_right)
+    c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
+    cb_desc.store([0, edge_at], acc_bottom.to(cb_desc.dtype))  # C[ROWS:], clipped at M rows and N columns
+    cr_desc.store([edge_at, 0], acc_right.to(cr_desc.dtype))  # C[:ROWS, COLS:], clipped at ROWS and N
+    if WAIT_PRIMARY == 1:
+        tl.extra.cuda.gdc_wait()
+    elif WAIT_PRIMARY == 2:
+        if tl.program_id(0) == tl.num_programs(0) - 1:
+            tl.extra.cuda.gdc_wait()
+
+
 # ---------------------------------------------------------------------------------------------
 # Composite tiles: a tile whose sides are sums of power-of-two pieces (192 = 128 + 64)
 # ---------------------------------------------------------------------------------------------
@@ -830,6 +877,8 @@ def triton_matmul(a: torch.Tensor, b: torch.Tensor, dtype: str, out: Optional[to
     if config.row_tail and not autotune:
         return _row_tail_matmul(a, b, dtype, out, config, tma, programs, tail_config or ROW_TAIL_TILE)
     if config.edge and not autotune:
+        if SPREAD and spread_applies(m, n, config) and _tma_slices_ok(a, b, out, tma) and b.stride(1) == 1:
+            return _spread_matmul(a, b, dtype, out, config, extra_meta)
         return _edge_matmul(a, b, dtype, out, config, tma)
     if config.composite and not autotune:
         if _tma_slices_ok(a, b, out, tma):
@@ -999,6 +1048,52 @@ def _edge_matmul(a, b, dtype, out, config, tma, row_edge=None, col_edge=None, sp
                         {"split": pieces, "scratch": f"edge{i}"})
     interior = (a[:rows], b[:, :cols], out[:rows, :cols], big)
     return _launch_chain(parts + [interior] if EDGE_FIRST else [interior] + parts, dtype, tma, out)
+
+
+# Spread edge (matmul_spread_kernel): every interior program also computes one EDGE-wide piece of each strip in its own
+# K loop. It applies where the strips are at most EDGE thick and there are enough programs for one piece each. Measured
+# on an H100 (scripts/matmul_gpu.py spread, whole outputs checked against float64): correct, but 58.7 us at N = 2064
+# against 35.9 for strips in their own launches and 30.7 for the interior alone (66.8 against 46.8 at 2056): with the
+# two small products in its loop the kernel needs 222 registers a thread instead of 154 and its K loop runs at about
+# half speed, much as the bands' did. So off.
+SPREAD_EDGE = 16
+SPREAD_CORNER_TILE = TileConfig(16, 16, 64, 1, 4, 3)  # the corner, when no bottom piece reaches it: one program
+SPREAD = False  # interior + edge sizes take the spread kernel instead of strips in their own launches
+
+
+def spread_applies(m: int, n: int, big: TileConfig) -> bool:
+    rows, cols = edge_interior(m, n, big)
+    if not (0 < rows < m and 0 < cols < n) or m - rows > SPREAD_EDGE or n - cols > SPREAD_EDGE:
+        return False
+    programs = (rows // big.block_m) * (cols // big.block_n)
+    return programs * SPREAD_EDGE >= max(rows, cols)
+
+
+def _spread_matmul(a, b, dtype, out, config, extra_meta=None):
+    """Interior + edge as one launch of matmul_spread_kernel (plus, first, a one-program launch for the corner below
+    and right of the interior when the bottom pieces do not reach it), started early as in _launch_chain."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    (m, k), n = a.shape, b.shape[1]
+    big = dataclasses.replace(config, edge=False)
+    rows, cols = edge_interior(m, n, big)
+    bm, bn, bk, e = big.block_m, big.block_n, big.block_k, SPREAD_EDGE
+    programs = (rows // bm) * (cols // bn)
+    meta = dict(extra_meta or {})
+    pdl = EARLY_START and _PDL_WORKS.get("ok", True) and a.device.type == "cuda"
+    if programs * e < n and rows < m:  # the corner [rows, m) x [cols, n): its own small launch, first
+        corner_meta = {"LAUNCH_DEPENDENTS": True} if pdl else None
+        triton_matmul(a[rows:], b[:, cols:], dtype, out[rows:, cols:], SPREAD_CORNER_TILE, "on", extra_meta=corner_meta)
+        if pdl:
+            meta.update(launch_pdl=True, WAIT_PRIMARY=EARLY_WAIT)
+    descs = [TensorDescriptor.from_tensor(a, [bm, bk]), TensorDescriptor.from_tensor(b, [bk, bn]),
+             TensorDescriptor.from_tensor(out, [bm, bn]), TensorDescriptor.from_tensor(a, [e, bk]),
+             TensorDescriptor.from_tensor(b, [bk, e]), TensorDescriptor.from_tensor(out[rows:], [e, e]),
+             TensorDescriptor.from_tensor(out[:rows, cols:], [e, e])]
+    compiled = matmul_spread_kernel[(programs,)](
+        *descs, m, n, k, rows, cols, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=big.group_m, EDGE=e,
+        UPCAST=a.device.type == "cpu" and dtype == "bf16", num_warps=big.num_warps, num_stages=big.num_stages, **meta)
+    return out, "tma", compiled
 
 
 # Bands: the interior's last tile row and column compute the strips beside them from the tiles they load anyway, so the

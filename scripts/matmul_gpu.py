@@ -42,6 +42,9 @@ Run on a GPU:  python scripts/matmul_gpu.py [check] [variants] [sweep] [floor] [
             16-byte but not 32-byte aligned, where the TMA interior ran 0.80x cuBLAS against 1.0x on padded rows):
             odd shapes against float64 first, then bf16 at ALIGN_SIZES the interior (whole tiles) and the whole
             product, TMA against pointer loads in several tiles, beside cuBLAS (ratio, us, registers, spills)
+  spread    interior + edge in one launch, each program carrying one 16-wide piece of each strip in its K loop
+            (matmul_spread_kernel): checked against a full float64 product, then timed beside cuBLAS, the lab's
+            choice (strips in their own launches) and the interior alone at SPREAD_SIZES
 Prints a compact table per section; with $OUT set, writes matmul_gpu.json there. Sections (and sizes) stop being
 started once DEADLINE_S (env, seconds since start, default 220) has passed; VARIANT_SIZES (env, comma-separated)
 replaces the sizes of `variants`.
@@ -987,6 +990,47 @@ def section_align():
         record("align", **row)
         print(f"N={n} cuBLAS={cub_ms * 1e3:.1f}us\n   " + "\n   ".join(cells), flush=True)
         del a, b, out
+    save()
+
+
+SPREAD_SIZES = tuple(int(x) for x in os.environ.get("SPREAD_SIZES", "2064,2056,4104").split(","))
+
+
+def section_spread():
+    """The spread edge against the lab's interior + edge, whole outputs checked against float64 first."""
+    timer = lambda f: bench.time_ms(f, 10, 50)  # noqa: E731
+    eg = mm.dataclasses.replace(BIG, edge=True)
+    for n in SPREAD_SIZES:
+        if elapsed() > DEADLINE:
+            print("deadline: spread stopped", flush=True)
+            break
+        a, b, out, _ = cublas_point(n)
+        ref = a.double() @ b.double()
+        cub_ms = bench.graph_time_ms(lambda: mm.cublas_matmul(a, b, "bf16", out), timer=timer)
+        r, c = mm.edge_interior(n, n, BIG)
+        v = {"lab": (lambda: mm.triton_matmul(a, b, "bf16", out, None, "auto"), True),
+             "spread": (lambda: mm._spread_matmul(a, b, "bf16", out, eg), True),
+             "spread_g16": (lambda: mm._spread_matmul(a, b, "bf16", out, mm.dataclasses.replace(eg, group_m=16)), True),
+             "interior": (lambda: mm.triton_matmul(a[:r], b[:, :c], "bf16", out[:r, :c], BIG, "auto"), False)}
+        cells, row = [], {"n": n, "cublas_us": cub_ms * 1e3, "applies": mm.spread_applies(n, n, BIG)}
+        for name, (fn, whole) in v.items():
+            try:
+                out.fill_(float("nan"))
+                res = fn()
+                if whole:
+                    bench.check_close(out, ref, "bf16", f"{name} {n}")
+                else:
+                    bench.check_close(out[:r, :c], ref[:r, :c], "bf16", f"{name} {n}")
+                ms = bench.graph_time_ms(fn, timer=timer)
+                comp = res[2] if isinstance(res, tuple) and len(res) > 2 else None
+                regs, spills = getattr(comp, "n_regs", None), getattr(comp, "n_spills", None)
+                row[name] = {"ratio": cub_ms / ms, "us": ms * 1e3, "regs": regs, "spills": spills}
+                cells.append(f"{name}={cub_ms / ms:.3f}({ms * 1e3:.1f}us r{regs} s{spills})")
+            except Exception as exc:
+                print(f"   {name} at {n} failed: {exc!r}"[:600], flush=True)
+        record("spread", **row)
+        print(f"N={n} cuBLAS={cub_ms * 1e3:.1f}us " + " ".join(cells), flush=True)
+        del a, b, out, ref
     save()
 
 

@@ -961,3 +961,19 @@ def test_composite_labels_and_tile_counts_by_hand():
     with pytest.raises(AssertionError):  # pieces must add up to the tile
         mm._pieces_matmul(*mm.operands(32, 48, 32, "fp16"), "fp16", torch.empty(32, 48, dtype=torch.float16),
                           mm.TileConfig(48, 48, 16, 2, 4, 2, row_pieces=(32, 32)))
+
+
+@pytest.mark.parametrize("shape", [(72, 72, 40), (136, 136, 56), (72, 80, 24)])
+def test_spread_edge_covers_the_strips_and_the_corner(shape, device):
+    """The spread-edge kernel (measured, off by default): the interior's programs carry the strips' pieces; with few
+    programs the corner gets its own launch (72, 80), with many the bottom pieces reach it (136). Every element of
+    the output, strips and corner included, against float64."""
+    if device == "cuda" and not mm.tma_supported(mm._device_cc(torch.device("cuda"))):
+        pytest.skip("this GPU has no TMA")
+    m, n, k = shape
+    cfg = mm.TileConfig(32, 32, 16, 1, 4, 2, edge=True)
+    assert mm.spread_applies(m, n, cfg)
+    a, b = mm.operands(m, n, k, "fp16", device)
+    out = torch.full((m, n), float("nan"), device=device, dtype=torch.float16)
+    mm._spread_matmul(a, b, "fp16", out, cfg)
+    bench.check_close(out, mm.reference(a, b), "fp16", f"spread {shape}")
