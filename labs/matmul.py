@@ -119,6 +119,17 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(rows[:, None] < M) & (cols[None, :] < N))
 
 
+# The same kernel with the strides along rows left unspecialized (an experiment, LANES below): Triton then cannot
+# see that a row's elements are contiguous, so instead of giving each lane 16 consecutive bytes and loading them
+# one element at a time (lanes 16 bytes apart: 4 L1 wavefronts per warp instruction), it gives each lane one
+# element and lines the warp's 32 lanes up along the row (64 contiguous bytes per instruction).
+# Measured on an H100 (scripts/matmul_gpu.py lanes; checked against float64 on odd shapes): about 3x slower at odd N
+# (22 against 62 TFLOP/s at N = 2049, 30 against 94 at 1793, in 5 tile shapes): each element's address then takes its
+# own multiply by the unknown stride, and the kernel spills 46-270 registers where the plain one spills 80. So off.
+matmul_lanes_kernel = triton.jit(do_not_specialize=["stride_ak", "stride_bn", "stride_cn"])(matmul_kernel.fn)
+LANES = False  # rows that allow no wider loads than one element take matmul_lanes_kernel
+
+
 @triton.jit(do_not_specialize=["M", "N", "K"])
 def matmul_tma_kernel(a_desc, b_desc, c_desc, M, N, K,
                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
@@ -932,7 +943,6 @@ def triton_matmul(a: torch.Tensor, b: torch.Tensor, dtype: str, out: Optional[to
             return out, path, compiled
     else:
         args = (a, b, out, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1))
-        kernel = _autotuned("ptr", e) if autotune else matmul_kernel
         # Loads as wide as the rows' alignment allows: where every count is a multiple of 16 Triton sees it
         # itself (ALIGN 1, the kernel as it always was); otherwise the launcher promises what divides them all.
         counts = (n, k, a.stride(0), b_rows.stride(0), out.stride(0))
@@ -941,6 +951,7 @@ def triton_matmul(a: torch.Tensor, b: torch.Tensor, dtype: str, out: Optional[to
         sixteen = all(x % 16 == 0 for x in counts)
         meta = dict(B_KMAJOR=kmajor_b, FP32_MODE=_fp32_mode(dtype), UPCAST=upcast, ALIGN=1 if sixteen else align)
         path = f"vec{align * e}"
+        kernel = _autotuned("ptr", e) if autotune else (matmul_lanes_kernel if LANES and align == 1 else matmul_kernel)
     if autotune:
         grid = lambda META: (triton.cdiv(m, META["BLOCK_M"]) * triton.cdiv(n, META["BLOCK_N"]),)
         compiled = kernel[grid](*args, **meta)

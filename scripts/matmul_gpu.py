@@ -45,6 +45,10 @@ Run on a GPU:  python scripts/matmul_gpu.py [check] [variants] [sweep] [floor] [
   spread    interior + edge in one launch, each program carrying one 16-wide piece of each strip in its K loop
             (matmul_spread_kernel): checked against a full float64 product, then timed beside cuBLAS, the lab's
             choice (strips in their own launches) and the interior alone at SPREAD_SIZES
+  lanes     odd N (rows aligned to one element): the pointer kernel as it is against matmul_lanes_kernel (the row
+            strides unspecialized, so each lane loads one element and the warp's lanes line up along the row), in
+            a few tiles: checked against float64 on odd shapes first, then bf16 at LANES_SIZES beside cuBLAS, with
+            registers, spills and the PTX's global load and shared store instructions
 Prints a compact table per section; with $OUT set, writes matmul_gpu.json there. Sections (and sizes) stop being
 started once DEADLINE_S (env, seconds since start, default 220) has passed; VARIANT_SIZES (env, comma-separated)
 replaces the sizes of `variants`.
@@ -1031,6 +1035,68 @@ def section_spread():
         record("spread", **row)
         print(f"N={n} cuBLAS={cub_ms * 1e3:.1f}us " + " ".join(cells), flush=True)
         del a, b, out, ref
+    save()
+
+
+LANES_SIZES = tuple(int(x) for x in os.environ.get("LANES_SIZES", "2049,1793,4097").split(","))
+LANES_TILES = (T(128, 256, 64, 8, 8, 3), T(128, 256, 32, 8, 8, 3), T(128, 128, 64, 8, 4, 3), T(128, 128, 32, 8, 4, 4),
+               T(64, 128, 64, 8, 4, 3))
+
+
+def with_lanes(on, fn):
+    before = mm.LANES
+    mm.LANES = on
+    try:
+        return fn()
+    finally:
+        mm.LANES = before
+
+
+def load_summary(compiled) -> str:
+    """The PTX's global loads and shared stores by width (how the compiler laid the tile's loads out)."""
+    import collections
+    import re
+
+    ptx = (getattr(compiled, "asm", None) or {}).get("ptx", "")
+    ops = collections.Counter(re.findall(r"\b(ld\.global[\w.]*|st\.shared[\w.]*|cp\.async[\w.]*)", ptx))
+    return ",".join(f"{k.replace('ld.global', 'ldg').replace('st.shared', 'sts')}:{v}" for k, v in ops.most_common(4))
+
+
+def section_lanes():
+    for m, n, k in ((517, 333, 351), (129, 77, 1001)):
+        a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+        b = torch.randn(k, n, device="cuda").to(torch.bfloat16)
+        for cfg in LANES_TILES:
+            out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+            with_lanes(True, lambda: mm.triton_matmul(a, b, "bf16", out, cfg, "off"))
+            bench.check_close(out, a.double() @ b.double(), "bf16", f"lanes {cfg.label} {m}x{n}x{k}")
+    print("lanes: checks passed", flush=True)
+    timer = lambda f: bench.time_ms(f, 10, 50)  # noqa: E731
+    for n in LANES_SIZES:
+        if elapsed() > DEADLINE:
+            break
+        a, b, out, _ = cublas_point(n)
+        cub_ms = bench.graph_time_ms(lambda: mm.cublas_matmul(a, b, "bf16", out), timer=timer)
+        v = {"plain " + BIG.label: (False, BIG)}
+        v.update({"lanes " + c.label: (True, c) for c in LANES_TILES})
+        row, cells = {"n": n, "cublas_us": cub_ms * 1e3}, []
+        for name, (on, cfg) in v.items():
+            try:
+                fn = lambda: with_lanes(on, lambda: mm.triton_matmul(a, b, "bf16", out, cfg, "auto"))  # noqa: E731
+                out.fill_(float("nan"))
+                res = fn()
+                mm.check_sampled(out, a, b, "bf16", f"{name} {n}")
+                ms = bench.graph_time_ms(fn, timer=timer)
+                comp = res[2]
+                row[name] = {"ratio": cub_ms / ms, "us": ms * 1e3, "regs": comp.n_regs, "spills": comp.n_spills,
+                             "loads": load_summary(comp)}
+                cells.append(f"{name}={cub_ms / ms:.3f}({2 * n**3 / ms / 1e9:.0f}TF r{comp.n_regs} "
+                             f"s{comp.n_spills} {load_summary(comp)})")
+            except Exception as exc:
+                print(f"   {name} at {n} failed: {exc!r}"[:600], flush=True)
+        record("lanes", **row)
+        print(f"N={n} cuBLAS={cub_ms * 1e3:.1f}us ({2 * n**3 / cub_ms / 1e9:.0f}TF)\n   " + "\n   ".join(cells), flush=True)
+        del a, b, out
     save()
 
 
