@@ -959,7 +959,7 @@ def triton_matmul(a: torch.Tensor, b: torch.Tensor, dtype: str, out: Optional[to
         grid = (triton.cdiv(m, config.block_m) * triton.cdiv(n, config.block_n),)
         compiled = kernel[grid](*args, BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
                                 GROUP_M=config.group_m, num_warps=config.num_warps, num_stages=config.num_stages,
-                                **meta, **(extra_meta or {}))
+                                **{**meta, **(extra_meta or {})})  # extra_meta may override (ALIGN, for experiments)
     return out, path, compiled
 
 

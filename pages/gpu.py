@@ -48,7 +48,8 @@ if recorded:
     for ceilings in recorded:
         rows = [r for r in gpu.ceilings_vs_datasheet(ceilings, gpu.datasheet_for(ceilings.gpu)) if r["measured / datasheet"]]
         fig.add_trace(go.Bar(x=[r["ceiling"] for r in rows], y=[r["measured / datasheet"] for r in rows],
-                             name=ceilings.gpu, text=[f"{r['measured']:.3g} {r['unit']}" for r in rows]))
+                             name=ceilings.gpu, text=[f"{r['measured']:,.0f} {r['unit']}" if r["measured"] >= 100
+                                                      else f"{r['measured']:.3g} {r['unit']}" for r in rows]))
     fig.add_hline(y=1.0, line_dash="dot", line_color="gray")
     fig.update_layout(title="Measured ceilings as a fraction of each GPU's datasheet", yaxis_title="measured / datasheet",
                       barmode="group", height=420)
@@ -66,4 +67,5 @@ for title, body in sections.items():
         st.markdown(body)
 
 st.header("Datasheet table")
+st.caption("TF32, FP16, BF16 and FP8: dense tensor-core rates in TFLOP/s; None where the GPU has no such rate.")
 st.dataframe(gpu.datasheet_rows(), hide_index=True, width="stretch")

@@ -70,7 +70,7 @@ def memory_calculator():
                          marker_color="gray", hovertemplate="%{y:.1f} GB"))
     charts.reference_line(fig, e.gpu_memory_bytes / 1e9, f"one {gpu_name}", "y", line_dash="dash")
     fig.update_layout(barmode="stack", title="Memory by part (GB)", yaxis_title="GB", height=420,
-                      legend=dict(orientation="h", yanchor="top", y=-0.12))
+                      legend=charts.LEGEND_BELOW)
     st.plotly_chart(fig, width="stretch")
     st.dataframe(e.to_rows(), width="stretch", hide_index=True)
     if mode == "inference":
@@ -184,7 +184,7 @@ def block_charts(params, live, model, recorded):
                                  y=[r["measured_ms"] for r in got if r.get("measured_ms")], **style))
     fig.update_layout(barmode="stack", title=f"One block's decode step ({params.block_context} cached tokens): "
                       "measured against the sum of the models", xaxis_title="batch (sequences)",
-                      yaxis_title="time (ms)", height=480, legend=dict(orientation="h", yanchor="top", y=-0.18))
+                      yaxis_title="time (ms)", height=480, legend=charts.LEGEND_BELOW)
     st.plotly_chart(fig, width="stretch")
     st.caption("Bars: the model, piece by piece (each piece on the roofline, plus the measured fixed cost of each "
                "kernel in a CUDA graph). Markers: the whole step, timed as one graph replay.")

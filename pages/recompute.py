@@ -32,7 +32,7 @@ def memory_figure(model, shown, dtype):
                                      marker=dict(color=COLORS[variant], size=10, symbol="diamond")))
     fig.update_layout(barmode="group", title=f"Activation memory kept for the backward pass ({dtype})",
                       xaxis_title="size of x (MiB)", yaxis_title="MiB", height=420,
-                      legend=dict(orientation="h", yanchor="top", y=-0.18))
+                      legend=charts.LEGEND_BELOW)
     return fig
 
 

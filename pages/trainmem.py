@@ -55,7 +55,7 @@ def calculator():
     fig.add_trace(go.Bar(name="6x rule", x=["6x rule"], y=[e.rule_bytes / GB], marker_color="gray"))
     charts.reference_line(fig, e.gpu_memory_bytes / GB, f"one {mem.gpu}", "y", line_dash="dash")
     fig.update_layout(barmode="stack", title=f"ZeRO stage {stage} over {gpus} GPUs: memory by part (GB)",
-                      yaxis_title="GB", height=440, legend=dict(orientation="h", yanchor="top", y=-0.12))
+                      yaxis_title="GB", height=440, legend=charts.LEGEND_BELOW)
     st.plotly_chart(fig, width="stretch")
     st.dataframe(e.to_rows(), width="stretch", hide_index=True)
     st.markdown("**Model state per GPU at every ZeRO stage** (weights, gradients, fp32 master, Adam; GB)")

@@ -937,6 +937,50 @@ def section_floor():
     print("floor:", " ".join(f"{k}={v:.2f}" for k, v in rows.items()), flush=True)
 
 
+def beside_cublas(section, n, cub_ms, out, variants, extra=None):
+    """Time each variant beside cuBLAS: name -> (fn, check). Each runs once on a NaN-poisoned output, `check()` then
+    compares what it wrote with float64, and only then is it timed (graph replay, same timer as cuBLAS). Records
+    the ratio to cuBLAS, us, registers and spills (and `extra(compiled)`), and prints one line per variant."""
+    timer = lambda f: bench.time_ms(f, 10, 50)  # noqa: E731
+    row, cells = {"n": n, "cublas_us": cub_ms * 1e3}, []
+    for name, (fn, check) in variants.items():
+        if elapsed() > DEADLINE:
+            break
+        try:
+            out.fill_(float("nan"))
+            res = fn()
+            check()
+            ms = bench.graph_time_ms(fn, timer=timer)
+            comp = res[2] if isinstance(res, tuple) and len(res) > 2 else None
+            regs, spills = getattr(comp, "n_regs", None), getattr(comp, "n_spills", None)
+            more = extra(comp) if extra and comp is not None else ""
+            row[name] = {"ratio": cub_ms / ms, "us": ms * 1e3, "regs": regs, "spills": spills, "extra": more}
+            cells.append(f"{name}={cub_ms / ms:.3f}({ms * 1e3:.1f}us {2 * n**3 / ms / 1e9:.0f}TF r{regs} s{spills}"
+                         f"{' ' + more if more else ''})")
+        except Exception as exc:
+            print(f"   {name} at {n} failed: {exc!r}"[:600], flush=True)
+    record(section, **row)
+    print(f"N={n} cuBLAS={cub_ms * 1e3:.1f}us\n   " + "\n   ".join(cells), flush=True)
+
+
+def check_odd_shapes(section, shapes, tiles, run):
+    """run(a, b, out, config) for every shape (m, n, k) and tile, each output against a whole float64 product."""
+    for m, n, k in shapes:
+        a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+        b = torch.randn(k, n, device="cuda").to(torch.bfloat16)
+        for cfg in tiles:
+            out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+            run(a, b, out, cfg)
+            bench.check_close(out, a.double() @ b.double(), "bf16", f"{section} {cfg.label} {m}x{n}x{k}")
+    print(f"{section}: checks passed", flush=True)
+
+
+def cublas_timed(n):
+    a, b, out, _ = cublas_point(n)
+    return a, b, out, bench.graph_time_ms(lambda: mm.cublas_matmul(a, b, "bf16", out),
+                                          timer=lambda f: bench.time_ms(f, 10, 50))
+
+
 ALIGN_SIZES = tuple(int(x) for x in os.environ.get("ALIGN_SIZES", "2056,2064,2048").split(","))
 ALIGN_TILES = (T(128, 256, 64, 8, 8, 3), T(128, 256, 64, 8, 8, 4), T(128, 128, 64, 8, 4, 4), T(128, 128, 64, 8, 8, 4),
                T(256, 128, 64, 8, 8, 3), T(128, 256, 32, 8, 8, 5))
@@ -949,50 +993,24 @@ def aligned_ptr(a, b, out, cfg, align=8):
 
 def section_align():
     """The pointer path with ALIGN: every variant checked against float64 (whole product on odd shapes), then timed
-    beside cuBLAS on the interior (whole 128 x 256 tiles) and on the whole product, with the same timer."""
-    for m, n, k in ALIGN_CHECK:
-        a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
-        b = torch.randn(k, n, device="cuda").to(torch.bfloat16)
-        for cfg in ALIGN_TILES[:3]:
-            out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-            aligned_ptr(a, b, out, cfg)
-            bench.check_close(out, a.double() @ b.double(), "bf16", f"align {cfg.label} {m}x{n}x{k}")
-    print("align: checks passed", flush=True)
-    timer = lambda f: bench.time_ms(f, 10, 50)  # noqa: E731
+    beside cuBLAS on the interior (whole 128 x 256 tiles) and on the whole product ("plain": the 128 x 256 tile
+    over the whole matrix, TMA)."""
+    check_odd_shapes("align", ALIGN_CHECK, ALIGN_TILES[:3], aligned_ptr)
     for n in ALIGN_SIZES:
         if elapsed() > DEADLINE:
-            print("deadline: align stopped", flush=True)
             break
-        a, b, out, _ = cublas_point(n)
-        cub_ms = bench.graph_time_ms(lambda: mm.cublas_matmul(a, b, "bf16", out), timer=timer)
+        a, b, out, cub_ms = cublas_timed(n)
         r, c = mm.edge_interior(n, n, BIG)
-        v = {"lab": (lambda: mm.triton_matmul(a, b, "bf16", out, None, "auto"), None),
-             "tma_int": (lambda: mm.triton_matmul(a[:r], b[:, :c], "bf16", out[:r, :c], BIG, "auto"), (r, c))}
+        inner = lambda name: (lambda: mm.check_sampled(out[:r, :c], a[:r], b[:, :c], "bf16", f"{name} {n}"))  # noqa
+        whole = lambda name: (lambda: mm.check_sampled(out, a, b, "bf16", f"{name} {n}"))  # noqa: E731
+        v = {"plain": (lambda: mm.triton_matmul(a, b, "bf16", out, None, "auto"), whole("plain")),
+             "tma_int": (lambda: mm.triton_matmul(a[:r], b[:, :c], "bf16", out[:r, :c], BIG, "auto"), inner("tma"))}
         for cfg in ALIGN_TILES:
-            v[f"ptr_int {cfg.label}"] = (lambda cfg=cfg: aligned_ptr(a[:r], b[:, :c], out[:r, :c], cfg), (r, c))
-        v["ptr_int1 " + BIG.label] = (lambda: aligned_ptr(a[:r], b[:, :c], out[:r, :c], BIG, 1), (r, c))
+            v[f"ptr_int {cfg.label}"] = (lambda cfg=cfg: aligned_ptr(a[:r], b[:, :c], out[:r, :c], cfg), inner(cfg.label))
+        v["ptr_int1 " + BIG.label] = (lambda: aligned_ptr(a[:r], b[:, :c], out[:r, :c], BIG, 1), inner("align 1"))
         for cfg in ALIGN_TILES[:3]:
-            v[f"ptr_all {cfg.label}"] = (lambda cfg=cfg: aligned_ptr(a, b, out, cfg), None)
-        cells = []
-        row = {"n": n, "cublas_us": cub_ms * 1e3}
-        for name, (fn, region) in v.items():
-            if elapsed() > DEADLINE:
-                break
-            try:
-                out.fill_(float("nan"))
-                res = fn()
-                rr, cc = region or (n, n)
-                mm.check_sampled(out[:rr, :cc], a[:rr], b[:, :cc], "bf16", f"{name} {n}")
-                ms = bench.graph_time_ms(fn, timer=timer)
-                comp = res[2] if isinstance(res, tuple) and len(res) > 2 else None
-                regs = getattr(comp, "n_regs", None)
-                spills = getattr(comp, "n_spills", None)
-                row[name] = {"ratio": cub_ms / ms, "us": ms * 1e3, "regs": regs, "spills": spills}
-                cells.append(f"{name}={cub_ms / ms:.3f}({ms * 1e3:.1f}us r{regs} s{spills})")
-            except Exception as exc:
-                print(f"   {name} at {n} failed: {exc!r}"[:400], flush=True)
-        record("align", **row)
-        print(f"N={n} cuBLAS={cub_ms * 1e3:.1f}us\n   " + "\n   ".join(cells), flush=True)
+            v[f"ptr_all {cfg.label}"] = (lambda cfg=cfg: aligned_ptr(a, b, out, cfg), whole(cfg.label))
+        beside_cublas("align", n, cub_ms, out, v)
         del a, b, out
     save()
 
@@ -1001,39 +1019,25 @@ SPREAD_SIZES = tuple(int(x) for x in os.environ.get("SPREAD_SIZES", "2064,2056,4
 
 
 def section_spread():
-    """The spread edge against the lab's interior + edge, whole outputs checked against float64 first."""
-    timer = lambda f: bench.time_ms(f, 10, 50)  # noqa: E731
+    """The spread edge against the lab's choice (strips in their own launches) and the interior alone, whole outputs
+    checked against float64 first."""
+    target = gpu.live_target()
     eg = mm.dataclasses.replace(BIG, edge=True)
     for n in SPREAD_SIZES:
         if elapsed() > DEADLINE:
-            print("deadline: spread stopped", flush=True)
             break
-        a, b, out, _ = cublas_point(n)
+        a, b, out, cub_ms = cublas_timed(n)
         ref = a.double() @ b.double()
-        cub_ms = bench.graph_time_ms(lambda: mm.cublas_matmul(a, b, "bf16", out), timer=timer)
         r, c = mm.edge_interior(n, n, BIG)
-        v = {"lab": (lambda: mm.triton_matmul(a, b, "bf16", out, None, "auto"), True),
-             "spread": (lambda: mm._spread_matmul(a, b, "bf16", out, eg), True),
-             "spread_g16": (lambda: mm._spread_matmul(a, b, "bf16", out, mm.dataclasses.replace(eg, group_m=16)), True),
-             "interior": (lambda: mm.triton_matmul(a[:r], b[:, :c], "bf16", out[:r, :c], BIG, "auto"), False)}
-        cells, row = [], {"n": n, "cublas_us": cub_ms * 1e3, "applies": mm.spread_applies(n, n, BIG)}
-        for name, (fn, whole) in v.items():
-            try:
-                out.fill_(float("nan"))
-                res = fn()
-                if whole:
-                    bench.check_close(out, ref, "bf16", f"{name} {n}")
-                else:
-                    bench.check_close(out[:r, :c], ref[:r, :c], "bf16", f"{name} {n}")
-                ms = bench.graph_time_ms(fn, timer=timer)
-                comp = res[2] if isinstance(res, tuple) and len(res) > 2 else None
-                regs, spills = getattr(comp, "n_regs", None), getattr(comp, "n_spills", None)
-                row[name] = {"ratio": cub_ms / ms, "us": ms * 1e3, "regs": regs, "spills": spills}
-                cells.append(f"{name}={cub_ms / ms:.3f}({ms * 1e3:.1f}us r{regs} s{spills})")
-            except Exception as exc:
-                print(f"   {name} at {n} failed: {exc!r}"[:600], flush=True)
-        record("spread", **row)
-        print(f"N={n} cuBLAS={cub_ms * 1e3:.1f}us " + " ".join(cells), flush=True)
+        lab_cfg = mm.config_for(mm.Params(), "bf16", n, target.sm_count, target.compute_capability)
+        whole = lambda name: (lambda: bench.check_close(out, ref, "bf16", f"{name} {n}"))  # noqa: E731
+        v = {"lab": (lambda: mm.triton_matmul(a, b, "bf16", out, lab_cfg, "auto"), whole("lab")),
+             "spread": (lambda: mm._spread_matmul(a, b, "bf16", out, eg), whole("spread")),
+             "spread_g16": (lambda: mm._spread_matmul(a, b, "bf16", out, mm.dataclasses.replace(eg, group_m=16)),
+                            whole("spread_g16")),
+             "interior": (lambda: mm.triton_matmul(a[:r], b[:, :c], "bf16", out[:r, :c], BIG, "auto"),
+                          lambda: bench.check_close(out[:r, :c], ref[:r, :c], "bf16", f"interior {n}"))}
+        beside_cublas("spread", n, cub_ms, out, v)
         del a, b, out, ref
     save()
 
@@ -1063,39 +1067,20 @@ def load_summary(compiled) -> str:
 
 
 def section_lanes():
-    for m, n, k in ((517, 333, 351), (129, 77, 1001)):
-        a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
-        b = torch.randn(k, n, device="cuda").to(torch.bfloat16)
-        for cfg in LANES_TILES:
-            out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-            with_lanes(True, lambda: mm.triton_matmul(a, b, "bf16", out, cfg, "off"))
-            bench.check_close(out, a.double() @ b.double(), "bf16", f"lanes {cfg.label} {m}x{n}x{k}")
-    print("lanes: checks passed", flush=True)
-    timer = lambda f: bench.time_ms(f, 10, 50)  # noqa: E731
+    """Odd N: the plain pointer kernel against matmul_lanes_kernel in a few tiles, checked against float64 on odd
+    shapes first, then beside cuBLAS with the PTX's load summary."""
+    check_odd_shapes("lanes", ((517, 333, 351), (129, 77, 1001)), LANES_TILES,
+                     lambda a, b, out, cfg: with_lanes(True, lambda: mm.triton_matmul(a, b, "bf16", out, cfg, "off")))
     for n in LANES_SIZES:
         if elapsed() > DEADLINE:
             break
-        a, b, out, _ = cublas_point(n)
-        cub_ms = bench.graph_time_ms(lambda: mm.cublas_matmul(a, b, "bf16", out), timer=timer)
-        v = {"plain " + BIG.label: (False, BIG)}
-        v.update({"lanes " + c.label: (True, c) for c in LANES_TILES})
-        row, cells = {"n": n, "cublas_us": cub_ms * 1e3}, []
-        for name, (on, cfg) in v.items():
-            try:
-                fn = lambda: with_lanes(on, lambda: mm.triton_matmul(a, b, "bf16", out, cfg, "auto"))  # noqa: E731
-                out.fill_(float("nan"))
-                res = fn()
-                mm.check_sampled(out, a, b, "bf16", f"{name} {n}")
-                ms = bench.graph_time_ms(fn, timer=timer)
-                comp = res[2]
-                row[name] = {"ratio": cub_ms / ms, "us": ms * 1e3, "regs": comp.n_regs, "spills": comp.n_spills,
-                             "loads": load_summary(comp)}
-                cells.append(f"{name}={cub_ms / ms:.3f}({2 * n**3 / ms / 1e9:.0f}TF r{comp.n_regs} "
-                             f"s{comp.n_spills} {load_summary(comp)})")
-            except Exception as exc:
-                print(f"   {name} at {n} failed: {exc!r}"[:600], flush=True)
-        record("lanes", **row)
-        print(f"N={n} cuBLAS={cub_ms * 1e3:.1f}us ({2 * n**3 / cub_ms / 1e9:.0f}TF)\n   " + "\n   ".join(cells), flush=True)
+        a, b, out, cub_ms = cublas_timed(n)
+        check = lambda: mm.check_sampled(out, a, b, "bf16", f"lanes {n}")  # noqa: E731
+        v = {"plain " + BIG.label: (lambda: with_lanes(False, lambda: mm.triton_matmul(a, b, "bf16", out, BIG, "auto")),
+                                    check)}
+        v.update({"lanes " + c.label: (lambda c=c: with_lanes(True, lambda: mm.triton_matmul(a, b, "bf16", out, c, "auto")),
+                                       check) for c in LANES_TILES})
+        beside_cublas("lanes", n, cub_ms, out, v, extra=load_summary)
         del a, b, out
     save()
 

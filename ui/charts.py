@@ -9,12 +9,16 @@ import plotly.graph_objects as go
 MODEL_STYLE = dict(mode="lines+markers", marker=dict(symbol="circle-open", size=9), line=dict(dash="dot"))
 LIVE_STYLE = dict(mode="markers", marker=dict(size=10))
 RECORDED_STYLE = dict(mode="markers", marker=dict(size=8, symbol="diamond", opacity=0.75))
+# The legend in rows along the bottom of the whole figure, below the axis title. Placed in the plot's own (paper)
+# coordinates instead, at a fixed fraction below the axis, a legend of many rows shrinks the plot until that
+# fraction is less than the tick labels and axis title need, and the legend covers them.
+LEGEND_BELOW = dict(orientation="h", yref="container", yanchor="bottom", y=0)
 
 
 def figure(title: str, x_title: str, y_title: str, log_x: bool = False, log_y: bool = False) -> go.Figure:
     fig = go.Figure()
     fig.update_layout(title=title, xaxis_title=x_title, yaxis_title=y_title, height=480,
-                      legend=dict(orientation="h", yanchor="top", y=-0.18), margin=dict(t=60, b=10))
+                      legend=LEGEND_BELOW, margin=dict(t=60, b=10))
     if log_x:
         fig.update_xaxes(type="log")
     if log_y:
@@ -60,8 +64,12 @@ def add_series(fig: go.Figure, rows: list, x: str, y: str, name: str, style: dic
 def error_figure(rows: list, x: str, group: str, band_pct: float, log_x: bool = False, title: str = "") -> go.Figure:
     """error_pct against x, one trace per group, with the +-band the issue sets as the target."""
     fig = figure(title or "Model error (measured vs predicted)", x, "error (%)", log_x=log_x)
+    numeric = all(isinstance(r.get(x), (int, float)) for r in rows if r.get(x) is not None)
     for value in dict.fromkeys(r.get(group) for r in rows):
-        add_series(fig, rows_where(rows, **{group: value}), x, "error_pct", str(value), dict(mode="lines+markers"))
+        series = rows_where(rows, **{group: value})
+        if numeric:  # a line drawn in row order zigzags where a run measured its reference point first
+            series = sorted((r for r in series if r.get(x) is not None), key=lambda r: r[x])
+        add_series(fig, series, x, "error_pct", str(value), dict(mode="lines+markers"))
     fig.add_hrect(y0=-band_pct, y1=band_pct, fillcolor="green", opacity=0.08, line_width=0)
     fig.add_hline(y=0, line_color="gray", line_width=1)
     return fig

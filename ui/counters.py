@@ -13,7 +13,7 @@ import streamlit as st
 from labs import counters
 from labs import params as params_mod
 from labs.lab import Lab
-from ui import text
+from ui import charts, text
 
 
 def comparison_figure(rows: list, quantity: str, title: str) -> go.Figure:
@@ -27,7 +27,7 @@ def comparison_figure(rows: list, quantity: str, title: str) -> go.Figure:
                 text=[f"x{r['ratio']:.2f}" if r["ratio"] is not None else "" for r in chosen], textposition="outside")
     unit = chosen[0]["unit"] if chosen else ""
     fig.update_layout(barmode="group", title=title, yaxis_title=unit, height=420, margin=dict(t=60, b=10),
-                      legend=dict(orientation="h", yanchor="top", y=-0.25))
+                      legend=charts.LEGEND_BELOW)
     return fig
 
 
@@ -89,7 +89,7 @@ def counters_panel(lab: Lab, params_dict: dict) -> None:
     reason = counters.why_unavailable()
     params = _params_from(lab, params_dict)
     if reason:
-        st.info(f"Live counting is off: {reason}")
+        st.info(f"Live counting is off: {reason.removeprefix('Counting needs a GPU: ')}")
     elif params is not None:
         _count_action(lab, params)
     live = st.session_state.get(f"counted:{lab.name}")

@@ -217,7 +217,8 @@ class LabPage:
         key = f"live:{self.lab.name}"
         info = runner.live_gpu()  # this machine's GPU, or the GPU pool's (ROOFLINE_CLUSTER)
         if not info.available:
-            st.info(f"Live runs are off: {info.reason}")
+            # the reason may already say so ("No CUDA GPU found (...). Live runs are off; ...")
+            st.info(info.reason if "Live runs are off" in info.reason else f"Live runs are off: {info.reason}")
             return None
         if params is None:
             return None
