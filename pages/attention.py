@@ -103,7 +103,8 @@ view = dict(mode=mode, causal=mask == "causal", head_dim=d, dtype=dtype)
 hover = ("impl", "seq_len", "error_pct")
 for metric, unit, log_y in (("tflops", "TFLOP/s", False), ("ms", "time (ms)", True),
                              ("peak_bytes", "peak memory (bytes)", True)):
-    fig = charts.figure(f"{unit}, {mode}, {mask}, d = {d}, {dtype}", "sequence length N", unit, log_x=True, log_y=log_y)
+    fig = charts.figure(f"{unit}, {mode}, {mask}, d = {d}, {dtype}", "sequence length N",
+                        page.axis(unit) if metric == LAB.metric else unit, log_x=True, log_y=log_y)
     for impl in ("naive", "ours"):
         charts.add_series(fig, charts.rows_where(model.rows, impl=impl, **view), "seq_len", f"predicted_{metric}",
                           f"model, {impl}", charts.MODEL_STYLE, hover[:2])
@@ -117,9 +118,11 @@ for metric, unit, log_y in (("tflops", "TFLOP/s", False), ("ms", "time (ms)", Tr
                               f"{page.target.name}: {page.target.memory_bytes / 1e9:.0f} GB", "y", line_dash="dash",
                               line_color="gray")
     st.plotly_chart(fig, width="stretch")
-refused = [r for run in runs for r in run.rows if str(r.get("note", "")).startswith(("refused", "skipped"))]
-for r in refused[:3]:
-    st.warning(f"N = {r['seq_len']}, {r['mode']}: {r['note']}")
+# the points missing from the charts above (this pass, mask, head dim and dtype), each with the run that skipped it
+refused = [(run, r) for run in runs for r in charts.rows_where(run.rows, **view)
+           if str(r.get("note", "")).startswith(("refused", "skipped"))]
+for run, r in refused[:3]:
+    st.warning(f"{run.label}, N = {r['seq_len']}, {r['mode']}: {r['note']}")
 
 # --- 4. where the model's time goes, and how far off it is -----------------------------------------
 st.subheader("The model: bytes, then tensor cores plus exponentials")

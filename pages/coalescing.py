@@ -18,11 +18,15 @@ if params is None:
 live, model, recorded = page.results(params)
 target = page.target
 runs = ([live] if live else []) + recorded
+# Normalised, every run's TB/s is divided by its best, the model's by the model's best: so are the model's bounds
+# drawn beside them (and the y axis says so), or they float a few times above the points in TB/s.
+scale = (model.meta.get("normalised_by") or 1) if page.normalise else 1
+Y_TITLE = "useful bandwidth / each run's best" if page.normalise else "useful bandwidth (TB/s)"
 
 
 def bars(title: str, experiment: str) -> go.Figure:
     """Model and measurements side by side for each variant of one experiment."""
-    fig = charts.figure(title, "", "useful bandwidth (TB/s)")
+    fig = charts.figure(title, "", Y_TITLE)
     rows = charts.rows_where(model.rows, experiment=experiment)
     fig.add_trace(go.Bar(x=[r["variant"] for r in rows], y=[r["predicted_tbps"] for r in rows], name="model",
                          marker=dict(color="rgba(0,0,0,0)", line=dict(color="black", width=2)),
@@ -32,8 +36,9 @@ def bars(title: str, experiment: str) -> go.Figure:
         got = [r for r in charts.rows_where(run.rows, experiment=experiment) if r.get("measured_tbps") is not None]
         fig.add_trace(go.Bar(x=[r["variant"] for r in got], y=[r["measured_tbps"] for r in got],
                              name=f"measured, {run.label}"))
-    charts.reference_line(fig, target.ceilings.copy_tbps, f"copy {target.ceilings.copy_tbps:.2f} TB/s", "y",
-                          line_dash="dash", line_color="gray", annotation_position="top right")
+    if not page.normalise:
+        charts.reference_line(fig, target.ceilings.copy_tbps, f"copy {target.ceilings.copy_tbps:.2f} TB/s", "y",
+                              line_dash="dash", line_color="gray", annotation_position="top right")
     fig.update_layout(barmode="group")
     return fig
 
@@ -42,8 +47,10 @@ def bars(title: str, experiment: str) -> go.Figure:
 if "stride" in params.experiments:
     st.subheader("Reading with a stride")
     fig = charts.figure(f"Useful bandwidth against read stride, {target.name}", "stride (floats)",
-                        "useful bandwidth (TB/s)", log_x=True, log_y=True)
-    stride_model = charts.rows_where(model.rows, experiment="stride")
+                        Y_TITLE, log_x=True, log_y=True)
+    bounds = ("sector_model_tbps", "dram_bound_tbps", "l1_bound_tbps")
+    stride_model = [{**r, **{c: r[c] / scale for c in bounds if r.get(c) is not None}}
+                    for r in charts.rows_where(model.rows, experiment="stride")]
     hover = ("sector_efficiency", "granule_efficiency", "bound", "error_pct")
     charts.add_series(fig, stride_model, "stride", "sector_model_tbps", "sector model (32-byte sectors at copy bandwidth)",
                       dict(mode="lines+markers", line=dict(dash="dot", color="gray"), marker=dict(symbol="circle-open")),
@@ -71,9 +78,11 @@ if "stride" in params.experiments:
         probe = charts.rows_where(shown.rows, experiment="probe")
         if probe and probe[0].get("requests_per_s"):
             rate = probe[0]["requests_per_s"]
+            # the copy bandwidth of the GPU that ran the probe, not of the GPU the model describes
+            copy_tbps = (shown.meta.get("ceilings") or {}).get("copy_tbps") or target.ceilings.copy_tbps
             st.markdown(f"**Probe** ({shown.label}): DRAM served **{rate / 1e9:.1f} G** separate {GRANULE}-byte "
                         f"requests per second, {rate * GRANULE / 1e12:.2f} TB/s of granules against a copy's "
-                        f"{target.ceilings.copy_tbps:.2f} TB/s.")
+                        f"{copy_tbps:.2f} TB/s.")
         st.plotly_chart(charts.error_figure(charts.rows_where(shown.rows, experiment="stride"), "stride", "experiment",
                                             15, log_x=True, title=f"Model error by stride, {shown.label}"),
                         width="stretch")

@@ -20,7 +20,7 @@ st.markdown(f"**Link on the datasheet:** {link['link']}, **{link['link_gbps']:.0
 
 bw = charts.figure("Bus bandwidth by message size", "message size S (bytes)", "bus bandwidth (GB/s)",
                    log_x=True, log_y=True)
-times = charts.figure("Time per call", "message size S (bytes)", "time (ms)", log_x=True, log_y=True)
+times = charts.figure("Time per call", "message size S (bytes)", page.axis("time (ms)"), log_x=True, log_y=True)
 for op in params.ops:
     where = {"experiment": "collective", "op": op}
     charts.overlay(bw, model, live, recorded, "size_bytes", "busbw_gbps", op, where,
@@ -47,7 +47,7 @@ for kind, title in steps:
         continue
     fig = charts.grouped_bars(model, live, recorded, "ms", {"experiment": kind},
                               lambda r: f"{r['tokens']} tokens: {r['step']}",
-                              f"{title} ({params.d_model} x {params.d_ff} MLP)", "time per step (ms)", height=440)
+                              f"{title} ({params.d_model} x {params.d_ff} MLP)", page.axis("time per step (ms)"), height=440)
     st.plotly_chart(fig, width="stretch")
 st.caption("compute: forward and backward alone. communication: the collectives alone. serial: one after the other. "
            "overlapped (data parallel): each gradient's all-reduce starts as soon as backward has made it.")

@@ -19,7 +19,8 @@ def overlay(fig, model, live, recorded, experiment, variants, x, y, hover, **mat
 
 
 def sincos_view(params, model, live, recorded, target):
-    fig = charts.figure("sin²x + cos²x: time per call", "tensor size (MiB, fp32)", "time (ms)", log_x=True, log_y=True)
+    fig = charts.figure("sin²x + cos²x: time per call", "tensor size (MiB, fp32)", page.axis("time (ms)"),
+                        log_x=True, log_y=True)
     variants = [v for v in fusion.SINCOS if params.compile or v != "compiled"]
     shown = live or (recorded[0] if recorded else None)
     # once a run has measured the CPU's time per call, its rows carry the complete model
@@ -53,7 +54,7 @@ def sincos_view(params, model, live, recorded, target):
 
 def chain_view(params, model, live, recorded, target):
     fig = charts.figure(f"A chain of k multiply-adds on {params.chain_mib} MiB: time per call", "k (operations)",
-                        "time (ms)", log_x=True, log_y=True)
+                        page.axis("time (ms)"), log_x=True, log_y=True)
     overlay(fig, model, live, recorded, "chain", ("eager", "triton"), "ops", "ms", ("predicted_kernels", "bytes_moved"))
     ridge = fusion.chain_ridge_ops(target)
     charts.reference_line(fig, ridge, f"ridge: k = {ridge:.0f}", "x", line_dash="dash", line_color="gray",

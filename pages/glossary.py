@@ -45,9 +45,9 @@ def try_it_live(entry) -> None:
     st.subheader("Try it live")
     for lab, title, page in labs:
         try:  # under st.navigation (app.py) the lab page is registered and this is a real page link
-            st.page_link(str(page), label=title, icon="🧪")
+            st.page_link(str(page), label=title, icon=":material/science:")  # as on Home; 🧪 needs an emoji font
         except StreamlitAPIException:  # this page on its own: a plain link to the lab's URL
-            st.markdown(f"🧪 [{title}]({lab})")
+            st.markdown(f":material/science: [{title}]({lab})")
 
 
 # --- diagrams: data from labs.glossary, drawn here -------------------------------------------------
@@ -94,6 +94,7 @@ def memory_figure(gpu: str) -> go.Figure:
                          marker_color="#34d399", hovertext=[lv["note"] for lv in levels]), row=1, col=3)
     for col in (1, 2, 3):
         fig.update_xaxes(type="log", row=1, col=col)
+    fig.update_xaxes(exponentformat="SI", row=1, col=1)  # 1G bytes: plotly's default "1B" reads as one byte
     fig.update_yaxes(autorange="reversed")
     fig.update_layout(height=340, showlegend=False, margin=dict(l=10, r=10, t=40, b=10))
     fig.update_annotations(font_size=13)

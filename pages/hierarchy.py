@@ -7,7 +7,7 @@ from labs import hierarchy
 from labs.gpu import MiB
 from labs.hierarchy import LAB, VARIANTS
 from ui import charts
-from ui.lab_page import LabPage, recorded_caption
+from ui.lab_page import LabPage, absolute, recorded_caption
 
 page = LabPage(LAB)
 page.lesson()
@@ -17,6 +17,7 @@ if params is None:
 live, model, recorded = page.results(params)
 target = page.target
 shown = live or next((r for r in recorded if r.meta.get("gpu", {}).get("key") == target.key), None)
+shown = absolute(shown, LAB.metric)  # the diagram and the knee are in TB/s, also when the overlay is normalised
 
 
 def _size(b) -> str:
@@ -48,7 +49,8 @@ def diagram(levels: list) -> go.Figure:
         if lv.get("l1_and_shared_bytes"):
             size += f"; L1 + shared {_size(lv['l1_and_shared_bytes'])}"
         rate = _rate(lv["tbps"]) + (f" (datasheet {lv['datasheet_tbps']:.2f})" if lv.get("datasheet_tbps") else "")
-        fig.add_annotation(x=0.5, y=(y0 + y1) / 2, showarrow=False, font=dict(size=13),
+        # dark text: the theme's grey text is unreadable on the coloured boxes
+        fig.add_annotation(x=0.5, y=(y0 + y1) / 2, showarrow=False, font=dict(size=13, color="#1a1a1a"),
                            text=f"<b>{lv['level']}</b>: {size}<br>{rate}",
                            hovertext=f"size: {lv['size_source']}<br>bandwidth: {lv['tbps_source']}")
     fig.update_xaxes(visible=False, range=[0, 1])
@@ -66,7 +68,8 @@ st.caption("Sizes: " + "; ".join(f"{lv['level']}: {lv['size_source']}" for lv in
            + "; ".join(f"{lv['level']}: {lv['tbps_source']}" for lv in levels) + ".")
 
 # --- bandwidth against buffer size ----------------------------------------------------------------
-fig = charts.figure(f"Read bandwidth against buffer size, {target.name}", "buffer size (bytes)", "read bandwidth (TB/s)",
+fig = charts.figure(f"Read bandwidth against buffer size, {target.name}", "buffer size (bytes)",
+                    "read bandwidth / each run's best" if page.normalise else "read bandwidth (TB/s)",
                     log_x=True, log_y=True)
 hover = ("level", "passes", "error_pct")
 for variant in params.variants:
@@ -80,8 +83,9 @@ for variant in params.variants:
                           f"{rec.label}, {VARIANTS[variant]}", charts.RECORDED_STYLE, hover)
 charts.reference_line(fig, target.l2_bytes, f"L2 {target.l2_bytes / MiB:.0f} MiB", "x", line_dash="dash",
                       line_color="gray", annotation_position="top left")
-charts.reference_line(fig, target.ceilings.copy_tbps, f"copy {target.ceilings.copy_tbps:.2f} TB/s", "y",
-                      line_dash="dot", line_color="gray", annotation_position="bottom right")
+if not page.normalise:  # a line in TB/s has no place among points divided by their run's best
+    charts.reference_line(fig, target.ceilings.copy_tbps, f"copy {target.ceilings.copy_tbps:.2f} TB/s", "y",
+                          line_dash="dot", line_color="gray", annotation_position="bottom right")
 knee = hierarchy.find_knee(shown.rows) if shown else None
 if knee:
     charts.reference_line(fig, knee["knee_bytes"], "knee", "x", line_color="firebrick",

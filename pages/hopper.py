@@ -17,6 +17,10 @@ if params is None:
     st.stop()
 live, model, recorded = page.results(params)
 target = page.target
+if not target.ceilings.matmul_tflops.get(params.dtype):
+    st.warning(f"The {target.name}'s datasheet gives no {params.dtype} tensor-core rate, so the model (and the "
+               "lesson's times, shown as ?) cannot describe this lab on it. The lab is written for Hopper GPUs: "
+               "choose an H100 or H200 in the sidebar.")
 shown = live or (recorded[0] if recorded else None)
 steps = ["cuBLAS", *params.steps]
 

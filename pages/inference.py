@@ -104,7 +104,7 @@ def ridge_lines(fig, target, params, shown):
 def gemm_charts(params, live, model, recorded, shown):
     target = page.target
     time_fig = charts.figure(f"One {params.gemm_k} x {params.gemm_n} {params.dtype} layer: time per step", "M (rows = batch x tokens)",
-                             "time (ms)", log_x=True, log_y=True)
+                             page.axis("time (ms)"), log_x=True, log_y=True)
     rate_fig = charts.figure(f"Achieved TFLOP/s against the roof of {target.name}", "M (rows = batch x tokens)", "TFLOP/s",
                              log_x=True, log_y=True)
     cost_fig = charts.figure(f"Cost per million tokens (this layer, ${params.usd_per_gpu_hour:g} per GPU-hour)",
@@ -138,7 +138,7 @@ def gemm_charts(params, live, model, recorded, shown):
 
 def attention_charts(params, live, model, recorded):
     fig = charts.figure("Decode attention over the KV cache: time per step (one layer)", "context (cached tokens)",
-                        "time (ms)", log_x=True, log_y=True)
+                        page.axis("time (ms)"), log_x=True, log_y=True)
     hover = ("kernel", "batch", "context", "kv_bytes", "error_pct")
     for batch in params.attn_batch:
         charts.add_series(fig, charts.rows_where(model.rows, experiment="attention", kernel=params.attn_kernels[0],
@@ -173,9 +173,11 @@ def block_charts(params, live, model, recorded):
     rows = charts.rows_where(model.rows, experiment="block")
     fig = go.Figure()
     batches = [str(r["batch"]) for r in rows]
+    scale = (model.meta.get("normalised_by") or 1) if page.normalise else 1
     for part, label in (("gemm_ms", "GEMMs (weights)"), ("attention_ms", "attention (KV cache)"),
                         ("small_ms", "norms, adds, SiLU, cache writes"), ("fixed_ms", "fixed cost per kernel")):
-        fig.add_trace(go.Bar(name=f"model: {label}", x=batches, y=[r[f"predicted_{part}"] for r in rows]))
+        # on the model's scale: normalised, its parts are divided as its predicted_ms was
+        fig.add_trace(go.Bar(name=f"model: {label}", x=batches, y=[r[f"predicted_{part}"] / scale for r in rows]))
     shown = ([("measured now", live, charts.LIVE_STYLE)] if live else []) + [(r.label, r, charts.RECORDED_STYLE)
                                                                           for r in recorded]
     for label, result, style in shown:
@@ -184,7 +186,8 @@ def block_charts(params, live, model, recorded):
                                  y=[r["measured_ms"] for r in got if r.get("measured_ms")], **style))
     fig.update_layout(barmode="stack", title=f"One block's decode step ({params.block_context} cached tokens): "
                       "measured against the sum of the models", xaxis_title="batch (sequences)",
-                      yaxis_title="time (ms)", height=480, legend=charts.LEGEND_BELOW)
+                      yaxis_title=page.axis("time (ms)"), height=480, legend=charts.LEGEND_BELOW,
+                      xaxis_type="category")  # plotly reads "1", "8", ... as numbers and spaces them linearly
     st.plotly_chart(fig, width="stretch")
     st.caption("Bars: the model, piece by piece (each piece on the roofline, plus the measured fixed cost of each "
                "kernel in a CUDA graph). Markers: the whole step, timed as one graph replay.")

@@ -5,7 +5,7 @@ import streamlit as st
 
 from labs.launch import LAB, PROBES
 from ui import charts
-from ui.lab_page import LabPage, recorded_caption
+from ui.lab_page import LabPage, absolute, recorded_caption
 
 page = LabPage(LAB)
 page.lesson()
@@ -15,10 +15,13 @@ if params is None:
 live, model, recorded = page.results(params)
 measured = ([live] if live is not None else []) + recorded  # every measurement to draw, live first
 numbers = page.numbers()
+# the metrics and tables carry µs: they read each run's own numbers, also when the charts are normalised
+first = absolute(measured[0], LAB.metric) if measured else None
+US = " (normalised)" if page.normalise else " (µs)"
 
 # --- the launch figures -------------------------------------------------------------------------
 st.subheader("What a launch costs here")
-probe = {r["variant"]: r["measured_us"] for r in (measured[0].rows if measured else [])
+probe = {r["variant"]: r["measured_us"] for r in (first.rows if first else [])
          if r.get("experiment") == "probe"}
 labels = (("eager_add", "one PyTorch launch", "eager_us"), ("eager_triton", "one Triton launch", "triton_us"),
           ("graph_kernel", "one kernel in a CUDA graph", "graph_kernel_us"),
@@ -35,7 +38,7 @@ st.caption(f"Measured by the probes of {measured[0].label}." if probe else
 # --- the chain ---------------------------------------------------------------------------------------
 if "chain" in params.experiments:
     fig = charts.figure(f"A chain of K tiny ops on {params.elements} elements: eager, graph, fused, with .item()",
-                        "K (ops in the chain)", "time per chain (µs)", log_x=True, log_y=True)
+                        "K (ops in the chain)", "time per chain" + US, log_x=True, log_y=True)
     hover = ("variant", "predicted_per_op_us", "measured_per_op_us", "error_pct")
     for variant in params.variants:
         charts.add_series(fig, charts.rows_where(model.rows, experiment="chain", variant=variant), "k", "predicted_us",
@@ -46,7 +49,7 @@ if "chain" in params.experiments:
                               "measured_us", f"{result.label}, {variant}", style, hover)
     st.plotly_chart(fig, width="stretch")
     st.caption("Open circles: the model from the launch figures. Filled: measured now. Diamonds: recorded runs.")
-    source = measured[0] if measured else model
+    source = first or absolute(model, LAB.metric)
     fits = charts.rows_where(source.rows, experiment="fit")
     if fits:
         st.caption(f"What one more op costs (slope of a straight line through the chain's times), {source.label}:")
@@ -58,7 +61,7 @@ if "chain" in params.experiments:
 # --- the three regimes --------------------------------------------------------------------------------
 if "regimes" in params.experiments:
     fig = charts.figure("Three regimes: time of one eager call against the bytes it moves",
-                        "bytes moved per call", "time per call (µs)", log_x=True, log_y=True)
+                        "bytes moved per call", "time per call" + US, log_x=True, log_y=True)
     hover = ("size", "predicted_regime", "measured_regime", "measured_gpu_us")
     for op in params.ops:
         charts.add_series(fig, charts.rows_where(model.rows, experiment="regimes", variant=op), "bytes_moved",
@@ -72,7 +75,7 @@ if "regimes" in params.experiments:
     st.plotly_chart(fig, width="stretch")
     st.caption("Lines: the model, max(launch, bytes / bandwidth, FLOPs / peak). Markers: measured, shaped by the "
                "regime read off the measurement (circle overhead, square memory, diamond compute).")
-    source = measured[0] if measured else model
+    source = first or absolute(model, LAB.metric)
     st.dataframe([{"op": r["variant"], "size": r["size"], "bytes_moved": r["bytes_moved"],
                    "predicted_regime": r["predicted_regime"], "measured_regime": r.get("measured_regime"),
                    "predicted_us": r["predicted_us"], "measured_us": r.get("measured_us")}

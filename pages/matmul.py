@@ -26,8 +26,11 @@ SYMBOLS = {"cublas": "circle", "triton": "square"}
 shown = live or (recorded[0] if recorded else None)
 dtype = params.dtypes[0] if len(params.dtypes) == 1 else st.radio("dtype shown", params.dtypes, horizontal=True)
 
-fig = charts.figure(f"Matmul throughput against N ({dtype}, {target.name})", "N (M = N = K)", "TFLOP/s")
-charts.add_series(fig, mm.roofline_rows(dtype, params.sizes, target), "n", "roofline_tflops",
+fig = charts.figure(f"Matmul throughput against N ({dtype}, {target.name})", "N (M = N = K)", page.axis("TFLOP/s"))
+scale = (model.meta.get("normalised_by") or 1) if page.normalise else 1  # the roofline on the model's scale
+roof = [{**r, "roofline_tflops": r["roofline_tflops"] / scale if r.get("roofline_tflops") is not None else None}
+        for r in mm.roofline_rows(dtype, params.sizes, target)]  # None where the GPU has no rate for the dtype
+charts.add_series(fig, roof, "n", "roofline_tflops",
                   "roofline (each matrix moved once)", dict(mode="lines", line=dict(color="black", width=1)))
 charts.add_series(fig, charts.rows_where(model.rows, dtype=dtype, kernel="triton"), "n", "predicted_tflops",
                   "model: Triton kernel", charts.MODEL_STYLE, ("path", "tiles", "waves", "last_wave_util", "bound"))
@@ -79,7 +82,7 @@ m2.metric("waves", f"{grid['waves']} of {grid['slots_per_wave']} slots")
 m3.metric("last wave busy", f"{100 * grid['last_wave_util']:.0f} %")
 m4.metric("padding in the tiles", f"{100 * grid['padding_fraction']:.1f} %")
 heat = go.Figure(go.Heatmap(z=grid["wave"], customdata=grid["order"], colorscale="Viridis",
-                            colorbar=dict(title="wave"),
+                            colorbar=dict(title="wave", tick0=0, dtick=max(1, -(-grid["waves"] // 8))),  # whole waves
                             hovertemplate="tile row %{y}, column %{x}<br>wave %{z}<br>launch order %{customdata}"
                                           "<extra></extra>"))
 heat.update_layout(title=f"{grid['tiles']} tiles of C coloured by wave ({target.sm_count} SMs, "

@@ -20,7 +20,7 @@ shown = live or (recorded[0] if recorded else None)
 
 # --- 1. the same ReLU in four dtypes ------------------------------------------------------------------
 st.subheader("ReLU over the same elements in every dtype")
-fig = charts.figure(f"ReLU over {params.elements_m} million elements, {target.name}", "", "time (ms)")
+fig = charts.figure(f"ReLU over {params.elements_m} million elements, {target.name}", "", page.axis("time (ms)"))
 relu_model = charts.rows_where(model.rows, experiment="relu")
 fig.add_trace(go.Bar(x=[r["dtype"] for r in relu_model], y=[r["predicted_ms"] for r in relu_model],
                      name="model: bytes / copy bandwidth", customdata=[r["bytes_per_flop"] for r in relu_model],

@@ -23,16 +23,18 @@ def memory_figure(model, shown, dtype):
         rows = charts.rows_where(model.rows, dtype=dtype, variant=variant)
         fig.add_trace(go.Bar(name=f"model, {variant}", x=[str(r["size_mib"]) for r in rows],
                              y=[r["predicted_activation_bytes"] / 2**20 for r in rows], marker_color=COLORS[variant],
-                             opacity=0.45))
+                             opacity=0.45, offsetgroup=variant))
         if shown is not None:
             got = [r for r in charts.rows_where(shown.rows, dtype=dtype, variant=variant)
                    if r.get("measured_activation_bytes") is not None]
             fig.add_trace(go.Scatter(name=f"{shown.label}, {variant}", x=[str(r["size_mib"]) for r in got],
                                      y=[r["measured_activation_bytes"] / 2**20 for r in got], mode="markers",
-                                     marker=dict(color=COLORS[variant], size=10, symbol="diamond")))
+                                     marker=dict(color=COLORS[variant], size=10, symbol="diamond"),
+                                     offsetgroup=variant))  # on its own variant's bar (scattermode="group")
     fig.update_layout(barmode="group", title=f"Activation memory kept for the backward pass ({dtype})",
                       xaxis_title="size of x (MiB)", yaxis_title="MiB", height=420,
-                      legend=charts.LEGEND_BELOW)
+                      legend=charts.LEGEND_BELOW, xaxis_type="category",  # one group per size, evenly spaced
+                      scattermode="group")
     return fig
 
 
@@ -47,7 +49,7 @@ dtype = st.radio("dtype", params.dtypes, horizontal=True, key="recompute_dtype")
     else params.dtypes[0]
 
 time_fig = charts.figure(f"Forward + backward of three sigmoids ({dtype}): time per step", "size of x (MiB)",
-                         "time (ms)", log_x=True, log_y=True)
+                         page.axis("time (ms)"), log_x=True, log_y=True)
 overlay(time_fig, model, live, recorded, dtype, "size_mib", "ms", ("accesses", "predicted_kernels", "bound"))
 st.plotly_chart(time_fig, width="stretch")
 st.caption("Open circles: the model, element-sized trips x bytes / bandwidth (or the special function units' time, "

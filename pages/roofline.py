@@ -18,9 +18,12 @@ live, model, recorded = page.results(params)
 
 # --- the roofline: roof from the ceilings, the model's points, the measured points ---------------
 target = page.target
-fig = charts.figure(f"Roofline of {target.name}", "arithmetic intensity (FLOP/byte)", "TFLOP/s",
-                    log_x=True, log_y=True)
+fig = charts.figure(f"Roofline of {target.name}", "arithmetic intensity (FLOP/byte)",
+                    "TFLOP/s / each run's best" if page.normalise else "TFLOP/s", log_x=True, log_y=True)
 roof = roofline.roof_curve(target)
+if page.normalise:  # the points are divided by their run's best: so is the roof, or it floats far above them
+    top = max(r["tflops"] for r in roof)
+    roof = [{**r, "tflops": r["tflops"] / top} for r in roof]
 charts.add_series(fig, roof, "intensity_flop_per_byte", "tflops", f"roof: {target.describe_ceilings()}",
                   dict(mode="lines", line=dict(color="black", width=2)))
 ridge = target.ridge_flop_per_byte

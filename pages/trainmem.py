@@ -59,7 +59,8 @@ def calculator():
     st.plotly_chart(fig, width="stretch")
     st.dataframe(e.to_rows(), width="stretch", hide_index=True)
     st.markdown("**Model state per GPU at every ZeRO stage** (weights, gradients, fp32 master, Adam; GB)")
-    st.dataframe([{"ZeRO stage": r["zero_stage"], **{k: round(v / GB, 2) for k, v in r.items() if k != "zero_stage"}}
+    st.dataframe([{"ZeRO stage": r["zero_stage"], **{k.removesuffix("_bytes"): round(v / GB, 2)  # GB, not bytes
+                                                    for k, v in r.items() if k != "zero_stage"}}
                   for r in trainmem.zero_table(e.params, mem.precision, gpus)], hide_index=True)
     st.markdown(page.section("Why the 6x rule is rough"))
 

@@ -14,8 +14,10 @@ if params is None:
     st.stop()
 live, model, recorded = page.results(params)
 link = transfers.link_for(page.target)
-st.markdown(f"**Link in the model:** PCIe Gen{link['pcie_gen']} x{link['pcie_lanes']} = "
-            f"**{link['pcie_gbps']:.1f} GB/s** per direction ({link['link_source']}).")
+st.markdown(f"**Link in the model:** PCIe Gen{link['pcie_gen']} x{link['pcie_lanes']}, "
+            f"{link['pcie_line_gbps']:.1f} GB/s per direction after line coding, "
+            f"**{link['pcie_gbps']:.1f} GB/s** of data once each packet's headers are paid.")
+st.caption(f"Source: {link['link_source']}.")  # the datasheet's whole citation: too long for the sentence above
 
 if "copies" in params.experiments:
     fig = charts.figure(f"Host transfers on {page.target.name}: achieved GB/s by copy size", "copy size (bytes)",
@@ -40,7 +42,7 @@ if "copies" in params.experiments:
 if "overlap" in params.experiments:
     bars = charts.grouped_bars(model, live, recorded, "ms", {"experiment": "overlap"}, lambda r: r["schedule"],
                                f"A {params.overlap_mib} MiB pinned copy and bf16 matmuls: one stream or two",
-                               "time (ms)")
+                               page.axis("time (ms)"))
     st.plotly_chart(bars, width="stretch")
     st.caption("Two streams take about as long as the slower of the two pieces: the copy engine and the SMs work "
                "at the same time. One stream adds them up.")

@@ -93,7 +93,8 @@ caps = sandbox.capabilities()
 with st.expander("The sandbox your code runs in" + ("" if all(a for _, a, _ in caps.lines()) else
                                                       " (some protections are off on this machine)")):
     for name, active, meaning in caps.lines():
-        st.markdown(f"{'✅' if active else '❌'} **{name}**: {meaning}")
+        # Streamlit's own icons: an emoji needs a font the learner's machine may not have (it drew empty boxes)
+        st.markdown(f"{':green[:material/check_circle:]' if active else ':red[:material/cancel:]'} **{name}**: {meaning}")
     if not all(active for _, active, _ in caps.lines()):
         st.warning("This machine does not allow every protection (a container without namespaces, or not run as "
                    "root): the remaining limits still apply. See the README's 'Workbench and its sandbox'.")

@@ -19,6 +19,9 @@ def figure(title: str, x_title: str, y_title: str, log_x: bool = False, log_y: b
     fig = go.Figure()
     fig.update_layout(title=title, xaxis_title=x_title, yaxis_title=y_title, height=480,
                       legend=LEGEND_BELOW, margin=dict(t=60, b=10))
+    # 1G, not plotly's default 1B (billion), which on an axis of bytes reads as one byte
+    fig.update_xaxes(exponentformat="SI")
+    fig.update_yaxes(exponentformat="SI")
     if log_x:
         fig.update_xaxes(type="log")
     if log_y:
@@ -72,6 +75,7 @@ def error_figure(rows: list, x: str, group: str, band_pct: float, log_x: bool = 
         add_series(fig, series, x, "error_pct", str(value), dict(mode="lines+markers"))
     fig.add_hrect(y0=-band_pct, y1=band_pct, fillcolor="green", opacity=0.08, line_width=0)
     fig.add_hline(y=0, line_color="gray", line_width=1)
+    fig.update_layout(legend_title_text=f"{group}:")  # the traces are named by value alone ("1.0", "4.0")
     return fig
 
 

@@ -90,15 +90,20 @@ def prediction_panel(lab, params_dict: dict, model_rows: list, revealed_rows: li
         _score(lab, guess, model_rows, revealed_rows, revealed_label)
 
 
+def _number(value: float) -> str:
+    """11,078,219,776 rather than 1.108e+10; 0.3749 and 64.7 as they are."""
+    return f"{value:,.0f}" if abs(value) >= 1e4 else f"{value:.4g}"
+
+
 def _score(lab, guess, model_rows, revealed_rows, revealed_label) -> None:
     headline = lab.headline
     _, predicted = headline.answer(model_rows)
     measured, _ = headline.answer(revealed_rows) if revealed_rows else (None, None)
-    parts = [] if guess == "skipped" else [f"you: **{guess:.4g} {headline.unit}**"]
+    parts = [] if guess == "skipped" else [f"you: **{_number(guess)} {headline.unit}**"]
     if predicted is not None:
-        parts.append(f"model: **{predicted:.4g}**")
+        parts.append(f"model: **{_number(predicted)} {headline.unit}**")
     if measured is not None:
-        parts.append(f"measured ({revealed_label}): **{measured:.4g}**")
+        parts.append(f"measured ({revealed_label}): **{_number(measured)} {headline.unit}**")
     st.markdown(" · ".join(parts) if parts else "No answer yet.")
     if guess == "skipped":
         return

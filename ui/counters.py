@@ -19,7 +19,9 @@ from ui import charts, text
 def comparison_figure(rows: list, quantity: str, title: str) -> go.Figure:
     """Bars of the model and the counters for one quantity, one pair per point, the ratio written on top."""
     chosen = [r for r in rows if r["quantity"] == quantity]
-    labels = [counters.point_label({k: v for k, v in r.items() if k not in counters.COMPARISON_COLUMNS})
+    # one line per parameter, and only those the point has: long one-line names ("... ops=None n_cols=None") were
+    # turned on their side and squeezed the bars into a corner
+    labels = ["<br>".join(f"{k}={v}" for k, v in r.items() if k not in counters.COMPARISON_COLUMNS and v is not None)
               for r in chosen]
     fig = go.Figure()
     fig.add_bar(x=labels, y=[r["modelled"] for r in chosen], name="model", marker_color="lightgray")
@@ -27,7 +29,7 @@ def comparison_figure(rows: list, quantity: str, title: str) -> go.Figure:
                 text=[f"x{r['ratio']:.2f}" if r["ratio"] is not None else "" for r in chosen], textposition="outside")
     unit = chosen[0]["unit"] if chosen else ""
     fig.update_layout(barmode="group", title=title, yaxis_title=unit, height=420, margin=dict(t=60, b=10),
-                      legend=charts.LEGEND_BELOW)
+                      legend=charts.LEGEND_BELOW, yaxis_exponentformat="SI")  # 2G bytes, not 2B
     return fig
 
 
@@ -80,6 +82,11 @@ def _show(result, key: str) -> None:
     st.dataframe(result.rows, width="stretch", hide_index=True, key=f"table:{key}")
 
 
+def _value(v) -> str:
+    """A parameter as the form above writes it: 1,2,4 rather than Python's [1, 2, 4] or ['fp32', 'bf16']."""
+    return ",".join(map(str, v)) if isinstance(v, (list, tuple)) else str(v)
+
+
 def counters_panel(lab: Lab, params_dict: dict) -> None:
     """The panel for one lab page (nothing if the lab has no counter spec)."""
     if not counters.has_counters(lab.name):
@@ -101,7 +108,7 @@ def counters_panel(lab: Lab, params_dict: dict) -> None:
         choice = st.selectbox("Recorded counter runs of real GPUs", labels, key=f"count-recorded:{lab.name}")
         shown = recorded[labels.index(choice)]
         st.caption(f"Counted with `python -m labs count {lab.name}` on {shown.label} (parameters: "
-                   f"{', '.join(f'{k}={v}' for k, v in shown.params.items())}).")
+                   f"{'; '.join(f'{k} = {_value(v)}' for k, v in shown.params.items())}).")
         _show(shown, f"{lab.name}:recorded")
     elif not live:
         st.caption("No recorded counter runs of this lab yet.")

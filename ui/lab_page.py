@@ -119,9 +119,11 @@ class LabPage:
         """The lesson's numbers for the chosen GPU; none (the placeholders stay visible) where the lab cannot
         model that GPU, so that the page still serves the rest."""
         try:
-            return self.lab.lesson_numbers(self.target) if self.lab.lesson_numbers else {}
+            numbers = self.lab.lesson_numbers(self.target) if self.lab.lesson_numbers else {}
         except params_mod.ParamError:
             return {}
+        # a figure the GPU's datasheet lacks (a T4 has no bf16 rate) comes out NaN: write it as '?', not 'nan'
+        return {k: "?" if str(v).lower() == "nan" else v for k, v in numbers.items()}
 
     def lesson(self, expanded: bool = False) -> None:
         """'What you will learn' in full, the rest of the lesson in an expander. Sections whose heading
@@ -207,11 +209,21 @@ class LabPage:
             self.normalise = st.sidebar.radio("Overlay scale", ["absolute", "normalised"], key="scale",
                                               horizontal=True) == "normalised"
         if recorded and self.normalise:
-            st.caption(f"Normalised: every run's {self.lab.metric} is divided by that run's own best value, "
-                       "so GPUs of different speeds compare by shape. The table below stays absolute.")
+            # normalised() divides by the largest value: the best of a rate, the slowest of a time
+            st.caption(f"Normalised: every run's `{self.lab.metric}` is divided by that run's own largest value "
+                       "(the model's by its own), so GPUs of different speeds compare by shape: on charts of "
+                       f"`{self.lab.metric}`, read the axis as a fraction of that value, whatever unit it names. "
+                       "The table below stays absolute.")
             live, model = (normalised(r, self.lab.metric) if r else None for r in (live, model))
             recorded = [normalised(r, self.lab.metric) for r in recorded]
         return live, model, recorded
+
+    def axis(self, title: str) -> str:
+        """A chart's title for an axis of the lab's metric: 'time (ms)' becomes 'time (normalised)' while the overlay
+        scale is normalised (the values are then fractions of each run's largest, not ms)."""
+        if not self.normalise:
+            return title
+        return (title[:title.rindex("(")].rstrip() if title.endswith(")") and "(" in title else title) + " (normalised)"
 
     def _live_panel(self, params):
         key = f"live:{self.lab.name}"
@@ -279,6 +291,18 @@ class LabPage:
         c1.download_button("Download CSV", result.to_csv(), f"{name}.csv", "text/csv", key=f"csv:{name}")
         c2.download_button("Download JSON", result.to_json(), f"{name}.json", "application/json", key=f"json:{name}")
         counters_panel(self.lab, result.params)  # "Count it": hardware counters beside the model (ui/counters.py)
+
+
+def absolute(result: Result | None, metric: str) -> Result | None:
+    """The run's own numbers again where the overlay scale is normalised (labs.results.normalised divided
+    measured_<metric> and predicted_<metric> by `normalised_by`): for sentences, diagrams and tables that carry
+    units, which would otherwise print the normalised 1.00 as 1.00 TB/s."""
+    best = result.meta.get("normalised_by") if result is not None else None
+    if not best:
+        return result
+    columns = (f"measured_{metric}", f"predicted_{metric}")
+    rows = [{**r, **{c: r[c] * best for c in columns if isinstance(r.get(c), (int, float))}} for r in result.rows]
+    return dataclasses.replace(result, rows=rows, meta={k: v for k, v in result.meta.items() if k != "normalised_by"})
 
 
 def model_scores(recorded: list) -> str:
