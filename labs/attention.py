@@ -1410,6 +1410,16 @@ def fits(need_bytes: int, free_bytes: int) -> bool:
     return need_bytes + TIMER_BYTES <= FREE_SHARE * free_bytes
 
 
+def skip_note(impl: str, need_bytes: int, free_bytes: int) -> str:
+    """Why a point does not run, in the terms of fits(): what it needs against the share of free memory a point
+    may use (the rest stays with the CUDA libraries' workspaces)."""
+    what = "its N x N matrices" if impl == "naive" else "outputs"
+    return (f"skipped: {impl} would need {need_bytes / 1e9:.1f} GB ({what} and workspace) plus "
+            f"{TIMER_BYTES / 1e9:.2f} GB for the timer; of the {free_bytes / 1e9:.1f} GB free a point may use "
+            f"{100 * FREE_SHARE:.0f} % ({FREE_SHARE * free_bytes / 1e9:.1f} GB), the rest is left to the CUDA "
+            "libraries' workspaces")
+
+
 def plan_points(params: "Params", free_bytes: int) -> list[dict]:
     """Every point of a run with its predicted peak memory and whether it fits, decided before anything is
     allocated. free_bytes: the device's free memory before the inputs (Q, K, V, dO) of the largest N."""
@@ -1881,10 +1891,7 @@ def measure(params: Params, target: Target, progress):
                             if not fits(need, free):
                                 progress(frac, f"{label}: skipped ({need / 1e9:.1f} GB needed)")
                                 skipped.append(f"{impl} {mode} N={n} d={d} {mask}")
-                                yield key | {"predicted_peak_bytes": need,
-                                             "note": f"skipped: {impl} would need {need / 1e9:.1f} GB "
-                                                     f"({'its N x N matrices' if impl == 'naive' else 'outputs'}"
-                                                     f" and workspace); {free / 1e9:.1f} GB are free"}
+                                yield key | {"predicted_peak_bytes": need, "note": skip_note(impl, need, free)}
                                 continue
                             # every configuration the run times is checked (ours picks tiles per point)
                             cfg = point_config(shape, mode, q.device) if impl == "ours" else None

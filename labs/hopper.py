@@ -713,6 +713,11 @@ def lesson_numbers(target: Target) -> dict:
     rate_4096, _ = tensor_core_tflops(4096, dtype, target)
     rate_8192, rate_source = tensor_core_tflops(n, dtype, target)
     us = 1e6
+
+    def known(x, spec: str) -> str:
+        """x formatted, or '?' where this GPU's datasheet lacks the figure (no bf16 rate: a T4's times are NaN)."""
+        return "?" if x is None or x != x or x == 0 else format(x, spec)
+
     from labs import matmul_ladder  # the warp-tiled CUDA-core kernel, the step before tensor cores
 
     warp = {k: v for k, v in matmul_ladder.lesson_numbers(target).items() if k.startswith("warp_")}
@@ -720,14 +725,14 @@ def lesson_numbers(target: Target) -> dict:
         "fma_tflops": f"{target.ceilings.fma_tflops:.1f}",
         "fp32_matmul_pct": f"{100 * (target.ceilings.matmul_tflops.get('fp32') or 0) / target.ceilings.fma_tflops:.0f}",
         "gpu": target.name, "sms": str(sms), "tile": f"{BLOCK_M}x{BLOCK_N}x{BLOCK_K}",
-        "bf16_tflops": f"{target.ceilings.matmul_tflops.get(dtype) or 0:.0f}",
-        "rate_4096": f"{rate_4096 or 0:.0f}", "rate_8192": f"{rate_8192 or 0:.0f}", "rate_source": rate_source,
+        "bf16_tflops": known(target.ceilings.matmul_tflops.get(dtype), ".0f"),
+        "rate_4096": known(rate_4096, ".0f"), "rate_8192": known(rate_8192, ".0f"), "rate_source": rate_source,
         "l2_plateau_tbps": f"{l2_plateau:.1f}",
         "l2_needed_tbps": f"{tma_8192.get('predicted_l2_request_tbps', 0):.1f}",
-        "math_us": f"{base['math_s'] * us:.2f}" if base["math_s"] == base["math_s"] else "?",
-        "operand_us": f"{base['operand_s'] * us:.2f}", "latency_us": f"{base['latency_s'] * us:.2f}",
+        "math_us": known(base["math_s"] * us, ".2f"),
+        "operand_us": known(base["operand_s"] * us, ".2f"), "latency_us": known(base["latency_s"] * us, ".2f"),
         "latency_cycles": str(HBM_LATENCY_CYCLES), "latency_source": LATENCY_SOURCE, "l2_source": l2_source,
-        "slice_1_us": f"{base['slice_s'] * us:.2f}", "slice_3_us": f"{piped['slice_s'] * us:.2f}",
+        "slice_1_us": known(base["slice_s"] * us, ".2f"), "slice_3_us": known(piped["slice_s"] * us, ".2f"),
         "tiles_8192": str(tiles), "waves_8192": str(math.ceil(tiles / slots)),
         "dram_row_gb": f"{row_major / 1e9:.2f}", "dram_grouped_gb": f"{grouped / 1e9:.2f}",
         "dram_hilbert_gb": f"{hilbert / 1e9:.2f}",

@@ -29,12 +29,14 @@ class Headline:
     unit: str  # "TFLOP/s"
     row: dict  # e.g. {"dtype": "fp32", "flops_per_element": 1024}
     metric: str  # e.g. "tflops"
+    scale: float = 1.0  # the metric's value per `unit` (1e9 to ask in GB for a metric in bytes)
 
     def answer(self, rows: list) -> tuple:
-        """(measured, predicted) for the headline row, None where absent."""
+        """(measured, predicted) for the headline row in `unit`, None where absent."""
         for r in rows:
             if all(r.get(k) == v for k, v in self.row.items()):
-                return r.get(f"measured_{self.metric}"), r.get(f"predicted_{self.metric}")
+                return tuple(None if r.get(f"{kind}_{self.metric}") is None else r[f"{kind}_{self.metric}"] / self.scale
+                             for kind in ("measured", "predicted"))
         return None, None
 
 

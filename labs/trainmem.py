@@ -359,5 +359,5 @@ LAB = Lab(
     check=check,
     lesson_numbers=lesson_numbers,
     headline=Headline("How many GB will one training step of the 150 M-parameter model at batch 16 (no "
-                      "checkpointing) peak at?", "bytes", {"batch": 16, "checkpointing": False}, "peak_bytes"),
+                      "checkpointing) peak at?", "GB", {"batch": 16, "checkpointing": False}, "peak_bytes", scale=1e9),
 )

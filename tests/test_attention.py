@@ -726,3 +726,12 @@ def test_page_renders_without_gpu():
     app.button(key="stepper_next").click().run()
     assert not app.exception
     assert any("Step **2 of" in m.value for m in app.markdown)
+
+
+def test_a_skipped_point_says_why_it_does_not_fit():
+    """137.8 GB needed with 148.0 GB free reads like a contradiction unless the note names the share a point may use."""
+    need, free = int(137.8e9), int(148.0e9)
+    assert not A.fits(need, free)
+    note = A.skip_note("naive", need, free)
+    assert note.startswith("skipped: naive would need 137.8 GB")
+    assert f"{100 * A.FREE_SHARE:.0f} %" in note and f"{A.FREE_SHARE * free / 1e9:.1f} GB" in note

@@ -105,3 +105,17 @@ def test_uploads_are_validated_with_clear_messages():
 def test_results_round_trip_as_the_download_buttons_write_them():
     rec = list_recorded("roofline")[0]
     assert Result.from_json(rec.to_json()).rows == rec.rows
+
+
+def test_a_headline_asked_in_gb_is_answered_in_gb():
+    """The training-memory question asks for GB; its metric is in bytes: the answers come back divided by the
+    headline's scale, so a learner who types 11 is compared with about 11, not with 11e9."""
+    lab = next(lab for lab in all_labs() if lab.name == "trainmem")
+    assert lab.headline.unit == "GB" and lab.headline.scale == 1e9
+    row = {**lab.headline.row, "measured_peak_bytes": 11.5e9, "predicted_peak_bytes": 11e9}
+    assert lab.headline.answer([row]) == (11.5, 11.0)
+    assert lab.headline.answer([{**lab.headline.row, "predicted_peak_bytes": 11e9}]) == (None, 11.0)
+    for other in all_labs():  # a question that says "How many <unit>" is scored in that unit
+        q = other.headline.question
+        if q.startswith("How many ") and " will " in q:
+            assert q[len("How many "):q.index(" will ")] == other.headline.unit, other.name

@@ -277,3 +277,12 @@ def test_page_refuses_bad_input_with_a_message():
     at.text_input(key="hopper.sizes").set_value("4096,70000").run()
     assert not at.exception
     assert any("out of range" in e.value for e in at.error)
+
+
+def test_lesson_numbers_say_what_a_gpu_lacks_instead_of_nan():
+    """A T4 has no bf16 tensor-core rate: its figures read '?' (the page warns why), never 'nan' or '0 TFLOP/s'."""
+    for target in gpu.available_targets():
+        numbers = hp.lesson_numbers(target)
+        assert not [k for k, v in numbers.items() if "nan" in str(v).lower()], target.key
+    t4 = next(t for t in gpu.available_targets() if t.key == "t4")
+    assert hp.lesson_numbers(t4)["bf16_tflops"] == "?" and hp.lesson_numbers(t4)["slice_1_us"] == "?"
