@@ -363,18 +363,20 @@ def test_attention_names_the_run_behind_each_skipped_point():
 
 
 def test_predictions_are_scored_in_plain_numbers_with_their_unit():
-    """'model: 1.108e+10 · measured: 1.108e+10' beside 'you: 11 bytes': every number gets the unit, none an exponent."""
+    """'model: 1.108e+10 · measured: 1.108e+10' beside 'you: 11 bytes': every number gets the unit, none an exponent
+    (the question is asked, and scored, in GB)."""
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
     at.query_params["predict"] = "1"
     at.run()
     at.switch_page("pages/trainmem.py")
     at.run()
     at.number_input(key=next(n.key for n in at.number_input if n.key.startswith("input:guess:trainmem"))).set_value(
-        11e9).run()
+        11.0).run()
     at.button(key=next(b.key for b in at.button if b.key.startswith("lock:"))).click().run()
     assert not at.exception
     scored = next(m.value for m in at.markdown if m.value.startswith("you: "))
-    assert "e+" not in scored and scored.count(" bytes**") == 1 + scored.count("model:") + scored.count("measured (")
+    assert "e+" not in scored and scored.count(" GB**") == 1 + scored.count("model:") + scored.count("measured (")
+    assert scored.startswith("you: **11 GB**")
 
 
 def test_a_lesson_figure_the_datasheet_lacks_reads_as_a_question_mark():
