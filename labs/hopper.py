@@ -27,6 +27,7 @@ this GPU's measured ceilings (tensor-core rate, L2 and DRAM bandwidth) and a pub
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import math
 import re
@@ -368,6 +369,10 @@ def _cublas_rates(gpu_key: str, _stamp: tuple) -> dict:
     return rates
 
 
+# (dtype, N) -> cuBLAS TFLOP/s measured in the run being re-predicted (see repredict); None outside one
+_RUN_CUBLAS: contextvars.ContextVar = contextvars.ContextVar("hopper_run_cublas", default=None)
+
+
 def tensor_core_tflops(n: Optional[int], dtype: str, target: Target) -> tuple:
     """(TFLOP/s, where it comes from): the rate the tensor cores hold in a matmul of size N.
 
@@ -375,6 +380,9 @@ def tensor_core_tflops(n: Optional[int], dtype: str, target: Target) -> tuple:
     holds, so cuBLAS runs faster at N = 4096 than at the calibration's N = 8192. The model therefore takes
     cuBLAS's rate measured at this very N on this GPU kind (the Matmul lab's recording) and falls back to
     the calibrated ceiling (cuBLAS at N = 8192) for sizes that were never recorded."""
+    in_run = (_RUN_CUBLAS.get() or {}).get((dtype, n)) if n else None
+    if in_run:
+        return in_run, f"cuBLAS at N = {n}, measured in the same run"
     recorded = _recorded_cublas_tflops(target.key).get((dtype, n)) if n else None
     if recorded:
         return recorded, f"cuBLAS at N = {n}, recorded by the Matmul lab on this GPU kind"
@@ -696,6 +704,21 @@ def measure(params: Params, target: Target, progress):
             yield row
         del a, b, out
     progress(1.0, "done")
+
+
+def repredict(recording: dict, target: Target) -> list[dict]:
+    """The model of a recorded run at the tensor-core rate of that run's own cuBLAS rows (timed beside the steps at
+    each N), not at whatever the Matmul lab's newest recording holds: a new matmul recording then cannot move this
+    run's predictions (scripts/repredict.py, and the pages' recorded overlays)."""
+    from labs.params import from_dict
+
+    rates = {(r.get("dtype"), r.get("n")): r["measured_tflops"] for r in recording["rows"]
+             if r.get("step") == "cuBLAS" and isinstance(r.get("measured_tflops"), (int, float))}
+    token = _RUN_CUBLAS.set(rates)
+    try:
+        return predict(from_dict(Params, recording["params"]), target)
+    finally:
+        _RUN_CUBLAS.reset(token)
 
 
 def lesson_numbers(target: Target) -> dict:

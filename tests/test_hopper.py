@@ -286,3 +286,14 @@ def test_lesson_numbers_say_what_a_gpu_lacks_instead_of_nan():
         assert not [k for k, v in numbers.items() if "nan" in str(v).lower()], target.key
     t4 = next(t for t in gpu.available_targets() if t.key == "t4")
     assert hp.lesson_numbers(t4)["bf16_tflops"] == "?" and hp.lesson_numbers(t4)["slice_1_us"] == "?"
+
+
+def test_repredict_takes_the_tensor_core_rate_from_the_runs_own_cublas_rows():
+    """A newer Matmul recording moved the H200 run's predictions by 1.5 % (one point over 15 %); re-predicted, a run
+    uses the cuBLAS rate it measured itself at each N, and outside a re-prediction nothing changes."""
+    target = next(t for t in gpu.available_targets() if t.key == "nvidia-h200")
+    recording = {"params": {"sizes": [4096], "dtype": "bf16", "steps": ["1 baseline"]},
+                 "rows": [{"step": "cuBLAS", "n": 4096, "dtype": "bf16", "measured_tflops": 400.0}]}
+    cublas = next(r for r in hp.repredict(recording, target) if r["step"] == "cuBLAS")
+    assert cublas["predicted_tflops"] == pytest.approx(400.0)
+    assert hp.tensor_core_tflops(4096, "bf16", target)[0] != pytest.approx(400.0)  # the override is gone
