@@ -173,6 +173,18 @@ def matmul_tma_kernel(a_desc, b_desc, c_desc, M, N, K,
             tl.extra.cuda.gdc_wait()
 
 
+@triton.jit
+def _wait_for_primary(WAIT_PRIMARY: tl.constexpr):
+    """The end of a kernel launched with programmatic dependent launch (see matmul_tma_kernel's WAIT_PRIMARY: 1 every
+    program waits for the kernel before it, 2 only the last one). matmul_tma_kernel spells this out itself: it is the
+    recorded default kernel, left as it was recorded."""
+    if WAIT_PRIMARY == 1:
+        tl.extra.cuda.gdc_wait()
+    elif WAIT_PRIMARY == 2:
+        if tl.program_id(0) == tl.num_programs(0) - 1:
+            tl.extra.cuda.gdc_wait()
+
+
 @triton.jit(do_not_specialize=["M", "N", "K"])
 def matmul_band_kernel(a_desc, b_desc, c_desc, ax_desc, bx_desc, cx_desc, M, N, K,
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
@@ -217,11 +229,7 @@ def matmul_band_kernel(a_desc, b_desc, c_desc, ax_desc, bx_desc, cx_desc, M, N, 
         cx_desc.store([0, off_n], (accx.T if TRANS else accx).to(cx_desc.dtype))  # clipped to the rows that exist
     else:
         cx_desc.store([off_m, 0], accx.to(cx_desc.dtype))
-    if WAIT_PRIMARY == 1:
-        tl.extra.cuda.gdc_wait()
-    elif WAIT_PRIMARY == 2:
-        if tl.program_id(0) == tl.num_programs(0) - 1:
-            tl.extra.cuda.gdc_wait()
+    _wait_for_primary(WAIT_PRIMARY)
 
 
 @triton.jit(do_not_specialize=["M", "N", "K", "ROWS", "COLS"])
@@ -264,11 +272,7 @@ def matmul_spread_kernel(a_desc, b_desc, c_desc, ae_desc, be_desc, cb_desc, cr_d
     c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
     cb_desc.store([0, edge_at], acc_bottom.to(cb_desc.dtype))  # C[ROWS:], clipped at M rows and N columns
     cr_desc.store([edge_at, 0], acc_right.to(cr_desc.dtype))  # C[:ROWS, COLS:], clipped at ROWS and N
-    if WAIT_PRIMARY == 1:
-        tl.extra.cuda.gdc_wait()
-    elif WAIT_PRIMARY == 2:
-        if tl.program_id(0) == tl.num_programs(0) - 1:
-            tl.extra.cuda.gdc_wait()
+    _wait_for_primary(WAIT_PRIMARY)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -367,11 +371,7 @@ def matmul_pieces_kernel(a0_desc, a1_desc, a2_desc, b0_desc, b1_desc, c00_desc, 
         c20_desc.store([m0 + BM0 + BM1, n0], acc20.to(c20_desc.dtype))
         if BN1 > 0:
             c21_desc.store([m0 + BM0 + BM1, n0 + BN0], acc21.to(c21_desc.dtype))
-    if WAIT_PRIMARY == 1:
-        tl.extra.cuda.gdc_wait()
-    elif WAIT_PRIMARY == 2:
-        if tl.program_id(0) == tl.num_programs(0) - 1:
-            tl.extra.cuda.gdc_wait()
+    _wait_for_primary(WAIT_PRIMARY)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -557,11 +557,7 @@ def matmul_splittail_kernel(a_desc, b_desc, c_desc, ws_ptr, count_ptr, M, N, K, 
             c_desc.store([tile_m * BLOCK_M, tile_n * BLOCK_N], total.to(c_desc.dtype))
             tl.store(ws, tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32), cache_modifier=".cg")
             tl.atomic_xchg(count_ptr + slot, 0)  # ready for the next launch
-    if WAIT_PRIMARY == 1:
-        tl.extra.cuda.gdc_wait()
-    elif WAIT_PRIMARY == 2:
-        if tl.program_id(0) == tl.num_programs(0) - 1:
-            tl.extra.cuda.gdc_wait()
+    _wait_for_primary(WAIT_PRIMARY)
 
 
 # ---------------------------------------------------------------------------------------------
