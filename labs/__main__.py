@@ -21,8 +21,11 @@ import json
 import os
 import sys
 
-from labs import all_labs, get_lab, gpu, params as params_mod, runner
-from labs.results import save_recording
+from labs import all_labs, get_lab
+from labs.engine import gpu
+from labs.engine import params as params_mod
+from labs.engine import runner
+from labs.engine.results import save_recording
 
 
 def _progress(fraction: float, message: str) -> None:
@@ -76,7 +79,9 @@ def cmd_run(args) -> int:
 
 
 def cmd_calibrate(args) -> int:
-    ceilings = gpu.calibrate(_progress, record=args.record)
+    from labs.engine import calibration  # torch and Triton: imported only for this command
+
+    ceilings = calibration.calibrate(_progress, record=args.record)
     print(json.dumps(ceilings.to_dict(), indent=2))
     return 0
 
@@ -100,7 +105,7 @@ def cmd_warmup(args) -> int:
 
 def cmd_count(args) -> int:
     """Hardware counters for the lab's points beside its model (labs/counters.py)."""
-    from labs import counters
+    from labs.engine import counters
 
     lab = get_lab(args.lab)
     params = params_mod.from_strings(lab.Params, _parse_assignments(args.assignments))

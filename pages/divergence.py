@@ -4,7 +4,8 @@ data-dependent loops in random and sorted order."""
 import plotly.graph_objects as go
 import streamlit as st
 
-from labs import divergence, gpu
+from labs import divergence
+from labs.engine import gpu
 from labs.divergence import LAB
 from ui import charts
 from ui.lab_page import LabPage, recorded_caption

@@ -3,7 +3,9 @@
 import plotly.graph_objects as go
 import streamlit as st
 
-from labs import gpu, params, runner
+from labs.engine import gpu
+from labs.engine import params
+from labs.engine import runner
 from ui import classroom, text
 
 st.title("Your GPU")

@@ -4,7 +4,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from labs import hierarchy
-from labs.gpu import MiB
+from labs.engine.gpu import MiB
 from labs.hierarchy import LAB, VARIANTS
 from ui import charts
 from ui.lab_page import LabPage, absolute, recorded_caption

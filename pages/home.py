@@ -4,7 +4,9 @@ from pathlib import Path
 
 import streamlit as st
 
-from labs import all_labs, glossary, gpu, runner
+from labs import all_labs, glossary
+from labs.engine import gpu
+from labs.engine import runner
 from ui import classroom, text
 from ui.lab_page import gpu_status_line
 

@@ -5,9 +5,9 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from labs import inference, memcalc
-from labs.gpu import DATASHEET
+from labs.engine.gpu import DATASHEET
 from labs.inference import LAB
-from labs.params import ParamError
+from labs.engine.params import ParamError
 from ui import charts
 from ui.lab_page import LabPage, recorded_caption
 

@@ -4,7 +4,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from labs import all_labs, get_lab
-from labs.repredict import WITHIN_PCT, kernels_against_libraries, library_summary, misses, scorecard
+from labs.engine.repredict import WITHIN_PCT, kernels_against_libraries, library_summary, misses, scorecard
 from ui import charts, classroom, text
 
 

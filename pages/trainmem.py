@@ -5,8 +5,8 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from labs import memcalc, trainmem
-from labs.gpu import DATASHEET, GB
-from labs.params import ParamError
+from labs.engine.gpu import DATASHEET, GB
+from labs.engine.params import ParamError
 from labs.trainmem import LAB
 from ui import charts
 from ui.lab_page import LabPage, recorded_caption

@@ -11,8 +11,8 @@ import math
 import plotly.graph_objects as go
 import streamlit as st
 
-from labs import gpu as gpu_mod
-from labs.results import list_recorded
+from labs.engine import gpu as gpu_mod
+from labs.engine.results import list_recorded
 from labs.workbench import EXERCISES, get_exercise, sandbox, store
 from labs.workbench import verdict as verdict_mod
 from ui import charts, text

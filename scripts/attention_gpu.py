@@ -139,7 +139,8 @@ def variants() -> list[dict]:
 # Worker: compile (fills the disk cache) and check one variant against float64
 # ------------------------------------------------------------------------------------------------
 def check_variant(v: dict, lengths=((1000, 1000),), bh=(1, 2)) -> dict:
-    from labs import attention as A, bench
+    from labs import attention as A
+    from labs.engine import timing
     t0 = time.monotonic()
     out = {"name": variant_name(v), "errors": {}, "ok": True}
     A.TRY_WARP_SPECIALIZE = v.get("try_ws", False)  # pass the warp-specialize request on to Triton (phase ws)
@@ -152,32 +153,32 @@ def check_variant(v: dict, lengths=((1000, 1000),), bh=(1, 2)) -> dict:
                 seed = int.from_bytes(os.urandom(4), "little")  # fresh inputs for every check
                 out.setdefault("seeds", []).append(seed)
                 g = torch.Generator(device=DEV).manual_seed(seed)
-                q = bench.random_tensor((*bh, lq, v["d"]), v["dtype"], generator=g)
-                k = bench.random_tensor((*bh, lk, v["d"]), v["dtype"], generator=g)
-                vv = bench.random_tensor((*bh, lk, v["d"]), v["dtype"], generator=g)
+                q = timing.random_tensor((*bh, lq, v["d"]), v["dtype"], generator=g)
+                k = timing.random_tensor((*bh, lk, v["d"]), v["dtype"], generator=g)
+                vv = timing.random_tensor((*bh, lk, v["d"]), v["dtype"], generator=g)
                 made[(lq, lk)] = (q, k, vv, g)
             q, k, vv, g = made[(lq, lk)]
             o = torch.full_like(q, float("nan"))
             lse = torch.full((*bh, A._lq_pad(lq)), float("nan"), device=DEV)
             A._forward(q, k, vv, v["causal"], scale, cfg, o, lse)
             ro, rl = A.reference(q, k, vv, v["causal"], scale)
-            errs = {"out": bench.rel_error(o, ro)}
+            errs = {"out": timing.rel_error(o, ro)}
             fin = torch.isfinite(rl)
             same_inf = bool(torch.equal(torch.isinf(lse[..., :lq]), ~fin))
-            errs["lse"] = bench.rel_error(lse[..., :lq][fin], rl[fin]) if fin.any() else 0.0
+            errs["lse"] = timing.rel_error(lse[..., :lq][fin], rl[fin]) if fin.any() else 0.0
             if not same_inf:
                 errs["lse"] = float("inf")
             if v["kind"] != "fwd":
-                do = bench.random_tensor(q.shape, v["dtype"], generator=g)
+                do = timing.random_tensor(q.shape, v["dtype"], generator=g)
                 grads = [torch.full_like(x, float("nan")) for x in (q, k, vv)]
                 A._backward(q, k, vv, o, lse, do, v["causal"], scale, cfg, *grads)
                 qr, kr, vr = (x.detach().double().requires_grad_() for x in (q, k, vv))
                 refs = torch.autograd.grad(A.reference(qr, kr, vr, v["causal"], scale)[0], (qr, kr, vr), do.double())
                 for name, a, b in zip(("dq", "dk", "dv"), grads, refs):
-                    errs[name] = bench.rel_error(a, b)
+                    errs[name] = timing.rel_error(a, b)
             if not DRY:
                 torch.cuda.synchronize()
-            tol = bench.TOLERANCE[v["dtype"]]
+            tol = timing.TOLERANCE[v["dtype"]]
             out["errors"][f"{lq}x{lk}" + (" cached" if i >= len(lengths) else "")] = errs
             if not all(e <= tol for e in errs.values()):
                 out["ok"] = False
@@ -205,8 +206,8 @@ def check_all(tasks: list, lengths_of=lambda v: ((1000, 1000),), workers: int = 
 # Timing helpers (main process)
 # ------------------------------------------------------------------------------------------------
 def inputs(b, h, n, d, dtype="bf16", grad=False):
-    from labs import bench
-    xs = [bench.random_tensor((b, h, n, d), dtype) for _ in range(4)]
+    from labs.engine import timing
+    xs = [timing.random_tensor((b, h, n, d), dtype) for _ in range(4)]
     if grad:
         for x in xs[:3]:
             x.requires_grad_()
@@ -214,12 +215,12 @@ def inputs(b, h, n, d, dtype="bf16", grad=False):
 
 
 def tms(fn):
-    from labs import bench
+    from labs.engine import timing
     if DRY:
         t0 = time.perf_counter()
         fn()
         return (time.perf_counter() - t0) * 1e3
-    return bench.time_ms(fn, warmup_ms=10, rep_ms=60)
+    return timing.time_ms(fn, warmup_ms=10, rep_ms=60)
 
 
 def tflops(mode, b, h, n, d, causal, ms):
@@ -436,7 +437,9 @@ def phase_memory(B=4, H=16):
 
 
 def phase_lab(seq_lens="1024,4096", extra=()):
-    from labs import get_lab, params as P, runner
+    from labs import get_lab
+    from labs.engine import params as P
+    from labs.engine import runner
     lab = get_lab("attention")
     params = P.from_strings(lab.Params, {"seq_lens": seq_lens, **dict(extra)})
     t0 = time.monotonic()
@@ -515,7 +518,7 @@ def _default_tiles(d):
 
 
 def H200_T():
-    from labs import gpu
+    from labs.engine import gpu
     return gpu.live_target() or gpu.datasheet_target(gpu.datasheet_by_name("H200"))
 
 
@@ -865,7 +868,8 @@ def host_profile(fn, calls=300, top=14) -> str:
 
 def phase_r5_host(d=64, n=1024, B=4, H=16):
     """Host (CPU) time per call of every launch path at a launch-bound size, and where it goes."""
-    from labs import attention as A, bench
+    from labs import attention as A
+    from labs.engine import timing
     q, k, v, do = inputs(B, H, n, d, grad=True)
     lines = []
 
@@ -1210,9 +1214,9 @@ def phase_r6(B=4, H=16, n=1024, rounds=3):
                 qr, kr, vr = (x.detach().double().requires_grad_() for x in (q, k, v_))
                 ref = A.reference(qr, kr, vr, causal)[0]
                 refs = torch.autograd.grad(ref, (qr, kr, vr), do.double())
-                from labs import bench
-                errs = [bench.rel_error(out, ref)] + [bench.rel_error(g, r) for g, r in zip(grads, refs)]
-                good = all(e <= bench.TOLERANCE["bf16"] for e in errs)
+                from labs.engine import timing
+                errs = [timing.rel_error(out, ref)] + [timing.rel_error(g, r) for g, r in zip(grads, refs)]
+                good = all(e <= timing.TOLERANCE["bf16"] for e in errs)
                 ok[(d, causal, "autograd")] = ok.get((d, causal, "autograd"), True) and good
                 print(f"  check flash_attention d={d} {'causal' if causal else 'full'} call {rep + 1} (direct: "
                       f"{A.DIRECT_LAUNCH}) {'ok' if good else 'FAIL'} worst {max(errs):.1e}", flush=True)
@@ -1336,7 +1340,8 @@ def phase_r6final(B=4, H=16, Ns=(1024, 2048, 4096, 8192), rounds_1024=3):
     configuration of both is checked against float64 on odd lengths (the lab's own check, which now calls each
     kernel twice so that the timed calls' launch path is checked too), and flash_attention end to end (autograd,
     the recorded plans on the second call). N = 1024 in alternating rounds; the CPU's time inside the lab's timer."""
-    from labs import attention as A, bench
+    from labs import attention as A
+    from labs.engine import timing
     from labs.recompute import time_with_host_ms
     dev = torch.device(DEV, 0) if not DRY else torch.device("cpu")
     if DRY:
@@ -1361,8 +1366,8 @@ def phase_r6final(B=4, H=16, Ns=(1024, 2048, 4096, 8192), rounds_1024=3):
                     inf = A.flash_attention(q, k, v_, causal)
                 out = A.flash_attention(q, k, v_, causal)
                 grads = torch.autograd.grad(out, (q, k, v_), do)
-                e = [bench.check_close(inf, ref, "bf16", "inference"), bench.check_close(out, ref, "bf16", "output")]
-                e += [bench.check_close(g, r, "bf16", name) for name, g, r in zip("QKV", grads, refs)]
+                e = [timing.check_close(inf, ref, "bf16", "inference"), timing.check_close(out, ref, "bf16", "output")]
+                e += [timing.check_close(g, r, "bf16", name) for name, g, r in zip("QKV", grads, refs)]
                 worst = max(worst, *e)
             log(f"flash_attention d={d} {'causal' if causal else 'full'}: 3 calls, worst {worst:.1e}, "
                 f"{len(A._PLANS)} plans recorded")

@@ -11,8 +11,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from labs import all_labs, get_lab, runner  # noqa: E402
-from labs.results import save_recording  # noqa: E402
+from labs import all_labs, get_lab
+from labs.engine import runner  # noqa: E402
+from labs.engine.results import save_recording  # noqa: E402
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--record", action="store_true")

@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from labs import counters  # noqa: E402
+from labs.engine import counters  # noqa: E402
 
 ROOFLINE_PARAMS = '{"dtypes": ["fp32"], "flops_per_element": [1, 64], "size_mib": 64}'
 ROOFLINE_POINTS = '[{"dtype": "fp32", "flops_per_element": 1}, {"dtype": "fp32", "flops_per_element": 64}]'
@@ -43,7 +43,7 @@ def capture(out_dir: str) -> None:
     wanted = sorted({m for s in counters.METRIC_SETS.values() for m in s})
     missing = [m for m in wanted if base_name(m) not in known]
     print(f"metrics wanted {len(wanted)}, base names not listed by --query-metrics: {missing}")
-    child = [sys.executable, "-m", "labs.counters", "child", "roofline", ROOFLINE_PARAMS, ROOFLINE_POINTS]
+    child = [sys.executable, "-m", "labs.engine.counters", "child", "roofline", ROOFLINE_PARAMS, ROOFLINE_POINTS]
     env = {"PYTHONPATH": str(counters.ROOT)}
     table = []
     for name in counters.METRIC_SETS:
@@ -74,7 +74,8 @@ def capture(out_dir: str) -> None:
     print(f"non-root: exit {nonroot.returncode}; ERR_NVGPUCTRPERM in output: "
           f"{'ERR_NVGPUCTRPERM' in nonroot.stdout + nonroot.stderr}; tail: {(nonroot.stdout + nonroot.stderr)[-300:]!r}")
     # one whole count through the public entry point (roofline at 256 MiB)
-    from labs import get_lab, params as params_mod
+    from labs import get_lab
+    from labs.engine import params as params_mod
     started = time.monotonic()
     try:
         lab = get_lab("roofline")

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import torch
 
-from labs import gpu, runner
+from labs.engine import gpu
+from labs.engine import runner
 from labs.divergence import LAB as DIVERGENCE, Params as DivParams
 from labs.launch import LAB as LAUNCH, Params as LaunchParams
 

@@ -23,8 +23,8 @@ import torch
 import triton
 import triton.language as tl
 
-from labs import bench
-from labs.gpu import MiB
+from labs.engine import timing
+from labs.engine.gpu import MiB
 
 T0 = time.monotonic()
 RESULTS: dict = {}
@@ -79,8 +79,8 @@ def attention():
                     if ref is None:
                         with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
                             ref = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-                    err = bench.rel_error(o, ref)
-                    ms = bench.time_ms(lambda: A._forward(q, k, v, causal, 1 / math.sqrt(d), cfg))
+                    err = timing.rel_error(o, ref)
+                    ms = timing.time_ms(lambda: A._forward(q, k, v, causal, 1 / math.sqrt(d), cfg))
                     regs = spills = None
                     try:  # the kernel compiled last: its registers per thread and spilled registers
                         cache = A.attention_fwd_kernel.device_caches[torch.cuda.current_device()][0]
@@ -97,7 +97,7 @@ def attention():
                                             f"spills {row['spills']}" if "tflops" in row else row["error"]))
             for backend, label in ((SDPBackend.FLASH_ATTENTION, "sdpa-flash"), (SDPBackend.CUDNN_ATTENTION, "cudnn")):
                 with sdpa_kernel([backend]):
-                    ms = bench.time_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
+                    ms = timing.time_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
                 out.append({"n": n, "variant": label, "ms": ms, "tflops": flops / ms / 1e9})
                 cells.append(f"{label}: {flops / ms / 1e9:.0f} TF/s")
             log(f"d=128 N={n} full:\n    " + "\n    ".join(cells))
@@ -131,8 +131,8 @@ def strides():
     bw = None
     x = torch.randn(512 * MiB, device="cuda")  # 2 GiB span
     y = torch.empty_like(x)
-    ms = bench.time_ms(lambda: y.copy_(x))
-    bw = bench.tbps(2 * x.numel() * 4, ms)
+    ms = timing.time_ms(lambda: y.copy_(x))
+    bw = timing.tbps(2 * x.numel() * 4, ms)
     res["copy_tbps"] = bw
     log(f"copy {bw:.3f} TB/s")
 
@@ -142,14 +142,14 @@ def strides():
         for s in (1, 2, 4, 8, 16, 32, 64):
             out = torch.empty(triton.cdiv(xs.numel(), s), device="cuda")
             if span >= 256 * MiB:
-                t = bench.time_ms(lambda: co.strided_read(xs, s, out))
+                t = timing.time_ms(lambda: co.strided_read(xs, s, out))
             else:
                 def replay():
                     for _ in range(16):
                         co.strided_read(xs, s, out)
-                t = bench.graph_time_ms(replay) / 16
-            rows.append({"stride": s, "ms": t, "useful_tbps": bench.tbps(8 * out.numel(), t),
-                         "sectors_tbps": bench.tbps(out.numel() * (co.fetched_bytes_per_element(s) + 4), t)})
+                t = timing.graph_time_ms(replay) / 16
+            rows.append({"stride": s, "ms": t, "useful_tbps": timing.tbps(8 * out.numel(), t),
+                         "sectors_tbps": timing.tbps(out.numel() * (co.fetched_bytes_per_element(s) + 4), t)})
         log(f"{label}: " + ", ".join(f"s{r['stride']} useful {r['useful_tbps']:.2f} sect {r['sectors_tbps']:.2f} "
                                      f"({r['ms'] * 1e3:.0f}us)" for r in rows))
         return rows
@@ -169,8 +169,8 @@ def strides():
             ref = x.view(-1, granule * gap)[:, :granule].reshape(-1) if x.numel() % (granule * gap) == 0 else None
             if ref is not None:
                 assert torch.equal(out, ref)
-            t = bench.time_ms(fn)
-            rows.append({"granule_bytes": 4 * granule, "gap": gap, "ms": t, "tbps": bench.tbps(8 * n, t)})
+            t = timing.time_ms(fn)
+            rows.append({"granule_bytes": 4 * granule, "gap": gap, "ms": t, "tbps": timing.tbps(8 * n, t)})
         log(f"whole {4 * granule}-byte pieces with gaps: " + ", ".join(
             f"gap {r['gap']} {r['tbps']:.2f} TB/s ({r['tbps'] / bw:.2f}x)" for r in rows if r["granule_bytes"] == 4 * granule))
     res["gaps"] = rows
@@ -182,10 +182,10 @@ def strides():
         out = torch.empty(n, device="cuda")
         fn = lambda: scattered_kernel[(triton.cdiv(n, 4096),)](x, out, n, n_granules, GRANULE=granule, BLOCK=4096,
                                                                num_warps=8)
-        t = bench.time_ms(fn)
+        t = timing.time_ms(fn)
         fetched = n * (4 * granule + 4)
-        rows.append({"granule_bytes": 4 * granule, "ms": t, "useful_tbps": bench.tbps(8 * n, t),
-                     "fetched_tbps": bench.tbps(fetched, t), "granules_per_s": n / (t * 1e-3)})
+        rows.append({"granule_bytes": 4 * granule, "ms": t, "useful_tbps": timing.tbps(8 * n, t),
+                     "fetched_tbps": timing.tbps(fetched, t), "granules_per_s": n / (t * 1e-3)})
     log("one float per scattered piece: " + ", ".join(
         f"{r['granule_bytes']}B: useful {r['useful_tbps']:.3f}, fetched(if piece) {r['fetched_tbps']:.2f} TB/s, "
         f"{r['granules_per_s'] / 1e9:.1f} G/s" for r in rows))
@@ -214,7 +214,7 @@ def softmax():
         r = 256 * MiB // (4 * n_cols)
         x = torch.randn(r, n_cols, device="cuda")
         y = torch.empty_like(x)
-        t_copy = bench.time_ms(lambda: y.copy_(x))
+        t_copy = timing.time_ms(lambda: y.copy_(x))
         ref = torch.softmax(x.double(), dim=1)
         cells = []
         for row_max, chunk, warps in ((32768, 16384, 16), (32768, 32768, 16), (32768, 32768, 32), (32768, 32768, 8),
@@ -222,15 +222,15 @@ def softmax():
             fu.SOFTMAX_CHUNK_WARPS = warps
             try:
                 fu.online_softmax(x, y, row_max, chunk)
-                err = bench.rel_error(y, ref)
-                t = bench.time_ms(lambda: fu.online_softmax(x, y, row_max, chunk))
+                err = timing.rel_error(y, ref)
+                t = timing.time_ms(lambda: fu.online_softmax(x, y, row_max, chunk))
                 cells.append(f"rowmax {row_max} chunk {chunk} warps {warps} cfg {fu.softmax_config(n_cols, row_max, chunk)}: "
                              f"{t_copy / t:.2f}x copy (err {err:.1e})")
                 rows.append({"n_cols": n_cols, "row_max": row_max, "chunk": chunk, "warps": warps, "fraction_of_copy": t_copy / t,
                              "err": err})
             except Exception as exc:  # noqa: BLE001
                 cells.append(f"rowmax {row_max} chunk {chunk}: {type(exc).__name__} {str(exc)[:120]}")
-        t = bench.time_ms(lambda: torch.softmax(x, dim=1))
+        t = timing.time_ms(lambda: torch.softmax(x, dim=1))
         cells.append(f"torch.softmax {t_copy / t:.2f}x copy")
         log(f"softmax {n_cols} cols x {r} rows:\n    " + "\n    ".join(cells))
         del x, y, ref
@@ -250,7 +250,7 @@ def compile_floor():
             runs["compiled"] = lambda: compiled(x)
         cells = []
         for name, fn in runs.items():
-            t = bench.time_ms(fn)
+            t = timing.time_ms(fn)
             rows.append({"bytes": size, "variant": name, "ms": t})
             cells.append(f"{name} {t * 1e3:.1f} us")
         log(f"sin^2+cos^2 at {size} B: " + ", ".join(cells) + (f" ({note})" if note else ""))
@@ -278,8 +278,8 @@ def back_to_back():
                 fn()
             torch.cuda.set_sync_debug_mode(0)
         syncs = len(caught)
-        t_bench = bench.time_ms(fn)
-        t_b2b = bench.per_call_us(fn) / 1e3
+        t_bench = timing.time_ms(fn)
+        t_b2b = timing.per_call_us(fn) / 1e3
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         torch.cuda.synchronize()
         w0 = time.perf_counter()
@@ -325,7 +325,7 @@ def l2_strides():
             fn()
             if passes == 1:
                 assert torch.equal(y, x[::s][:n])
-            t = bench.time_ms(fn)
+            t = timing.time_ms(fn)
             reads = n * passes
             row = {"span_mib": span_mib, "passes": passes, "stride": s, "ms": t,
                    "sector_requests_per_s": reads / (t * 1e-3), "useful_read_tbps": 4 * reads / (t * 1e-3) / 1e12}

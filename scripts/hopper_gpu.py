@@ -33,18 +33,19 @@ import torch
 
 def square_operands_and_cublas(rows: list, n: int, dtype: str):
     """Fresh A, B (N x N), a NaN-poisoned output, and cuBLAS's time on them (a row of its own)."""
-    from labs import bench
+    from labs.engine import timing
 
-    a, b = bench.random_tensor((n, n), dtype), bench.random_tensor((n, n), dtype)
+    a, b = timing.random_tensor((n, n), dtype), timing.random_tensor((n, n), dtype)
     out = torch.full((n, n), float("nan"), device="cuda", dtype=a.dtype)
-    with bench.tf32(False):
-        cms = bench.time_ms(lambda: torch.matmul(a, b, out=out), 10, 50)
-    rows.append({"what": "cublas", "dtype": dtype, "n": n, "ms": cms, "tflops": bench.tflops(2 * n**3, cms)})
+    with timing.tf32(False):
+        cms = timing.time_ms(lambda: torch.matmul(a, b, out=out), 10, 50)
+    rows.append({"what": "cublas", "dtype": dtype, "n": n, "ms": cms, "tflops": timing.tflops(2 * n**3, cms)})
     return a, b, out, cms
 
 
 def warp_section(rows: list, target) -> None:
-    from labs import bench, matmul as mm, matmul_ladder as ladder
+    from labs import matmul as mm, matmul_ladder as ladder
+    from labs.engine import timing
 
     started = time.monotonic()
     ladder.extension()
@@ -60,8 +61,8 @@ def warp_section(rows: list, target) -> None:
             out.fill_(float("nan"))
             ladder.cuda_matmul("warptiled", a, b, out, mb)
             err = mm.check_sampled(out, a, b, "fp32" if dtype == "fp32" else dtype, f"warptiled {dtype} N={n}")
-            ms = bench.time_ms(lambda: ladder.cuda_matmul("warptiled", a, b, out, mb), 10, 50)
-            t = bench.tflops(2 * n**3, ms)
+            ms = timing.time_ms(lambda: ladder.cuda_matmul("warptiled", a, b, out, mb), 10, 50)
+            t = timing.tflops(2 * n**3, ms)
             pred = ladder.predict_warptile(n, dtype, target)["predicted_tflops"]
             rows.append({"what": f"warptiled mb{mb}", "dtype": dtype, "n": n, "ms": ms, "tflops": t,
                          "pct_fma": 100 * t / target.ceilings.fma_tflops, "pct_cublas": 100 * cms / ms,
@@ -80,7 +81,7 @@ def build_warp_variants() -> dict:
 
     from torch.utils.cpp_extension import load_inline
 
-    from labs import cuda
+    from labs.engine import cuda
 
     major, minor = torch.cuda.get_device_capability()
     decl = "void matmul_warptile(torch::Tensor a, torch::Tensor b, torch::Tensor c, int64_t min_blocks);\n"
@@ -96,7 +97,8 @@ def build_warp_variants() -> dict:
 
 
 def warp_variants_section(rows: list, target) -> None:
-    from labs import bench, matmul as mm, matmul_ladder as ladder
+    from labs import matmul as mm, matmul_ladder as ladder
+    from labs.engine import timing
 
     started = time.monotonic()
     exts = build_warp_variants()
@@ -107,16 +109,16 @@ def warp_variants_section(rows: list, target) -> None:
         tol = "fp32" if dtype == "fp32" else dtype
         for tag, ext in exts.items():
             for shape in (ladder.PROBE, ladder.VECTOR_PROBE):  # odd and 16-byte-aligned probes
-                pa, pb = bench.random_tensor(shape[::2], dtype), bench.random_tensor(shape[:0:-1], dtype)
+                pa, pb = timing.random_tensor(shape[::2], dtype), timing.random_tensor(shape[:0:-1], dtype)
                 po = torch.full((shape[0], shape[1]), float("nan"), device="cuda", dtype=pa.dtype)
                 ext.matmul_warptile(pa, pb, po, 2)
-                bench.check_close(po, mm.reference(pa, pb), tol, f"{tag} {dtype} {shape}")
+                timing.check_close(po, mm.reference(pa, pb), tol, f"{tag} {dtype} {shape}")
             for mb in (1, 2):
                 out.fill_(float("nan"))
                 ext.matmul_warptile(a, b, out, mb)
                 err = mm.check_sampled(out, a, b, tol, f"{tag} {dtype} N={n}")
-                ms = bench.time_ms(lambda: ext.matmul_warptile(a, b, out, mb), 10, 50)
-                t = bench.tflops(2 * n**3, ms)
+                ms = timing.time_ms(lambda: ext.matmul_warptile(a, b, out, mb), 10, 50)
+                t = timing.tflops(2 * n**3, ms)
                 rows.append({"what": f"warp {tag} mb{mb}", "dtype": dtype, "n": n, "ms": ms, "tflops": t,
                              "pct_fma": 100 * t / target.ceilings.fma_tflops, "pct_cublas": 100 * cms / ms, "err": err})
                 print(rows[-1], flush=True)
@@ -124,7 +126,8 @@ def warp_variants_section(rows: list, target) -> None:
 
 
 def hopper_section(rows: list, sizes: list, variants: bool) -> None:
-    from labs import bench, hopper, matmul as mm
+    from labs import hopper, matmul as mm
+    from labs.engine import timing
 
     dtype = "bf16"
     steps = dict(hopper.STEPS)
@@ -146,8 +149,8 @@ def hopper_section(rows: list, sizes: list, variants: bool) -> None:
     for n in sizes:
         a, b = mm.operands(n, n, n, dtype, kmajor_b=False)
         out = torch.full((n, n), float("nan"), device="cuda", dtype=a.dtype)
-        cms = bench.graph_time_ms(lambda: mm.cublas_matmul(a, b, dtype, out))
-        ctf = bench.tflops(2 * n**3, cms)
+        cms = timing.graph_time_ms(lambda: mm.cublas_matmul(a, b, dtype, out))
+        ctf = timing.tflops(2 * n**3, cms)
         rows.append({"what": "cublas", "dtype": dtype, "n": n, "ms": cms, "tflops": ctf})
         print(rows[-1], flush=True)
         for name, sw in steps.items():
@@ -157,8 +160,8 @@ def hopper_section(rows: list, sizes: list, variants: bool) -> None:
             launch = hopper.prepare(a, b, out, sw)
             compiled = launch()
             err = mm.check_sampled(out, a, b, dtype, f"{name} N={n}")
-            ms = bench.graph_time_ms(launch)
-            tf = bench.tflops(2 * n**3, ms)
+            ms = timing.graph_time_ms(launch)
+            tf = timing.tflops(2 * n**3, ms)
             row = {"what": name, "dtype": dtype, "n": n, "ms": ms, "tflops": tf, "pct_cublas": 100 * tf / ctf,
                    "err": err}
             if n == sizes[0]:
@@ -233,7 +236,8 @@ def best_target_check(rows: list) -> None:
 def repredict(path: str) -> None:
     """Offline: a recorded hopper result's rows against today's model (same GPU kind, its recorded ceilings),
     the recorded prediction and error beside the new ones."""
-    from labs import gpu, hopper
+    from labs import hopper
+    from labs.engine import gpu
 
     with open(path) as fh:
         data = json.load(fh)
@@ -275,7 +279,7 @@ def main() -> None:
         return
     import triton
 
-    from labs import gpu
+    from labs.engine import gpu
 
     target = gpu.live_target()
     print(f"{torch.cuda.get_device_name()} torch {torch.__version__} triton {triton.__version__}; "

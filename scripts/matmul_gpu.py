@@ -61,7 +61,9 @@ import time
 import torch
 import triton
 
-from labs import bench, gpu, matmul as mm
+from labs import matmul as mm
+from labs.engine import timing
+from labs.engine import gpu
 
 T0 = time.monotonic()
 DEADLINE = float(os.environ.get("DEADLINE_S", "220"))
@@ -91,7 +93,7 @@ def cublas_point(n: int):
     out = torch.full((n, n), float("nan"), device="cuda", dtype=torch.bfloat16)
     c = mm.cublas_matmul(a, b, "bf16", out)
     mm.check_sampled(c, a, b, "bf16", f"cublas {n}")
-    cub = bench.tflops(2 * n**3, mm.kernel_ms(lambda: mm.cublas_matmul(a, b, "bf16", out)))
+    cub = timing.tflops(2 * n**3, mm.kernel_ms(lambda: mm.cublas_matmul(a, b, "bf16", out)))
     return a, b, out, cub
 
 
@@ -137,7 +139,7 @@ def section_check():
                     out.fill_(float("nan"))
                     run_ours(a, b, out, cfg, extra, fixup, progs, rev)
                     torch.cuda.synchronize()
-                    err = bench.check_close(out, mm.reference(a, b), "bf16", f"{name} {m}x{n}x{k} p{progs}")
+                    err = timing.check_close(out, mm.reference(a, b), "bf16", f"{name} {m}x{n}x{k} p{progs}")
                 clean = int(mm._SCRATCH[("streamk", str(a.device))][1].abs().sum()) == 0
                 ok = "yes" if clean else "COUNTERS LEFT NONZERO"
             except Exception as exc:
@@ -208,7 +210,7 @@ def section_variants():
                     print(f"   {name} {cfg.label}: {mm._compiled_resources(comp)} spills={getattr(comp, 'n_spills', '?')}",
                           flush=True)
                 ms = mm.kernel_ms(lambda: run_ours(a, b, out, cfg, extra, fixup))
-                row[name] = bench.tflops(2 * n**3, ms)
+                row[name] = timing.tflops(2 * n**3, ms)
                 mm.SK_EXTRA_WAVE, mm.SK_FIXUP = extra, fixup  # the model of this variant's schedule and fix-up
                 row[f"{name}_pred"] = mm.predict_point(n, "bf16", cfg, target).get("predicted_tflops")
                 mm.SK_EXTRA_WAVE, mm.SK_FIXUP = True, 1
@@ -244,7 +246,7 @@ def section_sweep():
         out.fill_(float("nan"))
         _, path, compiled = mm.triton_matmul(a, b, "bf16", out, cfg, "auto")
         mm.check_sampled(out, a, b, "bf16", f"lab {n}")
-        lab = bench.tflops(2 * n**3, mm.kernel_ms(lambda: mm.triton_matmul(a, b, "bf16", out, cfg, "auto")))
+        lab = timing.tflops(2 * n**3, mm.kernel_ms(lambda: mm.triton_matmul(a, b, "bf16", out, cfg, "auto")))
         pred = mm.predict_point(n, "bf16", cfg, target).get("predicted_tflops") or float("nan")
         row = {"n": n, "cublas": cub, "lab": lab, "ratio": lab / cub, "model": pred,
                "err_pct": 100 * (lab - pred) / pred, "config": cfg.label, "path": path,
@@ -270,7 +272,7 @@ def section_tailcheck():
                     out.fill_(float("nan"))
                     mm.triton_matmul(a, b, "bf16", out, cfg, "auto", programs=progs, split=split)
                     torch.cuda.synchronize()
-                    err = bench.check_close(out, mm.reference(a, b), "bf16", f"tail {m}x{n}x{k} p{progs} s{split}")
+                    err = timing.check_close(out, mm.reference(a, b), "bf16", f"tail {m}x{n}x{k} p{progs} s{split}")
                 ws, counts = mm._SCRATCH[("splittail", str(a.device))]
                 ok = "yes" if float(ws.abs().sum()) == 0 and int(counts.abs().sum()) == 0 else "SCRATCH LEFT NONZERO"
             except Exception as exc:
@@ -397,7 +399,7 @@ def section_rowcheck():
                     run = lambda: mm.triton_matmul(a, b, "bf16", out, cfg, "auto", programs=progs)  # noqa: E731
                     run() if pdl else without_pdl(run)
                     torch.cuda.synchronize()
-                    err = bench.check_close(out, mm.reference(a, b), "bf16", f"row tail {m}x{n}x{k} p{progs}")
+                    err = timing.check_close(out, mm.reference(a, b), "bf16", f"row tail {m}x{n}x{k} p{progs}")
                 ok = "yes"
             except Exception as exc:
                 err, ok = float("nan"), f"FAIL {exc}"[:200]
@@ -468,7 +470,7 @@ def section_earlycheck():
                     for part, (rs, cs) in regions(m, n, cfg, slots or 132).items():
                         if rs.stop <= rs.start or cs.stop <= cs.start:
                             continue
-                        err = bench.check_close(out[rs, cs], ref[rs, cs], "bf16", f"{name} {part} {m}x{n}x{k} {how}")
+                        err = timing.check_close(out[rs, cs], ref[rs, cs], "bf16", f"{name} {part} {m}x{n}x{k} {how}")
                         worst[part] = max(worst.get(part, 0.0), err)
                 torch.cuda.synchronize()
             except Exception as exc:
@@ -526,7 +528,7 @@ def section_early():
     params = mm.Params()
     mm.probe_floor_us(target)
     print(f"floor {mm.fixed_us(target):.2f} us, load latency {mm.load_latency_us(target):.2f} us", flush=True)
-    timer = lambda f: bench.time_ms(f, 10, 50)  # noqa: E731
+    timer = lambda f: timing.time_ms(f, 10, 50)  # noqa: E731
     for n in EARLY_SIZES:
         if elapsed() > DEADLINE:
             print("deadline: early stopped", flush=True)
@@ -534,7 +536,7 @@ def section_early():
         a, b = mm.operands(n, n, n, "bf16")
         out = torch.full((n, n), float("nan"), device="cuda", dtype=torch.bfloat16)
         mm.check_sampled(mm.cublas_matmul(a, b, "bf16", out), a, b, "bf16", f"cublas {n}")
-        cub_ms = bench.graph_time_ms(lambda: mm.cublas_matmul(a, b, "bf16", out), timer=timer)
+        cub_ms = timing.graph_time_ms(lambda: mm.cublas_matmul(a, b, "bf16", out), timer=timer)
         row, cells = {"n": n, "cublas_us": cub_ms * 1e3}, []
         for name, (cfg, early, slots, tail, wait, carve) in early_variants(n).items():
             try:
@@ -559,7 +561,7 @@ def section_early():
                 fn()
                 rs, cs = region
                 mm.check_sampled(out[rs, cs], a[rs], b[:, cs], "bf16", f"{name} {n}")
-                ms = bench.graph_time_ms(fn, timer=timer)
+                ms = timing.graph_time_ms(fn, timer=timer)
                 pred = with_early(early, lambda: mm.predict_point(n, "bf16", cfg, target)).get("predicted_ms")
                 row[name] = cub_ms / ms
                 row[name + "_us"] = ms * 1e3
@@ -624,7 +626,7 @@ def section_splitcheck():
                     for part, (rs, cs) in regions(m, n, eg, 132).items():
                         if rs.stop <= rs.start or cs.stop <= cs.start:
                             continue
-                        err = bench.check_close(out[rs, cs], ref[rs, cs], "bf16", f"split {part} {m}x{n}x{k} {how}")
+                        err = timing.check_close(out[rs, cs], ref[rs, cs], "bf16", f"split {part} {m}x{n}x{k} {how}")
                         worst[part] = max(worst.get(part, 0.0), err)
                 torch.cuda.synchronize()
                 dirty = [key for key, (ws, cnt) in mm._SCRATCH.items() if key[0].startswith("edge")
@@ -649,7 +651,7 @@ def section_split():
     target = gpu.live_target()
     params = mm.Params()
     mm.probe_floor_us(target)
-    timer = lambda f: bench.time_ms(f, 10, 50)  # noqa: E731
+    timer = lambda f: timing.time_ms(f, 10, 50)  # noqa: E731
     eg = mm.dataclasses.replace(BIG, edge=True)
     for n in SPLIT_SIZES:
         if elapsed() > DEADLINE:
@@ -658,7 +660,7 @@ def section_split():
         a, b = mm.operands(n, n, n, "bf16")
         out = torch.full((n, n), float("nan"), device="cuda", dtype=torch.bfloat16)
         mm.check_sampled(mm.cublas_matmul(a, b, "bf16", out), a, b, "bf16", f"cublas {n}")
-        cub_ms = bench.graph_time_ms(lambda: mm.cublas_matmul(a, b, "bf16", out), timer=timer)
+        cub_ms = timing.graph_time_ms(lambda: mm.cublas_matmul(a, b, "bf16", out), timer=timer)
         lab_cfg = mm.config_for(params, "bf16", n, target.sm_count, target.compute_capability)
         v = {"lab": (lambda: mm.triton_matmul(a, b, "bf16", out, lab_cfg, "auto"), None, None)}
         if mm.edge_applies(n, BIG, "bf16", target.sm_count):
@@ -688,9 +690,9 @@ def section_split():
                     r, c = mm.edge_interior(n, n, BIG)
                     ref_b = a[r:].double() @ b.double()
                     ref_r = a[:r].double() @ b[:, c:].double()
-                    bench.check_close(out[r:], ref_b, "bf16", f"{name} {n} bottom")
-                    bench.check_close(out[:r, c:], ref_r, "bf16", f"{name} {n} right")
-                ms = bench.graph_time_ms(fn, timer=timer)
+                    timing.check_close(out[r:], ref_b, "bf16", f"{name} {n} bottom")
+                    timing.check_close(out[:r, c:], ref_r, "bf16", f"{name} {n} right")
+                ms = timing.graph_time_ms(fn, timer=timer)
                 pred = None
                 if name == "lab" or sp is not None:
                     before = mm.EDGE_SPLIT, mm.EDGE_BAND
@@ -739,8 +741,8 @@ def section_hybrid():
                 fn()
                 torch.cuda.synchronize()
                 mm.check_sampled(out, a, b, "bf16", f"{name} {n}")
-                ms = bench.graph_time_ms(fn, timer=lambda f: bench.time_ms(f, 10, 40))
-                row[name] = bench.tflops(2 * n**3, ms)
+                ms = timing.graph_time_ms(fn, timer=lambda f: timing.time_ms(f, 10, 40))
+                row[name] = timing.tflops(2 * n**3, ms)
                 if name == "lab":
                     row["lab_config"] = cfg.label
                 if how in (None, "serial", "nopdl"):
@@ -816,8 +818,8 @@ def section_tail():
                     lab = cfg.label if kind == "mm" else cfg.config_label
                     print(f"   {name} [{lab}]: {mm._compiled_resources(comp)} spills={getattr(comp, 'n_spills', '?')}",
                           flush=True)
-                ms = bench.graph_time_ms(fn, timer=lambda f: bench.time_ms(f, 10, 40))  # kernel_ms, shorter
-                row[name] = bench.tflops(2 * n**3, ms)
+                ms = timing.graph_time_ms(fn, timer=lambda f: timing.time_ms(f, 10, 40))  # kernel_ms, shorter
+                row[name] = timing.tflops(2 * n**3, ms)
                 if kind == "mm":
                     row[name + "_pred"] = mm.predict_point(n, "bf16", cfg, target).get("predicted_tflops")
                     if name == "lab":
@@ -891,7 +893,7 @@ def section_pieces():
                 a, b = mm.operands(m, n, k, "bf16")
                 out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
                 _, path, compiled = with_a_regs(name, lambda: mm.triton_matmul(a, b, "bf16", out, cfg, "auto"))
-                errs.append(bench.check_close(out, mm.reference(a, b), "bf16", f"{name} {m}x{n}x{k}"))
+                errs.append(timing.check_close(out, mm.reference(a, b), "bf16", f"{name} {m}x{n}x{k}"))
                 assert path == "tma", path
             res = mm._compiled_resources(compiled)
             res["spills"] = getattr(compiled, "n_spills", None)
@@ -914,7 +916,7 @@ def section_pieces():
             with_a_regs(name, lambda: mm.triton_matmul(a, b, "bf16", out, cfg, "auto"))
             mm.check_sampled(out, a, b, "bf16", f"{name} {n}")
             ms = with_a_regs(name, lambda: mm.kernel_ms(lambda: mm.triton_matmul(a, b, "bf16", out, cfg, "auto")))
-            row[name] = bench.tflops(2 * n**3, ms)
+            row[name] = timing.tflops(2 * n**3, ms)
             row[name + "_pred"] = mm.predict_point(n, "bf16", cfg, target).get("predicted_tflops") or float("nan")
         record("pieces", lab_config=lab_cfg.label, **row)
         cells = [f"{row[x] / cub:5.2f}[{row[x + '_pred']:4.0f}]".rjust(11 if x == "lab" else 15) for x in ["lab", *ok]]
@@ -941,7 +943,7 @@ def beside_cublas(section, n, cub_ms, out, variants, extra=None):
     """Time each variant beside cuBLAS: name -> (fn, check). Each runs once on a NaN-poisoned output, `check()` then
     compares what it wrote with float64, and only then is it timed (graph replay, same timer as cuBLAS). Records
     the ratio to cuBLAS, us, registers and spills (and `extra(compiled)`), and prints one line per variant."""
-    timer = lambda f: bench.time_ms(f, 10, 50)  # noqa: E731
+    timer = lambda f: timing.time_ms(f, 10, 50)  # noqa: E731
     row, cells = {"n": n, "cublas_us": cub_ms * 1e3}, []
     for name, (fn, check) in variants.items():
         if elapsed() > DEADLINE:
@@ -950,7 +952,7 @@ def beside_cublas(section, n, cub_ms, out, variants, extra=None):
             out.fill_(float("nan"))
             res = fn()
             check()
-            ms = bench.graph_time_ms(fn, timer=timer)
+            ms = timing.graph_time_ms(fn, timer=timer)
             comp = res[2] if isinstance(res, tuple) and len(res) > 2 else None
             regs, spills = getattr(comp, "n_regs", None), getattr(comp, "n_spills", None)
             more = extra(comp) if extra and comp is not None else ""
@@ -971,14 +973,14 @@ def check_odd_shapes(section, shapes, tiles, run):
         for cfg in tiles:
             out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
             run(a, b, out, cfg)
-            bench.check_close(out, a.double() @ b.double(), "bf16", f"{section} {cfg.label} {m}x{n}x{k}")
+            timing.check_close(out, a.double() @ b.double(), "bf16", f"{section} {cfg.label} {m}x{n}x{k}")
     print(f"{section}: checks passed", flush=True)
 
 
 def cublas_timed(n):
     a, b, out, _ = cublas_point(n)
-    return a, b, out, bench.graph_time_ms(lambda: mm.cublas_matmul(a, b, "bf16", out),
-                                          timer=lambda f: bench.time_ms(f, 10, 50))
+    return a, b, out, timing.graph_time_ms(lambda: mm.cublas_matmul(a, b, "bf16", out),
+                                          timer=lambda f: timing.time_ms(f, 10, 50))
 
 
 ALIGN_SIZES = tuple(int(x) for x in os.environ.get("ALIGN_SIZES", "2056,2064,2048").split(","))
@@ -1030,13 +1032,13 @@ def section_spread():
         ref = a.double() @ b.double()
         r, c = mm.edge_interior(n, n, BIG)
         lab_cfg = mm.config_for(mm.Params(), "bf16", n, target.sm_count, target.compute_capability)
-        whole = lambda name: (lambda: bench.check_close(out, ref, "bf16", f"{name} {n}"))  # noqa: E731
+        whole = lambda name: (lambda: timing.check_close(out, ref, "bf16", f"{name} {n}"))  # noqa: E731
         v = {"lab": (lambda: mm.triton_matmul(a, b, "bf16", out, lab_cfg, "auto"), whole("lab")),
              "spread": (lambda: mm._spread_matmul(a, b, "bf16", out, eg), whole("spread")),
              "spread_g16": (lambda: mm._spread_matmul(a, b, "bf16", out, mm.dataclasses.replace(eg, group_m=16)),
                             whole("spread_g16")),
              "interior": (lambda: mm.triton_matmul(a[:r], b[:, :c], "bf16", out[:r, :c], BIG, "auto"),
-                          lambda: bench.check_close(out[:r, :c], ref[:r, :c], "bf16", f"interior {n}"))}
+                          lambda: timing.check_close(out[:r, :c], ref[:r, :c], "bf16", f"interior {n}"))}
         beside_cublas("spread", n, cub_ms, out, v)
         del a, b, out, ref
     save()

@@ -18,8 +18,11 @@ import torch
 import triton
 import triton.language as tl
 
-from labs import bench, coalescing as co, gpu, hierarchy as hi, precision as pr, runner
-from labs.gpu import MiB
+from labs import coalescing as co, hierarchy as hi, precision as pr
+from labs.engine import timing
+from labs.engine import gpu
+from labs.engine import runner
+from labs.engine.gpu import MiB
 
 OUT = os.environ.get("OUT")
 EXPLORE = "--explore" in sys.argv
@@ -91,8 +94,8 @@ if target.ceilings.source == "datasheet":
 log(f"ceilings: {target.describe_ceilings()}")
 x = torch.randn(2**28, device="cuda")
 y = torch.empty_like(x)
-copy_ms = bench.time_ms(lambda: y.copy_(x))
-live_copy = bench.tbps(2 * x.numel() * 4, copy_ms)
+copy_ms = timing.time_ms(lambda: y.copy_(x))
+live_copy = timing.tbps(2 * x.numel() * 4, copy_ms)
 log(f"torch copy 1 GiB now: {live_copy:.3f} TB/s (ceiling {target.ceilings.copy_tbps:.3f})")
 del x, y
 
@@ -158,7 +161,7 @@ def hierarchy_default(res=None):
 
 def summary(folder):
     """Tables and targets from the CLI's result files (python -m labs run LAB --out DIR/LAB.json)."""
-    from labs.results import Result
+    from labs.engine.results import Result
 
     for name, fn in (("coalescing", coalescing_default), ("precision", precision_default),
                      ("hierarchy", hierarchy_default)):
@@ -195,9 +198,9 @@ def explore_strides():
             for _ in range(16):
                 co.strided_read(x, stride, y)
 
-        ms = bench.graph_time_ms(replay) / 16
-        useful = bench.tbps(8 * y.numel(), ms)
-        fetched = bench.tbps(y.numel() * (co.fetched_bytes_per_element(stride) + 4), ms)
+        ms = timing.graph_time_ms(replay) / 16
+        useful = timing.tbps(8 * y.numel(), ms)
+        fetched = timing.tbps(y.numel() * (co.fetched_bytes_per_element(stride) + 4), ms)
         cells.append(f"s{stride}: useful {useful:.2f} fetched {fetched:.2f} ({ms * 1e3:.1f} us)")
     print("  " + " | ".join(cells), flush=True)
 
@@ -211,10 +214,10 @@ def explore_strides():
             fn = lambda: walk_x[(n // 128, nseg)](m, out, n, SEG=64, ALONG_ROWS=along_rows, BLOCK=128, UNROLL=8,
                                                    CG=cg, num_warps=4)
             fn()
-            bench.check_close(out, co.walk_reference(m, along_rows), "fp32", "walk_x")
-            ms = bench.time_ms(fn)
+            timing.check_close(out, co.walk_reference(m, along_rows), "fp32", "walk_x")
+            ms = timing.time_ms(fn)
             print(f"  {'row' if along_rows else 'column'} walk, {'L2 only (.cg)' if cg else 'L1 + L2'}: "
-                  f"{bench.tbps(4 * n * n, ms):.3f} TB/s", flush=True)
+                  f"{timing.tbps(4 * n * n, ms):.3f} TB/s", flush=True)
 
 
 if "--summary" in sys.argv:
@@ -261,10 +264,10 @@ def explore_walks():
             fn = lambda: walk_x[(n // block, nseg)](m, out, n, SEG=seg, ALONG_ROWS=along_rows, BLOCK=block,
                                                       UNROLL=unroll, CG=cg, num_warps=warps)
             fn()
-            bench.check_close(out, co.walk_reference(m, along_rows), "fp32", "walk_x")
-            ms = bench.time_ms(fn)
+            timing.check_close(out, co.walk_reference(m, along_rows), "fp32", "walk_x")
+            ms = timing.time_ms(fn)
             print(f"  {'row' if along_rows else 'col'} walk block={block} warps={warps} unroll={unroll} cg={cg} "
-                  f"seg={seg}: {bench.tbps(4 * n * n, ms):.3f} TB/s", flush=True)
+                  f"seg={seg}: {timing.tbps(4 * n * n, ms):.3f} TB/s", flush=True)
     del m
 
 
@@ -283,11 +286,11 @@ def explore_transposes():
                 fn = lambda: ext.transpose_tiled(a, b, tile, rows, pad)
                 fn()
                 assert torch.equal(b, a.t())
-                cells.append(f"{tile}x{rows}{'p' if pad else ' '}={bench.tbps(8 * n * n, bench.time_ms(fn)):.2f}")
-        naive = bench.tbps(8 * n * n, bench.time_ms(lambda: ext.transpose_naive(a, b)))
-        tt = bench.tbps(8 * n * n, bench.time_ms(lambda: b.copy_(a.t())))
-        tc = bench.tbps(8 * n * n, bench.time_ms(lambda: a.t().contiguous()))
-        cp = bench.tbps(8 * n * n, bench.time_ms(lambda: b.copy_(a)))
+                cells.append(f"{tile}x{rows}{'p' if pad else ' '}={timing.tbps(8 * n * n, timing.time_ms(fn)):.2f}")
+        naive = timing.tbps(8 * n * n, timing.time_ms(lambda: ext.transpose_naive(a, b)))
+        tt = timing.tbps(8 * n * n, timing.time_ms(lambda: b.copy_(a.t())))
+        tc = timing.tbps(8 * n * n, timing.time_ms(lambda: a.t().contiguous()))
+        cp = timing.tbps(8 * n * n, timing.time_ms(lambda: b.copy_(a)))
         print(f"  n={n}: naive={naive:.2f} torch copy_(t)={tt:.2f} t().contiguous()={tc:.2f} copy={cp:.2f} | "
               + " ".join(cells), flush=True)
         del a, b
@@ -307,7 +310,7 @@ def explore_hierarchy():
             xw = buf[: w // 4]
             out = torch.empty((hi.programs(xw.numel(), info.sm_count), hi.BLOCK), device="cuda")
             passes = hi.passes_for(w)
-            ms = bench.time_ms(lambda: hi.read_passes(xw, passes, out, info.sm_count), warmup_ms=10, rep_ms=40)
+            ms = timing.time_ms(lambda: hi.read_passes(xw, passes, out, info.sm_count), warmup_ms=10, rep_ms=40)
             cells.append(f"{w // MiB}M={w * passes / (ms * 1e-3) / 1e12:.2f}")
         print(f"  BLOCK={shape[0]} UNROLL={shape[1]} warps={shape[2]} progs/SM={shape[3]}: " + " ".join(cells), flush=True)
     hi.BLOCK, hi.UNROLL, hi.NUM_WARPS, hi.PROGRAMS_PER_SM = saved
@@ -321,13 +324,13 @@ def explore_relu():
     log("=== explore: ReLU block sizes ===")
     n = 256 * 10**6
     for dtype in ("fp32", "bf16", "fp8"):
-        xx = bench.random_tensor((n,), dtype)
+        xx = timing.random_tensor((n,), dtype)
         yy = torch.empty_like(xx)
         cells = []
         for bb, warps in ((8192, 4), (16384, 8), (32768, 8), (65536, 16)):
             pr.BLOCK_BYTES, pr.RELU_WARPS = bb, warps
-            ms = bench.time_ms(lambda: pr.relu(xx, yy))
-            cells.append(f"{bb}/{warps}w={ms:.4f}ms ({bench.tbps(2 * n * xx.element_size(), ms):.2f} TB/s)")
+            ms = timing.time_ms(lambda: pr.relu(xx, yy))
+            cells.append(f"{bb}/{warps}w={ms:.4f}ms ({timing.tbps(2 * n * xx.element_size(), ms):.2f} TB/s)")
         print(f"  {dtype}: " + " ".join(cells), flush=True)
         del xx, yy
     pr.BLOCK_BYTES, pr.RELU_WARPS = 16384, 8

@@ -27,7 +27,8 @@ import time
 import torch
 
 from devreport import Report
-from labs import bench, gpu
+from labs.engine import timing
+from labs.engine import gpu
 
 REPORT = Report("models_gpu", deadline_s=240)
 results, record, late, save = REPORT.results, REPORT.record, REPORT.late, REPORT.save
@@ -75,7 +76,7 @@ def section_matmul():
             times[cfg.label] = ms
             if best is None or ms < best[1]:
                 best = (cfg.label, ms)
-        record("matmul", n=n, cublas_tflops=bench.tflops(2 * n**3, cub), best=best[0],
+        record("matmul", n=n, cublas_tflops=timing.tflops(2 * n**3, cub), best=best[0],
                best_ratio=cub / best[1], **{k: round(cub / v, 3) for k, v in times.items()})
         del a, b, out
 
@@ -90,7 +91,7 @@ def section_naive():
             b, h = 4, 16
             if 2 * b * h * n * n * 2 + 2**30 > 0.85 * gpu.free_memory_bytes():
                 continue
-            q, k, v = (bench.random_tensor((b, h, n, d), "bf16") for _ in range(3))
+            q, k, v = (timing.random_tensor((b, h, n, d), "bf16") for _ in range(3))
             s = torch.matmul(q, k.transpose(-2, -1))
             mask = A.causal_visible(n, n, "cuda")
             ops = {"scale": lambda: q * 0.125,
@@ -101,7 +102,7 @@ def section_naive():
             row = {}
             for name, fn in ops.items():
                 try:
-                    row[name + "_ms"] = bench.time_ms(fn, warmup_ms=5, rep_ms=30)
+                    row[name + "_ms"] = timing.time_ms(fn, warmup_ms=5, rep_ms=30)
                 except Exception as exc:  # noqa: BLE001
                     row[name + "_ms"] = float("nan")
                     print(f"  {name}: {exc}")
@@ -117,9 +118,9 @@ def section_launch():
 
     for attempt in range(2):
         figs = L.run_probes(lambda m: None, gpu.live_target())
-        single = bench.per_call_us(lambda: None)
+        single = timing.per_call_us(lambda: None)
         t = torch.zeros(4096, device="cuda")
-        one_add = bench.per_call_us(lambda: t.add_(0.5))
+        one_add = timing.per_call_us(lambda: t.add_(0.5))
         record("launch", attempt=attempt, one_add_per_call_us=one_add, empty_call_us=single,
                **{k: round(v, 2) for k, v in figs.items()})
 
@@ -132,7 +133,7 @@ def section_flash():
             if late():
                 return
             for causal in (False, True):
-                q, k, v, do = (bench.random_tensor((4, 16, n, d), "bf16") for _ in range(4))
+                q, k, v, do = (timing.random_tensor((4, 16, n, d), "bf16") for _ in range(4))
                 for t in (q, k, v):
                     t.requires_grad_()
                 row = {}
@@ -141,7 +142,7 @@ def section_flash():
                     for mode in ("fwd", "fwd+bwd"):
                         run = A._runner(fn, mode, q, k, v, do)
                         run()
-                        row[f"{impl}_{mode}_ms"] = bench.time_ms(run, warmup_ms=10, rep_ms=50)
+                        row[f"{impl}_{mode}_ms"] = timing.time_ms(run, warmup_ms=10, rep_ms=50)
                 ratios = {f"vs_{lib}_{mode}": row[f"{lib}_{mode}_ms"] / row[f"ours_{mode}_ms"]
                           for lib in ("sdpa-cudnn", "sdpa-flash") for mode in ("fwd", "fwd+bwd")}
                 record("flash", d=d, n=n, causal=causal, **{k: round(v, 3) for k, v in ratios.items()})
@@ -160,8 +161,8 @@ def section_terms():
     record("terms", what="sdpa-block probe", gbps_first=rates[0], gbps_second=rates[1])
     hd = p.d_model // p.heads
     for batch in (1, 8, 64):
-        k_cache, v_cache = (bench.random_tensor((batch, p.kv_heads, 32768, hd), p.dtype) for _ in range(2))
-        q = bench.random_tensor((batch, p.heads * hd), p.dtype)
+        k_cache, v_cache = (timing.random_tensor((batch, p.kv_heads, 32768, hd), p.dtype) for _ in range(2))
+        q = timing.random_tensor((batch, p.heads * hd), p.dtype)
         out = torch.empty_like(q)
         for context in (2048, 8192, 32768):
             ms = inf.time_ms(lambda: inf.sdpa_decode_attention(q, k_cache, v_cache, context, out))
@@ -171,8 +172,8 @@ def section_terms():
                    error_pct=100 * (ms - row["predicted_ms"]) / row["predicted_ms"])
         del k_cache, v_cache
     # the split-KV Triton kernel at batch 1: 2048 tokens ran 7-8x its model on both GPUs, slower than 8192
-    k_cache, v_cache = (bench.random_tensor((1, p.kv_heads, 8192, hd), p.dtype) for _ in range(2))
-    q = bench.random_tensor((1, p.heads * hd), p.dtype)
+    k_cache, v_cache = (timing.random_tensor((1, p.kv_heads, 8192, hd), p.dtype) for _ in range(2))
+    q = timing.random_tensor((1, p.heads * hd), p.dtype)
     out = torch.empty_like(q)
     for context in (512, 1024, 2048, 4096, 8192):
         splits, per_split = inf.attention_splits(1, p.kv_heads, context, inf.sm_count())
@@ -195,15 +196,15 @@ def section_terms():
             one.add_(1.0)
 
         host_ms = host_ms_per_call(call, 1)
-        timed_ms = bench.time_ms(call)
+        timed_ms = timing.time_ms(call)
         record("terms", what="timer against CPU time", spin_us=spin_us, host_ms=host_ms, timed_ms=timed_ms,
                timed_over_host=timed_ms / host_ms)
     target = gpu.live_target()
     for n_cols in (4096, 12224, 12288, 16384, 32768, 65536):
         rows, cols = F.softmax_shape(F.Params(softmax_mib=256), n_cols)
-        x = bench.random_tensor((rows, cols), "fp32")
-        bench.check_close(torch.softmax(x[:3], dim=1), F.reference_softmax(x[:3]), "fp32", "torch.softmax")
-        ms = bench.time_ms(lambda: torch.softmax(x, dim=1))
+        x = timing.random_tensor((rows, cols), "fp32")
+        timing.check_close(torch.softmax(x[:3], dim=1), F.reference_softmax(x[:3]), "fp32", "torch.softmax")
+        ms = timing.time_ms(lambda: torch.softmax(x, dim=1))
         moves = F.torch_softmax_moves(cols)
         predicted = F.model_ms(moves * x.numel() * 4, 1, target)
         record("terms", what="torch.softmax", n_cols=n_cols, moves=moves, measured_ms=ms, predicted_ms=predicted,
@@ -214,7 +215,8 @@ def section_terms():
 def section_launchlab():
     """The launch lab's default run with each point timed in turns with its own launch figure: the share of
     points within 15 % of the model (the issue's target is 85 %), and the points still off by > 15 %."""
-    from labs import launch as L, runner
+    from labs import launch as L
+    from labs.engine import runner
 
     started = time.monotonic()
     result = runner.run(L.LAB, L.Params(), use_cache=False)
@@ -234,7 +236,8 @@ def section_launchlab():
 
 def _launch_default_run(tag: str):
     """One default run of the launch lab: its share within 15 % and its misses; the result under $OUT."""
-    from labs import launch as L, runner
+    from labs import launch as L
+    from labs.engine import runner
 
     started = time.monotonic()
     result = runner.run(L.LAB, L.Params(), use_cache=False)
@@ -258,17 +261,18 @@ def section_hosttimers():
     model of the CPU's launches the GPU sees), then the lab's default run. Launch: point and probe alternated in
     16 short rounds for a few points (how the host's states fall), the probes the model added, and the lab's
     default run twice."""
-    from labs import launch as L, recompute as R, runner
-    from labs.bench import per_call_us
-    from labs.gpu import MiB
+    from labs import launch as L, recompute as R
+    from labs.engine import runner
+    from labs.engine.timing import per_call_us
+    from labs.engine.gpu import MiB
 
     target = gpu.live_target()
     for dtype in ("fp32", "bf16"):
         R.check_kernels(dtype)
         for size in (16, 64, 256, 1024):
-            n = size * MiB // bench.element_bytes(dtype)
-            x = bench.random_tensor((n,), dtype).requires_grad_(True)
-            dout = bench.random_tensor((n,), dtype)
+            n = size * MiB // timing.element_bytes(dtype)
+            x = timing.random_tensor((n,), dtype).requires_grad_(True)
+            dout = timing.random_tensor((n,), dtype)
             for variant, forward in R.VARIANTS.items():
                 def step(mark, forward=forward):
                     mark()  # just after the start record; then the lab's own marks (launches, pass ends)
@@ -304,7 +308,7 @@ def section_hosttimers():
     first = y[:1]
     t1 = torch.zeros(1, device="cuda")
     one = L.capture(lambda: t1.add_(1.0))
-    add_sets = [(bench.random_tensor((1,), "fp32"),)] * 16
+    add_sets = [(timing.random_tensor((1,), "fp32"),)] * 16
     cases = {
         "fused-4": (lambda: L.chain_fused(x, y, 4), "eager_triton"),
         "fused-256": (lambda: L.chain_fused(x, y, 256), "eager_triton"),
@@ -360,7 +364,7 @@ def section_ncuchild():
     from labs import coalescing as C
 
     n = 8192
-    x = bench.random_tensor((n, n), "fp32")
+    x = timing.random_tensor((n, n), "fp32")
     y = torch.empty_like(x)
     for variant in ("naive", "tiled+padded", "torch"):
         C.transpose(x, variant, y)
@@ -404,7 +408,7 @@ def section_ladderchild():
 
     n = 2048
     for dtype in ("fp32", "bf16"):
-        a, b = bench.random_tensor((n, n), dtype), bench.random_tensor((n, n), dtype)
+        a, b = timing.random_tensor((n, n), dtype), timing.random_tensor((n, n), dtype)
         out = torch.empty_like(a)
         for kernel in ("naive", "tiled8", "tiled16", "tiled32", "warptiled"):
             ML.cuda_matmul(kernel, a, b, out)

@@ -17,7 +17,7 @@ import time
 import torch
 
 from devreport import Report
-from labs import bench
+from labs.engine import timing
 
 REPORT = Report("naive_models_gpu", deadline_s=220)
 results, record, late = REPORT.results, REPORT.record, REPORT.late
@@ -33,7 +33,7 @@ def section_profile():
             for mode in ("fwd", "fwd+bwd"):
                 if late():
                     return
-                q, k, v, do = (bench.random_tensor((4, 16, n, 64), "bf16") for _ in range(4))
+                q, k, v, do = (timing.random_tensor((4, 16, n, 64), "bf16") for _ in range(4))
                 for t in (q, k, v):
                     t.requires_grad_()
                 run = A._runner(A._impl_fn("naive", causal), mode, q, k, v, do)
@@ -79,10 +79,10 @@ def section_probes():
         mask = torch.ones((n, n), device="cuda", dtype=torch.bool).tril_()
         row = {}
         for label, heads in (("probe", heads_probe), ("full", heads_full)):
-            s = torch.softmax(bench.random_tensor((heads, n, n), "bf16"), dim=-1)
-            dp = bench.random_tensor((heads, n, n), "bf16")
+            s = torch.softmax(timing.random_tensor((heads, n, n), "bf16"), dim=-1)
+            dp = timing.random_tensor((heads, n, n), "bf16")
             for name, fn in _ops(s, mask, dp).items():
-                ms = bench.time_ms(fn, warmup_ms=5, rep_ms=25)
+                ms = timing.time_ms(fn, warmup_ms=5, rep_ms=25)
                 passes = 3 if name == "softmax_bwd" else 2
                 row[f"{name}_{label}_tbps"] = passes * heads * n * n * 2 / (ms * 1e-3) / 1e12
             del s, dp
@@ -99,15 +99,15 @@ def host_mean(fn, kernels):  # labs.fusion.host_ms_per_call
 def host_median(fn, calls=10, batches=7):
     """Median over batches of back-to-back calls (sync before each batch, none inside)."""
     fn()
-    bench.sync()
+    timing.sync()
     samples = []
     for _ in range(batches):
-        bench.sync()
+        timing.sync()
         t0 = time.perf_counter()
         for _ in range(calls):
             fn()
         samples.append((time.perf_counter() - t0) / calls * 1e3)
-    bench.sync()
+    timing.sync()
     return statistics.median(samples), min(samples)
 
 
@@ -118,13 +118,13 @@ def section_host():
     cases = []
     for dtype in ("fp32", "bf16"):
         for size in (16, 64):
-            n = size * 2**20 // bench.element_bytes(dtype)
-            x = bench.random_tensor((n,), dtype).requires_grad_(True)
-            dout = bench.random_tensor((n,), dtype)
+            n = size * 2**20 // timing.element_bytes(dtype)
+            x = timing.random_tensor((n,), dtype).requires_grad_(True)
+            dout = timing.random_tensor((n,), dtype)
             for variant, forward in R.VARIANTS.items():
                 cases.append((f"rc {dtype} {size} {variant}", len(R.KERNELS[variant]),
                               (lambda f=forward, x=x, d=dout: R.forward_backward(f, x, d))))
-    q, k, v, do = (bench.random_tensor((4, 16, 1024, 64), "bf16") for _ in range(4))
+    q, k, v, do = (timing.random_tensor((4, 16, 1024, 64), "bf16") for _ in range(4))
     for t in (q, k, v):
         t.requires_grad_()
     for causal in (False, True):
@@ -135,8 +135,8 @@ def section_host():
         if late():
             return
         fn()
-        bench.sync()
-        measured = [bench.time_ms(fn) for _ in range(2)]
+        timing.sync()
+        measured = [timing.time_ms(fn) for _ in range(2)]
         means = [host_mean(fn, kernels) for _ in range(2)]
         med, mn = host_median(fn)
         record("host", case=label, do_bench_ms=measured[0], do_bench2_ms=measured[1], host_mean_ms=means[0],
@@ -152,22 +152,22 @@ def section_decode():
         for batch, context in ((1, 64), (1, 512), (1, 2048), (8, 64), (8, 512), (64, 64), (64, 512)):
             if late():
                 return
-            kc = bench.random_tensor((batch, p.kv_heads, context, hd), "bf16")
-            vc = bench.random_tensor((batch, p.kv_heads, context, hd), "bf16")
-            q = bench.random_tensor((batch, p.heads * hd), "bf16")
+            kc = timing.random_tensor((batch, p.kv_heads, context, hd), "bf16")
+            vc = timing.random_tensor((batch, p.kv_heads, context, hd), "bf16")
+            q = timing.random_tensor((batch, p.heads * hd), "bf16")
             out = torch.empty_like(q)
             fn = lambda: I.attention(q, kc, vc, context, kernel, out)  # noqa: E731
             fn()
             clean = [I.time_ms(fn) for _ in range(2)]
             graph = I.graph_time_ms(fn)
-            dob = bench.time_ms(fn)
+            dob = timing.time_ms(fn)
             _, nbytes = I.attention_cost(batch, context, p)
             record("decode", kernel=kernel, batch=batch, context=context, clean_us=1e3 * clean[0],
                    clean2_us=1e3 * clean[1], graph_us=1e3 * graph, do_bench_us=1e3 * dob,
                    bytes_us=nbytes / 3.0e12 * 1e6)  # at an H100's 3.0 TB/s
     x = torch.zeros(4096, device="cuda")
     touch = lambda: I.touch_kernel[(1,)](x, 0)  # noqa: E731
-    record("decode", kernel="touch", clean_us=1e3 * I.time_ms(touch), do_bench_us=1e3 * bench.time_ms(touch))
+    record("decode", kernel="touch", clean_us=1e3 * I.time_ms(touch), do_bench_us=1e3 * timing.time_ms(touch))
 
 
 SECTIONS = {"profile": section_profile, "probes": section_probes, "host": section_host, "decode": section_decode}

@@ -5,7 +5,7 @@
     python3 scripts/pool_load.py --workers 2                  ... and on two
     python3 scripts/pool_load.py compare OUT/pool-load-1.json OUT/pool-load-2.json
 
-Each run starts the pool's scheduler and N workers (`python -m labs.pool`), then the app processes: by
+Each run starts the pool's scheduler and N workers (`python -m labs.engine.pool`), then the app processes: by
 default one per session (streamlit's AppTest keeps one global runtime per process, so two AppTests
 cannot run at once in one process; a real server's sessions are threads of one process). A session is the
 real app (app.py's navigation, then the lab's page) in AppTest, with its parameters in the URL's query;
@@ -177,11 +177,11 @@ def drive(args) -> int:
     runner_log.unlink(missing_ok=True)
     env = {**os.environ, "ROOFLINE_RUNNER_LOG": str(runner_log), "ROOFLINE_RESULT_CACHE": str(out / f"cache-{tag}")}
     env.pop("ROOFLINE_CLUSTER", None)
-    procs = [start([sys.executable, "-m", "labs.pool", "scheduler", "--port", str(port)], env, out / f"scheduler-{tag}.log")]
+    procs = [start([sys.executable, "-m", "labs.engine.pool", "scheduler", "--port", str(port)], env, out / f"scheduler-{tag}.log")]
     try:
         which = (["--cpu-workers", str(args.workers)] if args.cpu
                  else ["--gpus", ",".join(str(i) for i in range(args.workers))])
-        procs.append(start([sys.executable, "-m", "labs.pool", "worker", address, *which], env,
+        procs.append(start([sys.executable, "-m", "labs.engine.pool", "worker", address, *which], env,
                            out / f"workers-{tag}.log"))
         from distributed import Client
 

@@ -16,13 +16,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from labs import all_labs  # noqa: E402
-from labs.params import ParamError  # noqa: E402
-from labs.repredict import FAR_PCT, repredicted_rows, score  # noqa: E402
-from labs.results import RECORDED_DIR  # noqa: E402
+from labs.engine.params import ParamError  # noqa: E402
+from labs.engine.repredict import FAR_PCT, repredicted_rows, score  # noqa: E402
+from labs.engine.results import RECORDED_DIR  # noqa: E402
 
 
 def shares(errors: list) -> tuple:
-    """(share within 15 %, points off by more than 50 %, points without a prediction), as labs.repredict.score."""
+    """(share within 15 %, points off by more than 50 %, points without a prediction), as labs.engine.repredict.score."""
     s = score(errors)
     within = s["within_15_pct"] / 100 if s["within_15_pct"] is not None else float("nan")
     return within, s["over_50_pct"], len(errors) - s["points"]

@@ -25,8 +25,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from labs import bench, counters, gpu, runner  # noqa: E402
-from labs.results import save_recording  # noqa: E402
+from labs.engine import timing
+from labs.engine import counters
+from labs.engine import gpu
+from labs.engine import runner  # noqa: E402
+from labs.engine.results import save_recording  # noqa: E402
 from labs.workbench import EXERCISES, get_exercise, sandbox  # noqa: E402
 from labs.workbench import verdict as wb  # noqa: E402
 from labs.workbench.exercises import cuda_args  # noqa: E402
@@ -59,7 +62,7 @@ def in_process_ms(ex, point, module=None) -> float:
     fn = getattr(module or solution_module(ex), ex.entry)
     args = cuda_args(point)
     fn(*args)
-    return bench.time_ms(lambda: fn(*args))
+    return timing.time_ms(lambda: fn(*args))
 
 
 SWEEPS = {  # module-level knobs of our solutions, tried in this process (no sandbox) against the lab's kernel
@@ -78,7 +81,7 @@ def sweep(name: str) -> None:
     module = solution_module(ex)
     for point in ex.points:
         fn, nbytes, flops = ex.ours(point)
-        ours = bench.time_ms(fn)
+        ours = timing.time_ms(fn)
         del fn
         for knobs in SWEEPS[name]:
             for key, value in knobs.items():

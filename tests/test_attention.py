@@ -15,8 +15,9 @@ import pytest
 import torch
 
 from labs import attention as A
-from labs import bench, gpu
-from labs.params import ParamError
+from labs.engine import timing
+from labs.engine import gpu
+from labs.engine.params import ParamError
 
 H200 = gpu.datasheet_target(gpu.datasheet_by_name("H200"))
 ROOT = Path(__file__).resolve().parent.parent
@@ -189,22 +190,22 @@ def test_lesson_numbers_fill_the_lesson():
 def _inputs(b, h, lq, lk, d, dtype, device, three_d=False, seed=0):
     g = torch.Generator(device=device).manual_seed(seed)
     shape = (lambda n: (b, n, d)) if three_d else (lambda n: (b, h, n, d))
-    return [bench.random_tensor(shape(n), dtype, device, generator=g).requires_grad_() for n in (lq, lk, lk)]
+    return [timing.random_tensor(shape(n), dtype, device, generator=g).requires_grad_() for n in (lq, lk, lk)]
 
 
 def _assert_matches_float64(q, k, v, causal, dtype, config=None, scale=None):
     out, lse = A.flash_attention_forward(q, k, v, causal, scale, config=config)
     ref_out, ref_lse = A.reference(q, k, v, causal, scale)
-    bench.check_close(out, ref_out, dtype, "output")
+    timing.check_close(out, ref_out, dtype, "output")
     finite = torch.isfinite(ref_lse)
     assert torch.equal(torch.isinf(lse), ~finite), "queries that see no key have lse = -inf, the others finite"
     if finite.any():
-        bench.check_close(lse[finite], ref_lse[finite], dtype, "lse")
+        timing.check_close(lse[finite], ref_lse[finite], dtype, "lse")
     do = torch.randn_like(out)
     grads = torch.autograd.grad(A.flash_attention(q, k, v, causal, scale, config=config), (q, k, v), do)
     refs = torch.autograd.grad(ref_out, (q, k, v), do.to(torch.float64))
     for name, g, r in zip(("dq", "dk", "dv"), grads, refs):
-        bench.check_close(g, r, dtype, name)
+        timing.check_close(g, r, dtype, name)
 
 
 SMALL = A.FlashConfig(A.Tiles(16, 16, 4, 1), A.Tiles(16, 32, 4, 1), A.Tiles(32, 16, 4, 1))
@@ -257,7 +258,7 @@ def test_every_output_element_is_written(device):
 def test_the_lab_check_passes_on_small_inputs(monkeypatch):
     monkeypatch.setattr(A, "CHECK_LQ", 61)
     monkeypatch.setattr(A, "CHECK_LK", 61)
-    assert A._check_ours("fp32", 16, True, "fwd+bwd") < bench.TOLERANCE["fp32"]
+    assert A._check_ours("fp32", 16, True, "fwd+bwd") < timing.TOLERANCE["fp32"]
 
 
 def test_bad_inputs_raise():
@@ -345,7 +346,7 @@ def test_dq_kernel_writes_delta_and_lse2_for_every_padded_row(device):
     qr, kr, vr = (x.double().requires_grad_() for x in (q, k, v))
     refs = torch.autograd.grad(A.reference(qr, kr, vr, False, 0.25)[0], (qr, kr, vr), do.double())
     for name, g, r in zip(("dq", "dk", "dv"), grads, refs):
-        bench.check_close(g, r, "fp32", name)
+        timing.check_close(g, r, "fp32", name)
 
 
 def test_launch_keys_of_our_launchers_follow_shapes_dtypes_and_alignment():
@@ -419,15 +420,15 @@ def test_autograd_path_keeps_delta_and_lse2_beside_lse(monkeypatch, device):
         return real(q4, k4, v4, out, lse, *args, **kw)
 
     monkeypatch.setattr(A, "_backward", spy)
-    q, k, v = (bench.random_tensor((1, 2, 45, 16), "fp32").requires_grad_() for _ in range(3))
+    q, k, v = (timing.random_tensor((1, 2, 45, 16), "fp32").requires_grad_() for _ in range(3))
     out = A.flash_attention(q, k, v, True)
-    do = bench.random_tensor(q.shape, "fp32")
+    do = timing.random_tensor(q.shape, "fp32")
     grads = torch.autograd.grad(out, (q, k, v), do)
     assert allocated == [(3, 1, 2, A._lq_pad(45))]
     qr, kr, vr = (x.detach().double().requires_grad_() for x in (q, k, v))
     refs = torch.autograd.grad(A.reference(qr, kr, vr, True)[0], (qr, kr, vr), do.double())
     for g, r in zip(grads, refs):
-        bench.check_close(g, r, "fp32", "gradient")
+        timing.check_close(g, r, "fp32", "gradient")
 
 
 def test_plan_keys_name_the_configuration_the_mask_and_the_shapes():
@@ -480,7 +481,7 @@ def test_gpu_recorded_launch_plans_match_float64(d):
             _assert_matches_float64(*_inputs(1, 2, 1000, 1000, d, "bf16", "cuda", seed=call), causal, "bf16")
     kinds = {key[0] for key in A._PLANS}
     assert {"fwd", "dq", "dkdv"} <= kinds
-    base = bench.random_tensor((1 * 2 * 1000 * d + 1,), "bf16", "cuda")
+    base = timing.random_tensor((1 * 2 * 1000 * d + 1,), "bf16", "cuda")
     q = base[1:].view(1, 2, 1000, d).requires_grad_()  # 2 bytes past an aligned address
     k, v = _inputs(1, 2, 1000, 1000, d, "bf16", "cuda", seed=7)[1:]
     assert q.data_ptr() % 16 != 0
@@ -491,7 +492,7 @@ def test_gpu_recorded_launch_plans_match_float64(d):
 
 @pytest.mark.gpu
 def test_gpu_lab_run_refuses_naive_that_would_not_fit():
-    from labs import runner
+    from labs.engine import runner
 
     small = A.Params(seq_lens=(300,), head_dims=(32,), masks=("causal",), batch=2, heads=2)
     result = runner.run(A.LAB, small, use_cache=False)
@@ -685,9 +686,9 @@ def test_in_parallel_runs_failed_jobs_again_where_they_raise_for_real():
     assert A.in_parallel(jobs, threads=4) == {i: i * i for i in range(6)} | {"picky": "main"}
 
     def wrong():
-        raise bench.KernelMismatch("wrong everywhere")
+        raise timing.KernelMismatch("wrong everywhere")
 
-    with pytest.raises(bench.KernelMismatch):
+    with pytest.raises(timing.KernelMismatch):
         A.in_parallel({"a": lambda: 1, "b": wrong}, threads=4)
 
 
@@ -695,12 +696,12 @@ def test_run_checks_on_cpu_checks_ours_and_naive_and_names_unavailable_backends(
     keys = [("ours", "fp32", 16, True, "fwd", A.INTERPRETER_CONFIG), ("naive", "fp32", 16, False, "fwd", None),
             ("sdpa-flash", "fp32", 16, False, "fwd", None)]
     errors, why = A._run_checks(keys, torch.device("cpu"))
-    assert errors[keys[0]] < bench.TOLERANCE["fp32"] and errors[keys[1]] < bench.TOLERANCE["fp32"]
+    assert errors[keys[0]] < timing.TOLERANCE["fp32"] and errors[keys[1]] < timing.TOLERANCE["fp32"]
     flash_case = keys[2][:4]
     if why.get(flash_case):  # no flash backend on the CPU: named, and not checked
         assert keys[2] not in errors
     else:
-        assert errors[keys[2]] < bench.TOLERANCE["fp32"]
+        assert errors[keys[2]] < timing.TOLERANCE["fp32"]
 
 
 # ------------------------------------------------------------------------------------------------

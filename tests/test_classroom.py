@@ -7,8 +7,8 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from labs import all_labs
-from labs.params import ParamError
-from labs.results import Result, list_recorded, normalised
+from labs.engine.params import ParamError
+from labs.engine.results import Result, list_recorded, normalised
 from ui.classroom import parse_upload
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from labs import gpu
-from labs.results import Result
+from labs.engine import gpu
+from labs.engine.results import Result
 
 ROOT = Path(__file__).resolve().parent.parent
 

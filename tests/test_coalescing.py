@@ -8,13 +8,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from labs import bench, gpu, runner
+from labs.engine import timing
+from labs.engine import gpu
+from labs.engine import runner
 from labs.coalescing import (GRANULE_BYTES, LAB, Params, TRANSPOSES, fetched_bytes_per_element, ladder_gains,
                              predict, requests_per_element, riding_granules_per_element, scattered_granules,
                              scattered_read, scattered_reference,
                              stride_efficiency, stride_row, stride_wavefronts, strided_read, strided_reference,
                              transpose, transpose_reference, walk, walk_efficiency, walk_reference)
-from labs.params import ParamError
+from labs.engine.params import ParamError
 from tests.conftest import render_page
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -25,30 +27,30 @@ H200 = gpu.datasheet_target(gpu.datasheet_by_name("H200"))
 @pytest.mark.parametrize("stride", [1, 2, 3, 8, 64])
 @pytest.mark.parametrize("span", [1, 4097, 10007])
 def test_strided_read_matches_float64_on_odd_sizes(device, stride, span):
-    x = bench.random_tensor((span,), "fp32", device)
+    x = timing.random_tensor((span,), "fp32", device)
     out = torch.full((-(-span // stride),), float("nan"), device=device)  # unwritten elements fail the check
     strided_read(x, stride, out)
-    assert bench.check_close(out, strided_reference(x, stride), "fp32", "strided read") == 0.0
+    assert timing.check_close(out, strided_reference(x, stride), "fp32", "strided read") == 0.0
 
 
 @pytest.mark.parametrize("along_rows", [False, True])
 @pytest.mark.parametrize("n", [1, 67, 131])
 def test_walks_match_float64_on_odd_sizes(device, along_rows, n):
-    x = bench.random_tensor((n, n), "fp32", device)
+    x = timing.random_tensor((n, n), "fp32", device)
     ref = walk_reference(x, along_rows)
     out = torch.full(ref.shape, float("nan"), device=device)
     walk(x, along_rows, out)
-    bench.check_close(out, ref, "fp32", "walk")
+    timing.check_close(out, ref, "fp32", "walk")
 
 
 @pytest.mark.parametrize("span", [16, 4097, 100_003])
 def test_scattered_probe_reads_every_granule_once(device, span):
-    x = bench.random_tensor((span,), "fp32", device)
+    x = timing.random_tensor((span,), "fp32", device)
     n = scattered_granules(span)
     assert n & (n - 1) == 0 and n * GRANULE_BYTES <= 4 * span < 2 * n * GRANULE_BYTES
     out = torch.full((n,), float("nan"), device=device)
     scattered_read(x, out)
-    assert bench.check_close(out, scattered_reference(x), "fp32", "scattered read") == 0.0
+    assert timing.check_close(out, scattered_reference(x), "fp32", "scattered read") == 0.0
     firsts = x[: n * 16].reshape(n, 16)[:, 0]  # the first float of every granule, each exactly once
     assert torch.equal(torch.sort(out).values, torch.sort(firsts).values)
     if n >= 8:  # neighbouring lanes land far apart
@@ -65,9 +67,9 @@ def test_walk_reference_sums_segments_of_rows_and_columns():
 
 
 def test_check_catches_a_wrong_stride(device):
-    x = bench.random_tensor((4099,), "fp32", device)
-    with pytest.raises(bench.KernelMismatch):
-        bench.check_close(strided_read(x, 2)[:1000], strided_reference(x, 3)[:1000], "fp32", "wrong stride")
+    x = timing.random_tensor((4099,), "fp32", device)
+    with pytest.raises(timing.KernelMismatch):
+        timing.check_close(strided_read(x, 2)[:1000], strided_reference(x, 3)[:1000], "fp32", "wrong stride")
 
 
 # --- the sector model, by hand ----------------------------------------------------------------
@@ -190,20 +192,20 @@ def test_model_run_without_a_gpu():
 @pytest.mark.parametrize("shape", [(1, 1), (31, 33), (1001, 1003), (64, 4097)])
 @pytest.mark.parametrize("variant", TRANSPOSES)
 def test_transposes_match_float64(shape, variant):
-    x = bench.random_tensor(shape, "fp32")
+    x = timing.random_tensor(shape, "fp32")
     out = torch.full((shape[1], shape[0]), float("nan"), device="cuda")
     transpose(x, variant, out)
-    assert bench.check_close(out, transpose_reference(x), "fp32", variant) == 0.0
+    assert timing.check_close(out, transpose_reference(x), "fp32", variant) == 0.0
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("tile,rows", [(32, 8), (32, 16), (64, 8), (64, 16), (64, 32)])
 @pytest.mark.parametrize("padded", [False, True])
 def test_every_tile_shape_transposes(tile, rows, padded):
-    x = bench.random_tensor((257, 130), "fp32")
+    x = timing.random_tensor((257, 130), "fp32")
     out = torch.full((130, 257), float("nan"), device="cuda")
     transpose(x, "tiled+padded" if padded else "tiled", out, tile=tile, rows_per_block=rows)
-    assert bench.check_close(out, transpose_reference(x), "fp32", f"tile {tile}x{rows}") == 0.0
+    assert timing.check_close(out, transpose_reference(x), "fp32", f"tile {tile}x{rows}") == 0.0
 
 
 @pytest.mark.gpu

@@ -5,8 +5,8 @@ import pytest
 
 from tests.conftest import HAS_CUDA, render_page
 from labs import collectives as c
-from labs import gpu
-from labs.params import ParamError
+from labs.engine import gpu
+from labs.engine.params import ParamError
 
 H200 = gpu.datasheet_target(gpu.datasheet_by_name("H200"))
 

@@ -14,9 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from labs import all_labs, counters, get_lab, gpu
-from labs import params as params_mod
-from labs.results import Result
+from labs import all_labs, get_lab
+from labs.engine import counters
+from labs.engine import gpu
+from labs.engine import params as params_mod
+from labs.engine.results import Result
+from labs.coalescing import counters as coalescing_counters
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data" / "ncu"
@@ -165,13 +168,13 @@ COVERED = ("roofline", "coalescing", "hierarchy", "fusion", "matmul", "attention
 
 
 def test_the_issue_s_labs_are_covered():
-    assert set(COVERED) <= set(counters.ADAPTERS)
-    assert {lab.name for lab in all_labs()} >= set(counters.ADAPTERS)
+    assert set(COVERED) <= set(counters.counted_labs())
+    assert {lab.name for lab in all_labs()} >= set(counters.counted_labs())
 
 
 @pytest.mark.parametrize("name", COVERED)
 def test_points_are_keyed_like_the_lab_rows_and_modelled(name):
-    lab, adapter = get_lab(name), counters.ADAPTERS[name]
+    lab, adapter = get_lab(name), counters.adapter_for(name)
     params = lab.default_params()
     target = gpu.datasheet_target(gpu.datasheet_by_name("H100 SXM"))
     points = adapter.points(params)
@@ -186,9 +189,9 @@ def test_points_are_keyed_like_the_lab_rows_and_modelled(name):
 
 
 def test_stride_model_in_hand_checked_numbers():
-    assert [counters.stride_sectors_per_request(s) for s in (1, 2, 8)] == [16.0, 32.0, 32.0]
+    assert [coalescing_counters.stride_sectors_per_request(s) for s in (1, 2, 8)] == [16.0, 32.0, 32.0]
     # 1024 outputs at stride 1: 8 warp requests of 16 sectors; at stride 2: 32 requests of 32 sectors
-    assert counters.stride_load_sectors(1024, 1) == 128 and counters.stride_load_sectors(1024, 2) == 1024
+    assert coalescing_counters.stride_load_sectors(1024, 1) == 128 and coalescing_counters.stride_load_sectors(1024, 2) == 1024
 
 
 def test_compare_rows_give_the_ratio():
@@ -225,7 +228,7 @@ def test_recording_round_trip(tmp_path, monkeypatch):
     result = counters.list_recordings("roofline")[0]
     live = Result.from_dict(json.loads(result.to_json()))
     live.meta["kind"] = "live"
-    from labs import results
+    from labs.engine import results
 
     monkeypatch.setattr(gpu, "RECORDED_DIR", tmp_path)
     monkeypatch.setattr(results, "RECORDED_DIR", tmp_path)

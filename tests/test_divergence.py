@@ -11,8 +11,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from labs import bench, cuda, divergence as dv, gpu, runner
-from labs.params import ParamError
+from labs import divergence as dv
+from labs.engine import timing
+from labs.engine import cuda
+from labs.engine import gpu
+from labs.engine import runner
+from labs.engine.params import ParamError
 from tests.conftest import render_page
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -27,14 +31,14 @@ def test_triton_two_paths_match_float64_on_odd_sizes(device, n, case):
     x = dv.grid_input(n, device)
     out = torch.full_like(x, float("nan"))  # an element left unwritten fails the check
     dv.two_paths(x, 2, 3, per_program, g, out)
-    assert bench.check_close(out, dv.two_paths_reference(x, 2, 3, per_program, g), "fp32", case[0]) == 0.0
+    assert timing.check_close(out, dv.two_paths_reference(x, 2, 3, per_program, g), "fp32", case[0]) == 0.0
 
 
 def test_triton_check_catches_the_wrong_branch(device):
     x = dv.grid_input(2 * dv.TRITON_BLOCK, device)
     out = dv.two_paths(x, 2, 3, per_program=True)
-    with pytest.raises(bench.KernelMismatch):  # per-program result is not the per-element one
-        bench.check_close(out, dv.two_paths_reference(x, 2, 3, per_program=False, g=1), "fp32", "wrong side")
+    with pytest.raises(timing.KernelMismatch):  # per-program result is not the per-element one
+        timing.check_close(out, dv.two_paths_reference(x, 2, 3, per_program=False, g=1), "fp32", "wrong side")
 
 
 def test_references_follow_the_closed_forms():
@@ -186,10 +190,10 @@ def test_cuda_kernels_match_float64_on_odd_sizes():
     for g in (1, 5, 16, 32, 100):
         out = torch.full_like(x, float("nan"))
         dv.branches(x, g, 2, 3, out)
-        assert bench.check_close(out, dv.branches_reference(x, g, 2, 3), "fp32", f"g={g}") == 0.0
+        assert timing.check_close(out, dv.branches_reference(x, g, 2, 3), "fp32", f"g={g}") == 0.0
     k = dv.sample_k("uniform", 9, x.numel())
     out = torch.full_like(x, float("nan"))
-    assert bench.check_close(dv.varying_work(k, x, out), dv.varying_work_reference(k, x), "fp32", "k") == 0.0
+    assert timing.check_close(dv.varying_work(k, x, out), dv.varying_work_reference(k, x), "fp32", "k") == 0.0
 
 
 @pytest.mark.gpu

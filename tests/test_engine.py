@@ -6,9 +6,11 @@ from dataclasses import dataclass
 
 import pytest
 
-from labs import all_labs, get_lab, gpu, runner
-from labs.params import ParamError, from_strings, param, to_dict, validate
-from labs.results import Result, error_pct, list_recorded, merge_rows
+from labs import all_labs, get_lab
+from labs.engine import gpu
+from labs.engine import runner
+from labs.engine.params import ParamError, from_strings, param, to_dict, validate
+from labs.engine.results import Result, error_pct, list_recorded, merge_rows
 
 
 @dataclass(frozen=True)
@@ -142,7 +144,7 @@ def _sweep_that_fails(exc):
 
 
 def _toy_lab(measure):
-    from labs.lab import Lab
+    from labs.engine.lab import Lab
 
     return Lab("toy", "Toy", "a toy", (), Knobs, lambda p, t: [], measure, ("i",), "ms")
 

@@ -6,10 +6,12 @@ import time
 import pytest
 import torch
 
-from labs import bench, fusion, runner
-from labs.gpu import MiB, Ceilings, Target, live_target
-from labs.lab import noop_progress
-from labs.params import ParamError, from_strings
+from labs import fusion
+from labs.engine import timing
+from labs.engine import runner
+from labs.engine.gpu import MiB, Ceilings, Target, live_target
+from labs.engine.lab import noop_progress
+from labs.engine.params import ParamError, from_strings
 
 # A made-up GPU with round numbers, so the model can be checked by hand.
 ROUND = Target("round GPU", "round-gpu", 100, 50_000_000, 80 * 10**9, "9.0",
@@ -22,14 +24,14 @@ def test_sin2_cos2_kernel_matches_float64(device, b):
     x = torch.randn(5003, device=device) * 3
     out = torch.full_like(x, float("nan"))
     fusion.sin2_cos2(x, b, out)
-    bench.check_close(out, fusion.reference_sincos(x, b), "fp32", "fused sin^2 + b cos^2")
+    timing.check_close(out, fusion.reference_sincos(x, b), "fp32", "fused sin^2 + b cos^2")
 
 
 def test_sincos_identity_holds_in_every_version(device):
     x = torch.randn(1001, device=device)
     ones = torch.ones(1001, dtype=torch.float64)
-    bench.check_close(fusion.sin2_cos2(x), ones, "fp32", "triton")
-    bench.check_close(fusion.sincos_eager(x), ones, "fp32", "eager")
+    timing.check_close(fusion.sin2_cos2(x), ones, "fp32", "triton")
+    timing.check_close(fusion.sincos_eager(x), ones, "fp32", "eager")
 
 
 @pytest.mark.parametrize("ops", [1, 2, 7, 8, 19])  # below, at and across the unroll factor of 8
@@ -37,8 +39,8 @@ def test_chain_kernel_and_eager_match_float64(device, ops):
     x = torch.randn(4097, device=device)
     ref = fusion.reference_chain(x, ops)
     out = torch.full_like(x, float("nan"))
-    bench.check_close(fusion.affine_chain(x, ops, out), ref, "fp32", f"fused chain of {ops}")
-    bench.check_close(fusion.chain_eager(x, ops), ref, "fp32", f"eager chain of {ops}")
+    timing.check_close(fusion.affine_chain(x, ops, out), ref, "fp32", f"fused chain of {ops}")
+    timing.check_close(fusion.chain_eager(x, ops), ref, "fp32", f"eager chain of {ops}")
 
 
 def test_chain_reference_is_the_recurrence():
@@ -54,7 +56,7 @@ def test_online_softmax_rows_in_registers(device, n_cols):
     x = torch.randn(3, n_cols, device=device) * 4
     out = torch.full_like(x, float("nan"))
     fusion.online_softmax(x, out)
-    bench.check_close(out, fusion.reference_softmax(x), "fp32", f"softmax, {n_cols} columns")
+    timing.check_close(out, fusion.reference_softmax(x), "fp32", f"softmax, {n_cols} columns")
 
 
 @pytest.mark.parametrize("n_cols", [65, 100, 257])
@@ -66,12 +68,12 @@ def test_online_softmax_streams_long_rows(device, n_cols):
     x[2, 0] = 40.0  # ... and in the first
     out = torch.full_like(x, float("nan"))
     fusion.online_softmax(x, out, row_max=64, chunk=32)
-    bench.check_close(out, fusion.reference_softmax(x), "fp32", f"streamed softmax, {n_cols} columns")
+    timing.check_close(out, fusion.reference_softmax(x), "fp32", f"streamed softmax, {n_cols} columns")
 
 
 def test_decomposed_softmax_matches_float64(device):
     x = torch.randn(5, 333, device=device)
-    bench.check_close(fusion.softmax_decomposed(x), fusion.reference_softmax(x), "fp32", "decomposed")
+    timing.check_close(fusion.softmax_decomposed(x), fusion.reference_softmax(x), "fp32", "decomposed")
 
 
 # --- counting kernels ----------------------------------------------------------------------------

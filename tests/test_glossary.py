@@ -9,7 +9,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from labs import all_labs, glossary
-from labs.gpu import datasheet_by_name
+from labs.engine.gpu import datasheet_by_name
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = str(ROOT / "pages" / "glossary.py")

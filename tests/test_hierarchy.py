@@ -8,8 +8,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from labs import bench, gpu, runner
-from labs.gpu import MiB
+from labs.engine import timing
+from labs.engine import gpu
+from labs.engine import runner
+from labs.engine.gpu import MiB
 from labs.hierarchy import (BLOCK, LAB, Params, find_knee, hierarchy_levels, levels, levels_cache_path,
                             levels_from_rows, predict, programs, read_passes, reference, save_levels, sizes)
 
@@ -20,12 +22,12 @@ H200 = gpu.datasheet_target(gpu.datasheet_by_name("H200"))
 @pytest.mark.parametrize("n", [1, 8191, 50001])
 @pytest.mark.parametrize("passes", [1, 3])
 def test_read_kernel_matches_float64_on_odd_sizes(device, n, passes):
-    x = bench.random_tensor((n,), "fp32", device)
+    x = timing.random_tensor((n,), "fp32", device)
     sm = 4 if device == "cpu" else torch.cuda.get_device_properties(0).multi_processor_count
     grid = programs(n, sm)
     out = torch.full((grid, BLOCK), float("nan"), device=device)
     read_passes(x, passes, out, sm)
-    bench.check_close(out, reference(x, passes, grid), "fp32", "read passes")
+    timing.check_close(out, reference(x, passes, grid), "fp32", "read passes")
 
 
 def test_reference_counts_every_element_passes_times():

@@ -12,9 +12,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from labs import bench, gpu, hopper as hp, matmul as mm
-from labs.gpu import Ceilings, Target
-from labs.params import ParamError, from_strings
+from labs import hopper as hp, matmul as mm
+from labs.engine import timing
+from labs.engine import gpu
+from labs.engine.gpu import Ceilings, Target
+from labs.engine.params import ParamError, from_strings
 
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = dict(block=(16, 32, 16), num_warps=4, programs=3)  # small tiles: several per program even on tiny shapes
@@ -34,11 +36,11 @@ def toy_target(cc="9.0", memory_gb=80) -> Target:
 def test_every_step_matches_float64_on_odd_shapes(step, device):
     sw = hp.STEPS[step]
     m, n, k = (45, 48, 80) if sw.tma else (37, 45, 51)  # TMA: rows on 16-byte boundaries; else all odd
-    a, b = bench.random_tensor((m, k), "bf16", device), bench.random_tensor((k, n), "bf16", device)
+    a, b = timing.random_tensor((m, k), "bf16", device), timing.random_tensor((k, n), "bf16", device)
     out = torch.full((m, n), float("nan"), device=device, dtype=a.dtype)
     kw = SMALL if device == "cpu" else {}
     hp.anatomy_matmul(a, b, sw, out, **kw)
-    bench.check_close(out, hp.reference(a, b), "bf16", step)
+    timing.check_close(out, hp.reference(a, b), "bf16", step)
 
 
 @pytest.mark.parametrize("sw", hp.BEST_CANDIDATES, ids=lambda sw: sw.config_label)
@@ -47,10 +49,10 @@ def test_every_best_candidate_matches_float64_at_its_own_tile_shape(sw, device):
     shape with partial tiles in every direction and a partial last K slice; persistent ones with two
     programs, so each walks several tiles (the flattened loop crosses from one tile to the next)."""
     m, n, k = 301, 520, 136
-    a, b = bench.random_tensor((m, k), "bf16", device), bench.random_tensor((k, n), "bf16", device)
+    a, b = timing.random_tensor((m, k), "bf16", device), timing.random_tensor((k, n), "bf16", device)
     out = torch.full((m, n), float("nan"), device=device, dtype=a.dtype)
     hp.anatomy_matmul(a, b, sw, out, programs=2 if sw.persistent else None)
-    bench.check_close(out, hp.reference(a, b), "bf16", sw.config_label)
+    timing.check_close(out, hp.reference(a, b), "bf16", sw.config_label)
     assert hp.step_candidates(hp.BEST_STEP) == hp.BEST_CANDIDATES and hp.BEST_STEP in hp.STEP_NAMES
 
 
@@ -64,15 +66,15 @@ def test_the_probe_that_measure_runs_first(device):
 @pytest.mark.parametrize("tma,persistent", [(False, True), (True, False)])
 def test_fp16_and_a_wrong_reference_fails(tma, persistent, device):
     sw = hp.Switches(tma, 2, persistent, "hilbert", False)
-    a, b = bench.random_tensor((33, 48, ), "fp16", device), bench.random_tensor((48, 64), "fp16", device)
+    a, b = timing.random_tensor((33, 48, ), "fp16", device), timing.random_tensor((48, 64), "fp16", device)
     out, _ = hp.anatomy_matmul(a, b, sw, **(SMALL if device == "cpu" else {}))
-    bench.check_close(out, hp.reference(a, b), "fp16", "fp16")
-    with pytest.raises(bench.KernelMismatch):  # the check is not vacuous
-        bench.check_close(out, hp.reference(a, b.flip(1)), "fp16", "flipped")
+    timing.check_close(out, hp.reference(a, b), "fp16", "fp16")
+    with pytest.raises(timing.KernelMismatch):  # the check is not vacuous
+        timing.check_close(out, hp.reference(a, b.flip(1)), "fp16", "flipped")
 
 
 def test_tma_refuses_unaligned_rows(device):
-    a, b = bench.random_tensor((9, 7), "bf16", device), bench.random_tensor((7, 5), "bf16", device)
+    a, b = timing.random_tensor((9, 7), "bf16", device), timing.random_tensor((7, 5), "bf16", device)
     with pytest.raises(ParamError, match="16-byte"):
         hp.anatomy_matmul(a, b, hp.STEPS["3 TMA"], **(SMALL if device == "cpu" else {}))
 
@@ -142,7 +144,7 @@ def test_step_times_by_hand():
 
 def test_tensor_core_rate_is_cublas_at_the_same_n_where_recorded():
     """The rate comes from the matmul lab's recording of this GPU kind at this N, else the ceiling."""
-    from labs.results import list_recorded
+    from labs.engine.results import list_recorded
 
     t = gpu.datasheet_target(gpu.datasheet_by_name("H100 SXM"))
     recorded = {(r["dtype"], r["n"]): r["measured_tflops"] for res in list_recorded("matmul")
@@ -238,7 +240,7 @@ def _hopper_or_skip():
 
 @pytest.mark.gpu
 def test_short_run_on_hopper_shows_wgmma_and_tma():
-    from labs import runner
+    from labs.engine import runner
 
     _hopper_or_skip()
     started = time.monotonic()

@@ -8,10 +8,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from labs import bench, gpu, memcalc, runner
+from labs import memcalc
+from labs.engine import timing
+from labs.engine import gpu
+from labs.engine import runner
 from labs import inference as inf
-from labs.gpu import Ceilings, Target
-from labs.params import ParamError
+from labs.engine.gpu import Ceilings, Target
+from labs.engine.params import ParamError
 from tests.conftest import render_page
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,18 +31,18 @@ def synthetic_target(bw_tbps=4.0, bf16_tflops=800.0, sm_count=132) -> Target:
 @pytest.mark.parametrize("m", [1, 5, 33])
 @pytest.mark.parametrize("splits", [1, 3])
 def test_skinny_gemm_matches_float64_on_odd_sizes(device, m, splits):
-    x = bench.random_tensor((m, 201), "bf16", device)  # K = 201: the last K tile is partly masked
-    w = bench.random_tensor((77, 201), "bf16", device)  # N = 77: the last N tile too
+    x = timing.random_tensor((m, 201), "bf16", device)  # K = 201: the last K tile is partly masked
+    w = timing.random_tensor((77, 201), "bf16", device)  # N = 77: the last N tile too
     out = torch.full((m, 77), float("nan"), device=device, dtype=torch.bfloat16)
     inf.skinny_linear(x, w, out, splits=splits, config=inf.SKINNY | {"BLOCK_N": 32, "BLOCK_K": 64})
-    bench.check_close(out, inf.gemm_reference(x, w), "bf16", f"skinny GEMM M={m} splits={splits}")
+    timing.check_close(out, inf.gemm_reference(x, w), "bf16", f"skinny GEMM M={m} splits={splits}")
 
 
 def test_skinny_gemm_check_catches_a_wrong_answer(device):
-    x = bench.random_tensor((3, 64), "bf16", device)
-    w = bench.random_tensor((32, 64), "bf16", device)
-    with pytest.raises(bench.KernelMismatch):
-        bench.check_close(inf.skinny_linear(x, w), inf.gemm_reference(x, w.flip(0)), "bf16", "swapped rows")
+    x = timing.random_tensor((3, 64), "bf16", device)
+    w = timing.random_tensor((32, 64), "bf16", device)
+    with pytest.raises(timing.KernelMismatch):
+        timing.check_close(inf.skinny_linear(x, w), inf.gemm_reference(x, w.flip(0)), "bf16", "swapped rows")
 
 
 def test_skinny_gemm_refuses_large_m(device):
@@ -51,13 +54,13 @@ def test_skinny_gemm_refuses_large_m(device):
 @pytest.mark.parametrize("heads,kv_heads", [(6, 2), (2, 2)])
 def test_decode_attention_matches_float64(device, kernel, heads, kv_heads):
     b, d, t_max, context = 3, 32, 100, 77  # odd context inside a longer cache: strided K/V slices
-    qkv = bench.random_tensor((b, (heads + 2) * d), "bf16", device)
+    qkv = timing.random_tensor((b, (heads + 2) * d), "bf16", device)
     q = qkv[:, :heads * d]  # strided rows, as the block passes it
-    k = bench.random_tensor((b, kv_heads, t_max, d), "bf16", device)
-    v = bench.random_tensor((b, kv_heads, t_max, d), "bf16", device)
+    k = timing.random_tensor((b, kv_heads, t_max, d), "bf16", device)
+    v = timing.random_tensor((b, kv_heads, t_max, d), "bf16", device)
     out = torch.full((b, heads * d), float("nan"), device=device, dtype=torch.bfloat16)
     inf.attention(q, k, v, context, kernel, out)
-    bench.check_close(out, inf.attention_reference(q, k, v, context), "bf16", f"{kernel} attention")
+    timing.check_close(out, inf.attention_reference(q, k, v, context), "bf16", f"{kernel} attention")
 
 
 def test_attention_splits_cover_the_context_without_empty_slices():
@@ -74,7 +77,7 @@ def test_block_decode_step_matches_float64(device, gemm):
     before = block.k_cache[:, :, 77].clone()
     out = torch.full_like(block.x, float("nan"))
     block.step(out)
-    bench.check_close(out, ref, "bf16", f"block step ({gemm})")
+    timing.check_close(out, ref, "bf16", f"block step ({gemm})")
     assert not torch.equal(block.k_cache[:, :, 77], before)  # the step appended its K to the cache
 
 
@@ -380,11 +383,11 @@ def test_sdpa_block_probe_is_checked_and_a_plausible_rate():
 @pytest.mark.gpu
 @pytest.mark.parametrize("m", [1, 7, 64])
 def test_skinny_gemm_on_gpu_default_config(m):
-    x = bench.random_tensor((m, 4099), "bf16")
-    w = bench.random_tensor((1031, 4099), "bf16")
+    x = timing.random_tensor((m, 4099), "bf16")
+    w = timing.random_tensor((1031, 4099), "bf16")
     out = torch.full((m, 1031), float("nan"), device="cuda", dtype=torch.bfloat16)
     inf.skinny_linear(x, w, out)
-    bench.check_close(out, inf.gemm_reference(x, w), "bf16", f"skinny GEMM M={m}")
+    timing.check_close(out, inf.gemm_reference(x, w), "bf16", f"skinny GEMM M={m}")
 
 
 @pytest.mark.gpu

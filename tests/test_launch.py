@@ -7,8 +7,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from labs import bench, gpu, launch as ln, runner
-from labs.params import ParamError
+from labs import launch as ln
+from labs.engine import timing
+from labs.engine import gpu
+from labs.engine import runner
+from labs.engine.params import ParamError
 from tests.conftest import render_page
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,20 +31,20 @@ def toy_target(copy_tbps=1.0, fma_tflops=10.0, bf16=100.0):
 def test_fused_chain_matches_float64_on_odd_sizes(device, n, k):
     x = ln.grid_input(n, device)
     y = torch.full_like(x, float("nan"))
-    assert bench.check_close(ln.chain_fused(x, y, k), ln.chain_reference(x, k), "fp32", f"fused K={k}") == 0.0
+    assert timing.check_close(ln.chain_fused(x, y, k), ln.chain_reference(x, k), "fp32", f"fused K={k}") == 0.0
 
 
 @pytest.mark.parametrize("k", [1, 2, 5])
 def test_eager_chain_matches_float64(device, k):
     x = ln.grid_input(1001, device)
     y = torch.full_like(x, float("nan"))
-    assert bench.check_close(ln.chain_eager(x, y, k, sync_each=True), ln.chain_reference(x, k), "fp32", "eager") == 0.0
+    assert timing.check_close(ln.chain_eager(x, y, k, sync_each=True), ln.chain_reference(x, k), "fp32", "eager") == 0.0
 
 
 def test_fused_check_catches_a_wrong_op_count(device):
     x = ln.grid_input(500, device)
-    with pytest.raises(bench.KernelMismatch):
-        bench.check_close(ln.chain_fused(x, torch.empty_like(x), 3), ln.chain_reference(x, 2), "fp32", "K")
+    with pytest.raises(timing.KernelMismatch):
+        timing.check_close(ln.chain_fused(x, torch.empty_like(x), 3), ln.chain_reference(x, 2), "fp32", "K")
 
 
 # --- the model, by hand ----------------------------------------------------------------------------

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from labs import all_labs, gpu
+from labs import all_labs
+from labs.engine import gpu
 from tests.test_browser import CHROMIUM, LAUNCH_ARGS, start_server
 
 ROOT = Path(__file__).resolve().parent.parent

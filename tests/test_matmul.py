@@ -13,9 +13,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from labs import bench, gpu, matmul as mm, matmul_ladder as ladder
-from labs.gpu import Ceilings, Target
-from labs.params import ParamError, from_strings, validate
+from labs import matmul as mm, matmul_ladder as ladder
+from labs.engine import timing
+from labs.engine import gpu
+from labs.engine.gpu import Ceilings, Target
+from labs.engine.params import ParamError, from_strings, validate
 
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = mm.TileConfig(16, 32, 16, 2, 4, 2)  # small tiles: many programs even on tiny shapes
@@ -40,7 +42,7 @@ def test_triton_pointer_path_odd_shapes(dtype, shape, device):
     out = torch.full((m, n), float("nan"), device=device, dtype=mm.out_dtype(dtype))
     _, path, _ = mm.triton_matmul(a, b, dtype, out, SMALL, tma="off")
     assert path.startswith("vec")
-    bench.check_close(out, mm.reference(a, b), dtype, f"{dtype} {shape}")
+    timing.check_close(out, mm.reference(a, b), dtype, f"{dtype} {shape}")
 
 
 @pytest.mark.parametrize("dtype,kmajor", [("bf16", False), ("fp16", True), ("fp32", False), ("fp8", True)])
@@ -55,9 +57,9 @@ def test_triton_pointer_path_promised_alignment(dtype, kmajor, shape, device):
     out = torch.full((m, n), float("nan"), device=device, dtype=mm.out_dtype(dtype))
     tile = dataclasses.replace(SMALL, block_k=32) if dtype == "fp8" else SMALL  # fp8 products take K steps of 32
     _, path, _ = mm.triton_matmul(a, b, dtype, out, tile, tma="off")
-    e = bench.element_bytes(dtype)
+    e = timing.element_bytes(dtype)
     assert path == f"vec{mm.vector_elems(e, n, k) * e}" and path != f"vec{e}"
-    bench.check_close(out, mm.reference(a, b), dtype, f"{dtype} {shape} {path}")
+    timing.check_close(out, mm.reference(a, b), dtype, f"{dtype} {shape} {path}")
 
 
 @pytest.mark.parametrize("dtype,kmajor", [("bf16", False), ("fp16", True), ("fp32", True), ("fp32", False)])
@@ -69,15 +71,15 @@ def test_triton_tma_path_odd_rows(dtype, kmajor, device):
     out = torch.full((m, n), float("nan"), device=device, dtype=mm.out_dtype(dtype))
     _, path, _ = mm.triton_matmul(a, b, dtype, out, SMALL, tma="on")
     assert path == "tma"
-    bench.check_close(out, mm.reference(a, b), dtype, f"TMA {dtype}")
+    timing.check_close(out, mm.reference(a, b), dtype, f"TMA {dtype}")
 
 
 def test_triton_kernel_catches_a_wrong_reference(device):
     """The check is not vacuous: a different product fails it."""
     a, b = mm.operands(33, 35, 37, "fp32", device)
     out, _, _ = mm.triton_matmul(a, b, "fp32", None, SMALL, tma="off")
-    with pytest.raises(bench.KernelMismatch):
-        bench.check_close(out, mm.reference(a, b.flip(0)), "fp32", "flipped")
+    with pytest.raises(timing.KernelMismatch):
+        timing.check_close(out, mm.reference(a, b.flip(0)), "fp32", "flipped")
 
 
 def test_sampled_check_sees_unwritten_and_wrong_elements(device):
@@ -86,11 +88,11 @@ def test_sampled_check_sees_unwritten_and_wrong_elements(device):
     assert mm.check_sampled(good, a, b, "fp32", "good") < 1e-6
     holes = good.clone()
     holes[17, 3] = float("nan")
-    with pytest.raises(bench.KernelMismatch, match="not written"):
+    with pytest.raises(timing.KernelMismatch, match="not written"):
         mm.check_sampled(holes, a, b, "fp32", "holes")
     wrong = good.clone()
     wrong[-1, :] += 1.0  # the last row is always sampled: it crosses the edge tiles
-    with pytest.raises(bench.KernelMismatch):
+    with pytest.raises(timing.KernelMismatch):
         mm.check_sampled(wrong, a, b, "fp32", "wrong")
 
 
@@ -228,7 +230,7 @@ def test_dtype_support_and_refusals():
 def test_every_dtype_has_a_default_and_autotune_configs():
     for dtype in mm.DTYPES:
         assert dtype in mm.DEFAULT_CONFIGS
-        configs = mm.AUTOTUNE_CONFIGS[bench.element_bytes(dtype)]
+        configs = mm.AUTOTUNE_CONFIGS[timing.element_bytes(dtype)]
         assert 3 <= len(configs) <= 6  # a handful: each one is compiled and timed
         assert all(mm.blocks_per_sm(c, dtype, "tma", "9.0") >= 1 for c in configs)
 
@@ -370,7 +372,7 @@ def test_early_start_finishes_every_part_before_the_stream_moves_on(shape, confi
         for _ in range(3):
             out.fill_(float("nan"))
             launch()
-            bench.check_close(out, ref, "bf16", f"early start {shape} {config.label}")
+            timing.check_close(out, ref, "bf16", f"early start {shape} {config.label}")
         graph = torch.cuda.CUDAGraph()
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
@@ -382,7 +384,7 @@ def test_early_start_finishes_every_part_before_the_stream_moves_on(shape, confi
         for _ in range(3):
             out.fill_(float("nan"))
             graph.replay()
-            bench.check_close(out, ref, "bf16", f"early start {shape} {config.label}, graph")
+            timing.check_close(out, ref, "bf16", f"early start {shape} {config.label}, graph")
     finally:
         mm.EARLY_START = before
     assert mm._PDL_WORKS.get("ok")  # the early start really ran
@@ -397,7 +399,7 @@ def test_autotuned_kernel_on_gpu():
 
 @pytest.mark.gpu
 def test_short_sweep_runs_end_to_end():
-    from labs import runner
+    from labs.engine import runner
 
     started = time.monotonic()
     result = runner.run(mm.LAB, mm.Params(sizes=(512, 1023, 1024)), use_cache=False)
@@ -460,7 +462,7 @@ def test_per_size_tiles_match_float64_on_odd_shapes(config, device):
     out = torch.full((m, n), float("nan"), device=device, dtype=torch.float16)
     _, path, _ = mm.triton_matmul(a, b, "fp16", out, config, tma="on")
     assert path == "tma"
-    bench.check_close(out, mm.reference(a, b), "fp16", config.label)
+    timing.check_close(out, mm.reference(a, b), "fp16", config.label)
 
 
 def test_tuned_config_gives_every_sm_a_tile_and_fills_waves(monkeypatch):
@@ -538,7 +540,7 @@ def test_streamk_matches_float64_and_resets_its_counters(shape, config, programs
         _, path, _ = mm.triton_matmul(a, b, dtype, out, config, tma="on", programs=programs,
                                       reversed_order=reversed_order)
         assert path == "tma"
-        bench.check_close(out, mm.reference(a, b), dtype, f"stream-K {config.label} {shape}")
+        timing.check_close(out, mm.reference(a, b), dtype, f"stream-K {config.label} {shape}")
         assert int(mm._SCRATCH[("streamk", str(a.device))][1].abs().sum()) == 0
 
 
@@ -563,7 +565,7 @@ def test_streamk_owner_adds_the_other_parts_in_registers(device):
         parts.fill_(float("nan"))
         out.fill_(float("nan"))
         mm.triton_matmul(a, b, "bf16", out, cfg, tma="on", programs=5, reversed_order=reversed_order)
-        bench.check_close(out, mm.reference(a, b), "bf16", f"stream-K reversed={reversed_order}")
+        timing.check_close(out, mm.reference(a, b), "bf16", f"stream-K reversed={reversed_order}")
         written[reversed_order] = int((~parts.view(-1, 16 * 16).isnan().all(1)).sum())
     assert written == {False: 8, True: 4}
 
@@ -682,7 +684,7 @@ def test_row_tail_matches_float64_on_odd_shapes(shape, slots, dtype, device):
     out = torch.full((m, n), float("nan"), device=device, dtype=torch.float16 if dtype == "fp16" else torch.bfloat16)
     _, path, _ = mm.triton_matmul(a, b, dtype, out, big, tma="on", programs=slots, tail_config=tail)
     assert path == "tma"
-    bench.check_close(out, mm.reference(a, b), dtype, f"row tail {shape}")
+    timing.check_close(out, mm.reference(a, b), dtype, f"row tail {shape}")
 
 
 def test_row_tail_model_by_hand(monkeypatch):
@@ -749,7 +751,7 @@ def test_edge_matches_float64_on_odd_shapes(shape, dtype, device):
     ref = mm.reference(a, b)
     for part in ((slice(0, rows), slice(0, cols)), (slice(rows, m), slice(0, n)), (slice(0, rows), slice(cols, n))):
         if out[part].numel():
-            bench.check_close(out[part], ref[part], dtype, f"edge {shape} {part}")
+            timing.check_close(out[part], ref[part], dtype, f"edge {shape} {part}")
 
 
 @pytest.mark.parametrize("shape,split", [((75, 144, 80), 3), ((70, 152, 72), True)])
@@ -770,7 +772,7 @@ def test_split_edge_strips_match_float64_and_leave_their_workspace_clean(shape, 
         mm._edge_matmul(a, b, "bf16", out, big, "on", row_edge, col_edge, split=split)
         ref = mm.reference(a, b)
         for part in ((slice(0, rows), slice(0, cols)), (slice(rows, m), slice(0, n)), (slice(0, rows), slice(cols, n))):
-            bench.check_close(out[part], ref[part], "bf16", f"split edge {shape} {part}")
+            timing.check_close(out[part], ref[part], "bf16", f"split edge {shape} {part}")
         for i in (0, 1):
             ws, counts = mm._SCRATCH[(f"edge{i}", str(a.device))]
             assert not ws.any() and not counts.any()
@@ -796,7 +798,7 @@ def test_edge_bands_match_float64(shape, band, trans, device, monkeypatch):
     assert any(len(p) > 4 for p in parts)  # and a band computes an edge
     mm._edge_matmul(a, b, "bf16", out, big, "on", mm.TileConfig(16, 16, 16, 2, 4, 2),
                     mm.TileConfig(16, 16, 16, 2, 4, 2), band=band)
-    bench.check_close(out, mm.reference(a, b), "bf16", f"bands {shape} {band} trans={trans}")
+    timing.check_close(out, mm.reference(a, b), "bf16", f"bands {shape} {band} trans={trans}")
 
 
 def test_edge_split_rule_by_hand():
@@ -886,7 +888,7 @@ def test_split_tail_kernel_matches_float64_and_leaves_its_workspace_clean(shape,
     for _ in range(2):
         out = torch.full((m, n), float("nan"), device=device, dtype=torch.float16)
         mm.triton_matmul(a, b, "fp16", out, cfg, tma="on", programs=slots, split=split)
-        bench.check_close(out, mm.reference(a, b), "fp16", f"split tail {shape}")
+        timing.check_close(out, mm.reference(a, b), "fp16", f"split tail {shape}")
         ws, counts = mm._SCRATCH[("splittail", str(a.device))]
         assert float(ws.abs().sum()) == 0 and int(counts.abs().sum()) == 0
 
@@ -933,7 +935,7 @@ def test_composite_tiles_match_float64_on_odd_shapes(config, dtype, kmajor, a_re
     out = torch.full((m, n), float("nan"), device=device, dtype=mm.out_dtype(dtype))
     _, path, _ = mm.triton_matmul(a, b, dtype, out, config, tma="on")
     assert path == "tma"
-    bench.check_close(out, mm.reference(a, b), dtype, f"composite {config.label} {shape}")
+    timing.check_close(out, mm.reference(a, b), dtype, f"composite {config.label} {shape}")
 
 
 def test_composite_tile_off_the_tma_path_takes_the_default_tile(device):
@@ -942,7 +944,7 @@ def test_composite_tile_off_the_tma_path_takes_the_default_tile(device):
     out = torch.full((37, 45), float("nan"), device=device, dtype=torch.float16)
     _, path, _ = mm.triton_matmul(a, b, "fp16", out, COMPOSITE_2X2, tma="off")
     assert path.startswith("vec")
-    bench.check_close(out, mm.reference(a, b), "fp16", "composite off the TMA path")
+    timing.check_close(out, mm.reference(a, b), "fp16", "composite off the TMA path")
 
 
 def test_composite_labels_and_tile_counts_by_hand():
@@ -977,4 +979,4 @@ def test_spread_edge_covers_the_strips_and_the_corner(shape, device):
     a, b = mm.operands(m, n, k, "fp16", device)
     out = torch.full((m, n), float("nan"), device=device, dtype=torch.float16)
     mm._spread_matmul(a, b, "fp16", out, cfg)
-    bench.check_close(out, mm.reference(a, b), "fp16", f"spread {shape}")
+    timing.check_close(out, mm.reference(a, b), "fp16", f"spread {shape}")

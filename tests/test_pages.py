@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from labs import all_labs, gpu
+from labs import all_labs
+from labs.engine import gpu
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = ["pages/home.py", "pages/gpu.py"] + [f"pages/{lab.name}.py" for lab in all_labs()
@@ -85,7 +86,7 @@ def test_query_parameters_preset_the_lab_and_bad_ones_warn():
 
 
 def test_scorecard_scores_every_recorded_lab_and_lists_a_labs_misses():
-    from labs.repredict import misses, scorecard
+    from labs.engine.repredict import misses, scorecard
 
     at = open_page("pages/scorecard.py")
     assert not at.exception, [e.value for e in at.exception]
@@ -105,7 +106,7 @@ def test_scorecard_scores_every_recorded_lab_and_lists_a_labs_misses():
 
 
 def test_scorecard_shows_our_kernels_against_the_libraries():
-    from labs.repredict import kernels_against_libraries, library_summary
+    from labs.engine.repredict import kernels_against_libraries, library_summary
 
     at = open_page("pages/scorecard.py")
     assert not at.exception, [e.value for e in at.exception]
@@ -123,8 +124,8 @@ def test_scorecard_shows_our_kernels_against_the_libraries():
 
 
 def test_a_lab_page_states_how_its_model_holds_on_the_recorded_runs():
-    from labs.repredict import score, with_current_model
-    from labs.results import list_recorded
+    from labs.engine.repredict import score, with_current_model
+    from labs.engine.results import list_recorded
 
     at = open_page("pages/coalescing.py")
     lab = next(lab for lab in all_labs() if lab.name == "coalescing")
@@ -240,7 +241,7 @@ def test_a_lab_page_without_a_gpu_says_live_runs_are_off_once():
 
 def test_coalescing_probe_compares_with_the_copy_bandwidth_of_the_gpu_that_ran_it():
     """The probe sentence names a recorded run (an H200): its copy bandwidth, not the modelled GPU's (an H100)."""
-    from labs.results import list_recorded
+    from labs.engine.results import list_recorded
 
     at = open_page("pages/coalescing.py")
     shown = next(r for r in list_recorded("coalescing"))  # the page shows the first recording
@@ -353,7 +354,7 @@ def test_coalescing_normalised_scales_the_models_bounds_with_the_points():
 def test_attention_names_the_run_behind_each_skipped_point():
     """Three unlabelled 'skipped: ... 82.6 GB are free' warnings, two of them about another pass or mask than the
     charts show: each now names its run, and only points of the charts' view are listed."""
-    from labs.results import list_recorded
+    from labs.engine.results import list_recorded
 
     at = open_page("pages/attention.py")
     labels = [r.label for r in list_recorded("attention")]

@@ -17,9 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from labs import cache, pool, runner
-from labs.lab import Lab
-from labs.params import ParamError, param
+from labs.engine import cache
+from labs.engine import pool
+from labs.engine import runner
+from labs.engine.lab import Lab
+from labs.engine.params import ParamError, param
 
 ROOT = Path(__file__).resolve().parent.parent
 SPIN_S = 1.5  # long enough that runs clearly overlap or clearly do not
@@ -77,7 +79,7 @@ def cluster(tmp_path_factory):
 
 
 def import_engine():
-    """What `dask worker --preload labs.pool` does as a worker starts, and this lab's import."""
+    """What `dask worker --preload labs.engine.pool` does as a worker starts, and this lab's import."""
     import tests.test_pool  # noqa: F401 - the import is the point
 
     pool.dask_setup(None)
@@ -153,7 +155,7 @@ def test_a_killed_workers_run_is_retried_and_completes(cluster, tmp_path):
 
 APP = """
 import json, sys
-from labs import runner
+from labs.engine import runner
 from tests.test_pool import SPIN, SpinParams
 result = runner.run(SPIN, SpinParams(seconds=2.0, tag="shared"))
 row = next(r for r in result.rows if "pid" in r)

@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from labs import bench, gpu, runner
-from labs.params import ParamError
+from labs.engine import timing
+from labs.engine import gpu
+from labs.engine import runner
+from labs.engine.params import ParamError
 from labs.precision import (LAB, Params, accumulation_error, dot_accumulate, dot_emulated, dot_reference,
                             matmul_rates, predict, relu, relu_reference, time_ratios)
 
@@ -21,22 +23,22 @@ H200 = gpu.datasheet_target(gpu.datasheet_by_name("H200"))
 @pytest.mark.parametrize("dtype", ["fp32", "bf16", "fp16", "fp8"])
 @pytest.mark.parametrize("n", [1, 4097, 20011])
 def test_relu_matches_float64_exactly(device, dtype, n):
-    x = bench.random_tensor((n,), dtype, device)
+    x = timing.random_tensor((n,), dtype, device)
     out = torch.full_like(x, float("nan"))
     relu(x, out)
-    assert bench.check_close(out, relu_reference(x), dtype, "ReLU", tol=0.0) == 0.0
+    assert timing.check_close(out, relu_reference(x), dtype, "ReLU", tol=0.0) == 0.0
 
 
 @pytest.mark.parametrize("acc", ["fp32", "bf16", "fp16"])
 def test_accumulation_kernel_rounds_like_step_by_step_torch(device, acc):
     gen = torch.Generator(device=device).manual_seed(1)
-    a = bench.random_tensor((131, 150), "bf16", device, gen)
-    b = bench.random_tensor((150,), "bf16", device, gen)
+    a = timing.random_tensor((131, 150), "bf16", device, gen)
+    b = timing.random_tensor((150,), "bf16", device, gen)
     out = torch.full((131,), float("nan"), device=device)
     dot_accumulate(a, b, acc, out)
-    assert bench.rel_error(out, dot_emulated(a, b, acc)) == 0.0  # bit for bit
+    assert timing.rel_error(out, dot_emulated(a, b, acc)) == 0.0  # bit for bit
     if acc == "fp32":
-        bench.check_close(out, dot_reference(a, b), "fp32", "fp32 accumulation")
+        timing.check_close(out, dot_reference(a, b), "fp32", "fp32 accumulation")
 
 
 def test_rounding_model_by_hand():
@@ -48,10 +50,10 @@ def test_rounding_model_by_hand():
 
 def test_rounding_model_matches_simulation_for_16_bit_accumulators():
     gen = torch.Generator().manual_seed(0)
-    a = bench.random_tensor((512, 1024), "bf16", "cpu", gen)
-    b = bench.random_tensor((1024,), "bf16", "cpu", gen)
+    a = timing.random_tensor((512, 1024), "bf16", "cpu", gen)
+    b = timing.random_tensor((1024,), "bf16", "cpu", gen)
     for acc in ("bf16", "fp16"):
-        measured = bench.rel_error(dot_emulated(a, b, acc), dot_reference(a, b))
+        measured = timing.rel_error(dot_emulated(a, b, acc), dot_reference(a, b))
         assert measured == pytest.approx(accumulation_error(1024, acc), rel=0.15)
 
 

@@ -3,10 +3,12 @@
 import pytest
 import torch
 
-from labs import bench, recompute, runner
-from labs.gpu import MiB, Ceilings, Target, live_target
-from labs.lab import noop_progress
-from labs.params import ParamError
+from labs import recompute
+from labs.engine import timing
+from labs.engine import runner
+from labs.engine.gpu import MiB, Ceilings, Target, live_target
+from labs.engine.lab import noop_progress
+from labs.engine.params import ParamError
 
 ROUND = Target("round GPU", "round-gpu", 100, 50_000_000, 80 * 10**9, "9.0",
                Ceilings(copy_tbps=4.0, fma_tflops=64.0), None, live=False)
@@ -17,7 +19,7 @@ ROUND = Target("round GPU", "round-gpu", 100, 50_000_000, 80 * 10**9, "9.0",
 def test_every_kernel_and_version_matches_float64_autograd(device, dtype):
     # forward and backward kernels with NaN-poisoned outputs, stored s1/s2, and all three versions
     # end to end, each against autograd in float64, at the dtype's tolerance (1e-12 in fp64)
-    assert recompute.check_kernels(dtype, device, n=4099) <= bench.TOLERANCE[dtype]
+    assert recompute.check_kernels(dtype, device, n=4099) <= timing.TOLERANCE[dtype]
 
 
 @pytest.mark.parametrize("recompute_in_backward", [False, True])
@@ -128,7 +130,7 @@ def test_lesson_numbers_fill_the_lesson():
 # --- on a GPU ------------------------------------------------------------------------------------------
 @pytest.mark.gpu
 def test_activation_memory_on_gpu():
-    x = bench.random_tensor((64 * MiB // 4,), "fp32").requires_grad_(True)
+    x = timing.random_tensor((64 * MiB // 4,), "fp32").requires_grad_(True)
     stored = recompute.activation_bytes(recompute.VARIANTS["stored"], x)
     assert stored == pytest.approx(2 * 64 * MiB, rel=0.01)
     assert recompute.activation_bytes(recompute.VARIANTS["recomputed"], x) < MiB
@@ -146,7 +148,7 @@ def test_measure_small_run_on_gpu():
 def test_gpu_and_cpu_times_come_from_the_same_calls():
     import time
 
-    x = bench.random_tensor((MiB,), "fp32")
+    x = timing.random_tensor((MiB,), "fp32")
     ms, host_ms = recompute.time_with_host_ms(lambda: x * 2)
     assert 0 < ms < 1 and 0 < host_ms < 1
     # a call whose CPU side sleeps 2 ms: the CPU is the floor, and the events see (most of) it
@@ -162,7 +164,7 @@ def test_gpu_and_cpu_times_come_from_the_same_calls():
 def test_step_timer_reads_the_marks_and_its_cpu_window_holds_the_events():
     import time
 
-    x = bench.random_tensor((MiB,), "fp32")
+    x = timing.random_tensor((MiB,), "fp32")
 
     def step(mark):
         time.sleep(0.0003)  # a CPU-bound "forward pass"
@@ -182,8 +184,8 @@ def test_step_timer_reads_the_marks_and_its_cpu_window_holds_the_events():
 
 @pytest.mark.gpu
 def test_our_versions_read_the_clock_at_each_launch():
-    x = bench.random_tensor((MiB,), "fp32").requires_grad_(True)
-    dout = bench.random_tensor((MiB,), "fp32")
+    x = timing.random_tensor((MiB,), "fp32").requires_grad_(True)
+    dout = timing.random_tensor((MiB,), "fp32")
     for variant, marks in (("stored", 4), ("autograd", 2)):
         timed = recompute.time_step(lambda mark, v=variant: (recompute.forward_backward(
             recompute.VARIANTS[v], x, dout, mark), mark()), rep_ms=20)
@@ -241,7 +243,7 @@ def test_launch_times_are_read_for_ours_and_spread_for_autograd():
 
 
 def test_host_floor_is_the_cpus_time_and_the_slower_side_wins():
-    from labs import gpu as gpu_mod
+    from labs.engine import gpu as gpu_mod
 
     t = gpu_mod.datasheet_target(gpu_mod.datasheet_by_name("H100 SXM"))
     assert recompute.timer_host_floor_ms(0.25, t) == 0.25  # no credit for the timer's L2 flush (see its docstring)

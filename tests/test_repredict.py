@@ -4,8 +4,8 @@ import json
 import pytest
 
 from labs import all_labs, fusion, get_lab, transfers
-from labs.results import RECORDED_DIR
-from labs.repredict import recorded_target
+from labs.engine.results import RECORDED_DIR
+from labs.engine.repredict import recorded_target
 from scripts import repredict
 
 H100 = RECORDED_DIR / "nvidia-h100-80gb-hbm3"
@@ -65,8 +65,8 @@ def test_transfers_use_the_runs_own_staging_rates():
 def test_a_recorded_run_shown_with_the_current_model_keeps_its_old_error_beside_the_new():
     """The app shows recordings against this version's model (labs/repredict.py): every matched point gets the
     current prediction and its error, and the error it was recorded with stays in recorded_error_pct."""
-    from labs.repredict import repredicted_rows, with_current_model
-    from labs.results import Result
+    from labs.engine.repredict import repredicted_rows, with_current_model
+    from labs.engine.results import Result
 
     lab = get_lab("coalescing")
     raw = _recording("coalescing")
@@ -83,8 +83,8 @@ def test_a_recorded_run_shown_with_the_current_model_keeps_its_old_error_beside_
 
 
 def test_a_recording_the_current_model_cannot_read_is_shown_as_recorded():
-    from labs.repredict import with_current_model_or_recorded
-    from labs.results import Result
+    from labs.engine.repredict import with_current_model_or_recorded
+    from labs.engine.results import Result
 
     raw = _recording("coalescing")
     raw["meta"] = {**raw["meta"], "ceilings": {}, "date": "unreadable"}  # no ceilings: no Target to predict for
@@ -93,7 +93,7 @@ def test_a_recording_the_current_model_cannot_read_is_shown_as_recorded():
 
 
 def test_score_by_hand():
-    from labs.repredict import score
+    from labs.engine.repredict import score
 
     s = score([1.0, -2.0, 14.0, -16.0, 30.0, 60.0, None, -3.0, 5.0, 8.0, 0.0])
     assert s["points"] == 10 and s["within_15_pct"] == pytest.approx(70.0) and s["over_50_pct"] == 1
@@ -103,7 +103,7 @@ def test_score_by_hand():
 
 
 def test_scorecard_rows_are_the_current_model_on_each_recording():
-    from labs.repredict import scorecard
+    from labs.engine.repredict import scorecard
 
     lab = get_lab("coalescing")
     rows = {r["gpu_key"]: r for r in scorecard([lab])}
@@ -147,7 +147,7 @@ def test_library_ratios_by_hand():
 def test_kernels_against_libraries_read_the_recordings_as_they_are():
     """The scorecard's ratios are the recorded times' own: cuBLAS's time over ours at one recorded point, and the
     verdict against the bar follows from it."""
-    from labs.repredict import kernels_against_libraries, library_summary
+    from labs.engine.repredict import kernels_against_libraries, library_summary
 
     cases = kernels_against_libraries(all_labs())
     rec = _recording("matmul")

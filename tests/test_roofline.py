@@ -3,8 +3,10 @@
 import pytest
 import torch
 
-from labs import bench, gpu, runner
-from labs.params import ParamError
+from labs.engine import timing
+from labs.engine import gpu
+from labs.engine import runner
+from labs.engine.params import ParamError
 from labs.roofline import LAB, Params, attainable_tflops, fma_chain, intensity, predict, reference, roof_curve
 
 
@@ -12,16 +14,16 @@ from labs.roofline import LAB, Params, attainable_tflops, fma_chain, intensity, 
 @pytest.mark.parametrize("n", [1, 1023, 4097])
 @pytest.mark.parametrize("flops", [1, 2, 3, 16, 17, 34])
 def test_kernel_matches_float64_on_odd_sizes(device, dtype, n, flops):
-    x = bench.random_tensor((n,), dtype, device)
+    x = timing.random_tensor((n,), dtype, device)
     out = torch.full_like(x, float("nan"))  # any element left unwritten fails the check
     fma_chain(x, flops, out)
-    bench.check_close(out, reference(x, flops), dtype, "FMA chain")
+    timing.check_close(out, reference(x, flops), dtype, "FMA chain")
 
 
 def test_kernel_check_catches_a_wrong_answer(device):
-    x = bench.random_tensor((1000,), "fp32", device)
-    with pytest.raises(bench.KernelMismatch):
-        bench.check_close(fma_chain(x, 3), reference(x, 2), "fp32", "wrong F")
+    x = timing.random_tensor((1000,), "fp32", device)
+    with pytest.raises(timing.KernelMismatch):
+        timing.check_close(fma_chain(x, 3), reference(x, 2), "fp32", "wrong F")
 
 
 def test_intensity_counts_one_read_and_one_write():

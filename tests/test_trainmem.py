@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from tests.conftest import render_page
-from labs import gpu, memcalc
+from labs import memcalc
+from labs.engine import gpu
 from labs import trainmem as t
 
 
@@ -95,7 +96,7 @@ def test_page_renders_without_a_gpu():
 
 @pytest.mark.gpu
 def test_real_step_within_10_percent_of_the_model():
-    from labs import runner
+    from labs.engine import runner
 
     result = runner.run(t.LAB, t.Params(batch=(1, 4)), use_cache=False)
     for r in result.rows:

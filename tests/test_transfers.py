@@ -3,9 +3,9 @@
 import pytest
 
 from tests.conftest import render_page
-from labs import gpu
+from labs.engine import gpu
 from labs import transfers as t
-from labs.params import ParamError
+from labs.engine.params import ParamError
 
 H100 = gpu.datasheet_target(gpu.datasheet_by_name("H100 SXM"))
 
@@ -258,7 +258,7 @@ def test_page_renders_without_a_gpu():
 
 @pytest.mark.gpu
 def test_real_copies_are_checked_and_timed():
-    from labs import runner
+    from labs.engine import runner
 
     p = t.Params(sizes_kib=(4, 1024), overlap_mib=16, staging_mib=(3, 5))
     result = runner.run(t.LAB, p, use_cache=False)

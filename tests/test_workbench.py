@@ -10,8 +10,8 @@ import sys
 import pytest
 import torch
 
-from labs import gpu
-from labs.results import Result, list_recorded
+from labs.engine import gpu
+from labs.engine.results import Result, list_recorded
 from labs.workbench import EXERCISES, get_exercise, store
 from labs.workbench import verdict as wb
 from labs.workbench.exercises import rate

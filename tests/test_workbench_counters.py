@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from labs import counters
+from labs.engine import counters
 from labs.workbench import get_exercise, sandbox
 from labs.workbench import verdict as wb
 from labs.workbench.exercises import tensor

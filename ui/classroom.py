@@ -7,8 +7,8 @@ import json
 
 import streamlit as st
 
-from labs.params import ParamError
-from labs.results import Result
+from labs.engine.params import ParamError
+from labs.engine.results import Result
 
 MAX_UPLOAD_BYTES = 5_000_000
 

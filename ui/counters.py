@@ -10,9 +10,9 @@ from __future__ import annotations
 import plotly.graph_objects as go
 import streamlit as st
 
-from labs import counters
-from labs import params as params_mod
-from labs.lab import Lab
+from labs.engine import counters
+from labs.engine import params as params_mod
+from labs.engine.lab import Lab
 from ui import charts, text
 
 

@@ -16,12 +16,12 @@ import dataclasses
 
 import streamlit as st
 
-from labs import gpu as gpu_mod
-from labs import params as params_mod
-from labs import runner
-from labs.lab import Lab
-from labs.repredict import score, with_current_model_or_recorded
-from labs.results import Result, list_recorded, normalised
+from labs.engine import gpu as gpu_mod
+from labs.engine import params as params_mod
+from labs.engine import runner
+from labs.engine.lab import Lab
+from labs.engine.repredict import score, with_current_model_or_recorded
+from labs.engine.results import Result, list_recorded, normalised
 from ui import classroom, text
 from ui.counters import counters_panel
 
@@ -294,7 +294,7 @@ class LabPage:
 
 
 def absolute(result: Result | None, metric: str) -> Result | None:
-    """The run's own numbers again where the overlay scale is normalised (labs.results.normalised divided
+    """The run's own numbers again where the overlay scale is normalised (labs.engine.results.normalised divided
     measured_<metric> and predicted_<metric> by `normalised_by`): for sentences, diagrams and tables that carry
     units, which would otherwise print the normalised 1.00 as 1.00 TB/s."""
     best = result.meta.get("normalised_by") if result is not None else None

@@ -21,7 +21,7 @@ from typing import Callable, Optional
 
 import torch
 
-from labs.gpu import ROOT, Target
+from labs.engine.gpu import ROOT, Target
 
 CONTENT = ROOT / "content" / "workbench"
 
@@ -47,7 +47,7 @@ class Exercise:
     lab: str  # the lab whose model and kernel this exercise reuses
     entry: str  # the function the learner's file defines
     signature: str  # how it is called, for the page
-    dtype: str  # the tolerance against float64 (labs.bench.TOLERANCE)
+    dtype: str  # the tolerance against float64 (labs.engine.timing.TOLERANCE)
     metric: str  # "tbps" (memory-bound) or "tflops" (compute-bound)
     terms: tuple  # glossary slugs
     check_cases: Callable[[bool], list]  # gpu? -> list of argument tuples (CPU tensors, fresh random)
@@ -97,7 +97,7 @@ def memory_model(nbytes: float, flops: float, target: Target) -> dict:
 def recorded_row(lab: str, match: dict, column: str, note: str = "") -> Optional[tuple]:
     """(value, label) of the newest committed recording of `lab` with a row matching `match`; `note` says
     where the recorded run differs from the exercise (e.g. its dtype)."""
-    from labs.results import list_recorded
+    from labs.engine.results import list_recorded
 
     for result in list_recorded(lab):
         for row in result.rows:
@@ -300,7 +300,7 @@ def _attention_call(point: Point, fn) -> tuple:
 
 
 def _any_target() -> Target:
-    from labs import gpu
+    from labs.engine import gpu
 
     return gpu.live_target() or gpu.datasheet_target(gpu.datasheet_by_name("H100 SXM"))
 
@@ -385,7 +385,7 @@ EXERCISES = (ADD, SINCOS, SOFTMAX, MATMUL, ATTENTION, TRANSPOSE)
 
 
 def get_exercise(name: str) -> Exercise:
-    from labs.params import ParamError
+    from labs.engine.params import ParamError
 
     for ex in EXERCISES:
         if ex.name == name:

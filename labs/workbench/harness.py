@@ -1,4 +1,4 @@
-"""The worker: runs inside the sandbox, in its own directory, with a copy of labs/bench.py beside it.
+"""The worker: runs inside the sandbox, in its own directory, with a copy of labs/engine/timing.py beside it.
 
     python harness.py WORKDIR
 
@@ -29,7 +29,7 @@ import triton  # the worker always has Triton: the learner's kernels need it, an
 import triton.language as tl
 
 WORK = Path(sys.argv[1]) if len(sys.argv) > 1 else Path.cwd()
-NVTX_RANGE = "roofline_count"  # the range ncu profiles (labs.counters.NVTX_RANGE)
+NVTX_RANGE = "roofline_count"  # the range ncu profiles (labs.engine.counters.NVTX_RANGE)
 
 
 def write_result(**result) -> None:
@@ -86,26 +86,26 @@ def run_checks(fn, cases: list, device: str) -> list:
 def time_points(fn, points: list) -> list:
     import torch
 
-    import bench  # labs/bench.py, copied beside this file
+    import timing  # labs/engine/timing.py, copied beside this file
 
     timings = []
     for point in points:
         args = [make_tensor(a, "cuda") if isinstance(a, dict) else a for a in point["args"]]
         fn(*args)  # compile outside the timed region
         torch.cuda.synchronize()
-        timings.append({"label": point["label"], "ms": bench.time_ms(lambda: fn(*args))})
+        timings.append({"label": point["label"], "ms": timing.time_ms(lambda: fn(*args))})
         del args
     return timings
 
 
 @triton.jit
 def roofline_count_begin(flag_ptr):
-    tl.store(flag_ptr, 1.0)  # useless work: its name in ncu's list opens a counted launch (labs.counters.MARK_BEGIN)
+    tl.store(flag_ptr, 1.0)  # useless work: its name in ncu's list opens a counted launch (labs.engine.counters.MARK_BEGIN)
 
 
 @triton.jit
 def roofline_count_end(flag_ptr):
-    tl.store(flag_ptr, 2.0)  # its name closes it (labs.counters.MARK_END)
+    tl.store(flag_ptr, 2.0)  # its name closes it (labs.engine.counters.MARK_END)
 
 
 def count_points(fn, points: list, device: str) -> list:

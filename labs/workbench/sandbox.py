@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Optional
 
 REPO = Path(__file__).resolve().parents[2]
-HARNESS_FILES = (Path(__file__).with_name("harness.py"), REPO / "labs" / "bench.py")
+HARNESS_FILES = (Path(__file__).with_name("harness.py"), REPO / "labs" / "engine" / "timing.py")
 SANDBOX_BASE = Path(os.environ.get("ROOFLINE_SANDBOX_DIR", Path(tempfile.gettempdir()) / "roofline-sandbox"))
 UID_BASE, UID_SPAN = 200_000, 50_000  # per-run user ids, outside any account on the machine
 ALLOWED_MODULES = {"torch", "triton", "math", "numpy", "functools", "typing", "dataclasses", "itertools",

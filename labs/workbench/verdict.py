@@ -23,9 +23,10 @@ from typing import Callable, Optional
 
 import torch
 
-from labs import bench, runner
-from labs import gpu as gpu_mod
-from labs.lab import noop_progress
+from labs.engine import timing
+from labs.engine import runner
+from labs.engine import gpu as gpu_mod
+from labs.engine.lab import noop_progress
 from labs.workbench import sandbox
 from labs.workbench.exercises import Exercise, Point, rate
 
@@ -54,14 +55,14 @@ def case_label(args) -> str:
 
 def compare(out, ref: torch.Tensor, dtype: str) -> dict:
     """Relative and max error against float64, and the first element that is wrong (or the worst one)."""
-    tol = bench.TOLERANCE[dtype]
+    tol = timing.TOLERANCE[dtype]
     if not isinstance(out, torch.Tensor):
         return {"passed": False, "message": "the function returned no tensor", "shape": list(ref.shape)}
     if tuple(out.shape) != tuple(ref.shape):
         return {"passed": False, "message": f"output shape {tuple(out.shape)}, expected {tuple(ref.shape)}",
                 "shape": list(ref.shape)}
     out64, ref64 = out.detach().double(), ref.detach().double()
-    rel = bench.rel_error(out64, ref64)
+    rel = timing.rel_error(out64, ref64)
     diff = (out64 - ref64).abs()
     finite = torch.isfinite(out64)
     scale = ref64.abs().mean().item() or 1.0
@@ -104,7 +105,7 @@ def reference_figures(ex: Exercise, point: Point, target) -> dict:
         for who, build in (("ours", ex.ours), ("library", ex.library)):
             try:
                 fn, nbytes, flops = build(point)
-                ms = bench.time_ms(fn)
+                ms = timing.time_ms(fn)
                 figures[who] = (rate(ex.metric, nbytes, flops, ms), f"{target.name}, measured now ({ex.lab} lab)")
                 del fn
             except Exception as exc:  # noqa: BLE001 - a missing compiler must not cost the learner the verdict
@@ -196,7 +197,7 @@ _COUNTERS_REFUSED: dict = {}  # {"reason": ...} once the driver refused counters
 
 def counters_unavailable(gpu: bool) -> str:
     """'' when the learner's kernel can be counted here, else why not (starts no process)."""
-    from labs import counters
+    from labs.engine import counters
 
     if os.environ.get("ROOFLINE_WORKBENCH_COUNTERS") == "0":
         return "Measured DRAM bytes are turned off on this server (ROOFLINE_WORKBENCH_COUNTERS=0)."
@@ -216,7 +217,7 @@ def count_limits(limits: sandbox.Limits) -> sandbox.Limits:
 def counted_points(run: sandbox.WorkerRun, labels: list[str]) -> dict:
     """{point label: counted quantities (dram_bytes, dram_read_bytes, ...)} from a counted run's ncu CSV.
     Raises CountersUnavailable with ncu's own reason when it gave no counters."""
-    from labs import counters
+    from labs.engine import counters
 
     log = run.files.get(COUNTER_LOG, "")
     kernels = counters.parse_csv(log)
@@ -235,7 +236,7 @@ def count_dram(code: str, entry: str, points: list[dict], limits: sandbox.Limits
                reuse: Optional[sandbox.WorkerRun] = None) -> dict:
     """Launch `entry` once per point under ncu, inside the sandbox (in `reuse`'s folder, as its user, when
     given), and return counted_points(). The caller holds the GPU lock (runner.gpu_session)."""
-    from labs import counters
+    from labs.engine import counters
 
     ncu = counters.ncu_path()
     if ncu is None:
@@ -272,7 +273,7 @@ def _no_counters(verdict: dict, reason: str) -> None:
 def add_counters(verdict: dict, ex: Exercise, code: str, run: sandbox.WorkerRun, target, limits: sandbox.Limits,
                  on_wait=None, progress: Callable[[float, str], None] = noop_progress) -> None:
     """Count a correct kernel's DRAM bytes (GPU lock held) and put them in the verdict; say why not otherwise."""
-    from labs import counters
+    from labs.engine import counters
 
     reason = counters_unavailable(True)
     if not reason:
@@ -327,7 +328,7 @@ def model_target(name: Optional[str] = None):
 def recorded_gpu(ex: Exercise) -> Optional[str]:
     """The datasheet name of the GPU whose recording of the exercise's lab stands in for our kernel and the
     library without a GPU: the model then describes that same GPU."""
-    from labs.results import list_recorded
+    from labs.engine.results import list_recorded
 
     for result in list_recorded(ex.lab):
         sheet = gpu_mod.datasheet_for(result.meta.get("gpu", {}).get("name", ""))
@@ -420,7 +421,7 @@ def _finish(verdict: dict, ex: Exercise, code: str, run: sandbox.WorkerRun, case
 # ---------------------------------------------------------------------------------------------
 def to_result(v: dict, source: str):
     """The verdict of a live GPU run as a Result: one row per timing point, the gap sentences as messages."""
-    from labs.results import Result, run_metadata
+    from labs.engine.results import Result, run_metadata
 
     info = gpu_mod.detect()
     meta = run_metadata("live" if v.get("gpu") else "model", info if info.available else None,

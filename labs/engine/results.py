@@ -1,0 +1,255 @@
+"""One result type for every lab: rows of parameters, measurement, prediction and error, plus metadata.
+
+A row is a flat dict so that it maps onto a table, a CSV line and a chart trace without reshaping.
+Column names say what they hold and carry their unit:
+    parameters    any name ("dtype", "flops_per_element", "n")
+    measured_*    what the GPU did ("measured_tflops", "measured_ms")
+    predicted_*   what the model says ("predicted_tflops")
+    error_pct     100 * (measured - predicted) / predicted, for the lab's headline metric
+
+Recordings are Results written by the CLI on a real GPU to content/recorded/<gpu>/<lab>.json.
+"""
+
+from __future__ import annotations
+
+import copy as _copy
+import csv
+import datetime as _dt
+import io
+import json
+import math
+import os
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from labs.engine.gpu import RECORDED_DIR, ROOT, GpuInfo, software_versions
+from labs.engine.params import ParamError
+
+SCHEMA_VERSION = 1
+KINDS = ("live", "recorded", "model")
+
+
+@dataclass
+class Result:
+    lab: str
+    params: dict
+    rows: list = field(default_factory=list)
+    meta: dict = field(default_factory=dict)
+    messages: list = field(default_factory=list)  # warnings and notes a learner should read
+    complete: bool = True  # False when a sweep stopped early (out of memory, time limit)
+
+    # --- what the rows hold ---------------------------------------------------------------
+    @property
+    def columns(self) -> list[str]:
+        seen: dict[str, None] = {}
+        for row in self.rows:
+            seen.update(dict.fromkeys(row))
+        return list(seen)
+
+    @property
+    def kind(self) -> str:
+        return self.meta.get("kind", "model")
+
+    @property
+    def label(self) -> str:
+        """How a chart legend names this result: "H100 SXM, 2026-11-21, live"."""
+        gpu = self.meta.get("gpu", {}).get("name") or "model only"
+        date = str(self.meta.get("date", ""))[:10]
+        return ", ".join(p for p in (gpu, date, self.kind) if p)
+
+    def max_abs_error_pct(self, rows=None) -> Optional[float]:
+        errors = [abs(r["error_pct"]) for r in (rows or self.rows) if _is_number(r.get("error_pct"))]
+        return max(errors) if errors else None
+
+    # --- JSON ------------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        return {"schema": SCHEMA_VERSION, "lab": self.lab, "params": self.params, "rows": self.rows,
+                "meta": self.meta, "messages": self.messages, "complete": self.complete}
+
+    def to_json(self) -> str:
+        return json.dumps(_finite(self.to_dict()), indent=1) + "\n"
+
+    @classmethod
+    def from_dict(cls, data) -> "Result":
+        _require(isinstance(data, dict), "a result file holds one JSON object")
+        _require(data.get("schema") == SCHEMA_VERSION, f"unknown schema {data.get('schema')!r}; expected {SCHEMA_VERSION}")
+        _require(isinstance(data.get("lab"), str) and data["lab"], "'lab' must name a lab")
+        _require(isinstance(data.get("params"), dict), "'params' must be an object")
+        rows = data.get("rows")
+        _require(isinstance(rows, list) and all(isinstance(r, dict) for r in rows), "'rows' must be a list of objects")
+        for row in rows:
+            for key, value in row.items():
+                _require(isinstance(key, str) and (value is None or isinstance(value, (str, int, float, bool))),
+                         f"row field {key!r} must be a number, text, true/false or null")
+        meta = data.get("meta", {})
+        _require(isinstance(meta, dict), "'meta' must be an object")
+        _require(meta.get("kind", "model") in KINDS, f"meta.kind must be one of {', '.join(KINDS)}")
+        messages = data.get("messages", [])
+        _require(isinstance(messages, list) and all(isinstance(m, str) for m in messages), "'messages' must be a list of text")
+        return cls(data["lab"], data["params"], rows, meta, messages, bool(data.get("complete", True)))
+
+    @classmethod
+    def from_json(cls, text) -> "Result":
+        try:
+            data = json.loads(text)
+        except (ValueError, TypeError) as exc:
+            raise ParamError(f"Not a Roofline result file: the JSON does not parse ({exc}).") from None
+        return cls.from_dict(data)
+
+    # --- CSV -------------------------------------------------------------------------------
+    def to_csv(self) -> str:
+        """Rows as CSV; the rest (lab, params, meta, messages) rides in one leading comment line."""
+        buf = io.StringIO()
+        header = {k: v for k, v in self.to_dict().items() if k != "rows"}
+        buf.write("# roofline " + json.dumps(_finite(header)) + "\n")
+        writer = csv.DictWriter(buf, fieldnames=self.columns, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(self.rows)
+        return buf.getvalue()
+
+    @classmethod
+    def from_csv(cls, text: str) -> "Result":
+        first, _, body = text.partition("\n")
+        _require(first.startswith("# roofline "), "a Roofline CSV starts with its '# roofline {...}' line")
+        try:
+            header = json.loads(first[len("# roofline "):])
+        except ValueError as exc:
+            raise ParamError(f"Not a Roofline result file: its header does not parse ({exc}).") from None
+        rows = [{k: _parse_cell(v) for k, v in row.items()} for row in csv.DictReader(io.StringIO(body))]
+        return cls.from_dict({**header, "rows": rows})
+
+
+# ------------------------------------------------------------------------------------------------
+# Building results
+# ------------------------------------------------------------------------------------------------
+def error_pct(measured, predicted) -> Optional[float]:
+    """100 * (measured - predicted) / predicted; None when either side is missing."""
+    if not (_is_number(measured) and _is_number(predicted)) or predicted == 0:
+        return None
+    return 100.0 * (measured - predicted) / predicted
+
+
+def merge_rows(measured: list, predicted: list, key: tuple, metric: str) -> list:
+    """Join measured and predicted rows on the `key` columns and add the error on `metric`.
+
+    Predicted rows with no measurement stay (the model is drawn everywhere); so do measured rows
+    the model does not cover.
+    """
+    by_key = {tuple(r.get(k) for k in key): dict(r) for r in predicted}
+    merged = []
+    for row in measured:
+        k = tuple(row.get(c) for c in key)
+        out = {**by_key.pop(k, {}), **row}
+        out["error_pct"] = error_pct(out.get(f"measured_{metric}"), out.get(f"predicted_{metric}"))
+        merged.append(out)
+    merged.extend(by_key.values())
+    return merged
+
+
+def git_commit() -> str:
+    """The checkout's commit; ROOFLINE_GIT_COMMIT names it where the tree travels without .git (a GPU machine)."""
+    if os.environ.get("ROOFLINE_GIT_COMMIT"):
+        return os.environ["ROOFLINE_GIT_COMMIT"]
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                             timeout=5)
+        return out.stdout.strip() if out.returncode == 0 else ""
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def run_metadata(kind: str, info: Optional[GpuInfo], target=None) -> dict:
+    gpu = {}
+    if info is not None and info.available:
+        gpu = {k: v for k, v in info.__dict__.items() if k not in ("available", "reason")}
+        gpu["key"] = info.key
+    elif target is not None:
+        gpu = {"name": target.name, "key": target.key, "sm_count": target.sm_count, "l2_bytes": target.l2_bytes,
+               "memory_bytes": target.memory_bytes}
+    meta = {"kind": kind, "gpu": gpu, "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "versions": software_versions(), "git_commit": git_commit()}
+    if target is not None:
+        meta["ceilings"] = target.ceilings.to_dict()
+    return meta
+
+
+# ------------------------------------------------------------------------------------------------
+# Recordings
+# ------------------------------------------------------------------------------------------------
+def recording_path(gpu_key: str, lab: str) -> Path:
+    return RECORDED_DIR / gpu_key / f"{lab}.json"
+
+
+def save_recording(result: Result) -> Path:
+    key = result.meta.get("gpu", {}).get("key")
+    if result.kind != "live" or not key:
+        raise ParamError("Only live runs on a GPU can be recorded.")
+    path = recording_path(key, result.lab)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    recorded = Result.from_dict(_copy.deepcopy(result.to_dict()))
+    recorded.meta["kind"] = "recorded"
+    path.write_text(recorded.to_json())
+    return path
+
+
+def list_recorded(lab: str) -> list[Result]:
+    """Every committed recording of one lab, newest first (unreadable files are skipped)."""
+    found = []
+    for path in sorted(RECORDED_DIR.glob(f"*/{lab}.json")):
+        try:
+            found.append(Result.from_json(path.read_text()))
+        except (OSError, ParamError):
+            continue
+    return sorted(found, key=lambda r: str(r.meta.get("date", "")), reverse=True)
+
+
+# ------------------------------------------------------------------------------------------------
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise ParamError(f"Not a Roofline result file: {message}.")
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _finite(obj):
+    """JSON has no NaN or Infinity: write them as null."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def _parse_cell(text: str):
+    if text == "":
+        return None
+    if text in ("True", "False"):
+        return text == "True"
+    for convert in (int, float):
+        try:
+            return convert(text)
+        except ValueError:
+            pass
+    return text
+
+
+def normalised(result: Result, metric: str) -> Result:
+    """A copy whose measured_<metric> and predicted_<metric> are divided by the run's best measured value
+    (or best predicted value, for a model), so runs of different GPUs can be compared by shape."""
+    m, p = f"measured_{metric}", f"predicted_{metric}"
+    values = [r[m] for r in result.rows if _is_number(r.get(m))] or [r[p] for r in result.rows if _is_number(r.get(p))]
+    best = max((abs(v) for v in values), default=0)
+    copy = Result.from_dict(_copy.deepcopy(result.to_dict()))
+    if best > 0:
+        for row in copy.rows:
+            for col in (m, p):
+                if _is_number(row.get(col)):
+                    row[col] = row[col] / best
+    copy.meta["normalised_by"] = best
+    return copy
