@@ -314,11 +314,6 @@ def l2_request_bound_tbps(useful_bytes: float, slots: float, target: Target, l2_
     return useful_bytes / seconds / 1e12, source
 
 
-# Boost SM clocks from the vendors' datasheets, for GPUs that are not attached (MHz).
-BOOST_CLOCK_MHZ = {"H100 SXM": 1980, "H100 PCIe": 1755, "H200": 1980, "A100 40GB": 1410, "A100 80GB": 1410,
-                   "L4": 2040, "L40S": 2520, "T4": 1590, "A10G": 1710, "RTX 4090": 2520}
-
-
 def sm_clock_mhz(target: Target):
     """The attached GPU's maximum SM clock (nvidia-smi), else the datasheet boost clock, else None."""
     if target.live:
@@ -327,7 +322,7 @@ def sm_clock_mhz(target: Target):
         info = detect()
         if info.available and info.sm_clock_mhz:
             return info.sm_clock_mhz
-    return BOOST_CLOCK_MHZ.get(target.datasheet.name) if target.datasheet else None
+    return target.datasheet.boost_clock_mhz if target.datasheet else None
 
 
 def l1_bound_tbps(cost, target: Target):

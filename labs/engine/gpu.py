@@ -56,6 +56,7 @@ class Datasheet:
     fp8_tflops: Optional[float]  # tensor cores, FP8 inputs (None: not supported)
     source: str
     note: str = ""
+    boost_clock_mhz: Optional[int] = None  # the vendor's boost SM clock (set from _BOOST_CLOCK_MHZ below)
 
     def matmul_tflops(self, dtype: str) -> Optional[float]:
         return {"fp32": self.fp32_tflops, "tf32": self.tf32_tflops, "fp16": self.fp16_tflops,
@@ -111,6 +112,60 @@ DATASHEET: tuple[Datasheet, ...] = (
               "SMs and L2 are not on the datasheet: 148 SMs and 126 MB are what the device reports. The technical "
               "brief gives 80 TFLOP/s FP32 at 1000 W against the HGX page's 75."),
 )
+
+# Boost SM clocks from the vendors' datasheets (MHz), for GPUs that are not attached (the attached one reports its own).
+_BOOST_CLOCK_MHZ = {"H100 SXM": 1980, "H100 PCIe": 1755, "H200": 1980, "A100 40GB": 1410, "A100 80GB": 1410,
+                    "L4": 2040, "L40S": 2520, "T4": 1590, "A10G": 1710, "RTX 4090": 2520}
+DATASHEET = tuple(dataclasses.replace(row, boost_clock_mhz=_BOOST_CLOCK_MHZ.get(row.name)) for row in DATASHEET)
+
+
+# --------------------------------------------------------------------------------------------
+# What one SM offers, by compute capability (NVIDIA CUDA C++ Programming Guide, "Technical Specifications
+# per Compute Capability"): for GPUs that are not attached; the attached one reports its own.
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SmShape:
+    fp32_lanes: int  # FP32 FMA lanes (2 FLOPs each per clock)
+    smem_bytes: int  # the most shared memory one block may use
+    max_threads: int  # resident threads
+    registers: int = 65536  # 32-bit registers
+    smem_per_sm_kib: int = 0  # the most shared memory one SM can give all its blocks, KiB
+    l1_smem_kib: int = 0  # L1 and shared memory together, KiB
+
+
+SM_SHAPES = {
+    (7, 0): SmShape(64, 96 * 1024, 2048, smem_per_sm_kib=96, l1_smem_kib=128),
+    (7, 5): SmShape(64, 64 * 1024, 1024, smem_per_sm_kib=64, l1_smem_kib=96),
+    (8, 0): SmShape(64, 163 * 1024, 2048, smem_per_sm_kib=164, l1_smem_kib=192),
+    (8, 6): SmShape(128, 99 * 1024, 1536, smem_per_sm_kib=100, l1_smem_kib=128),
+    (8, 7): SmShape(128, 163 * 1024, 2048, smem_per_sm_kib=164, l1_smem_kib=192),
+    (8, 9): SmShape(128, 99 * 1024, 1536, smem_per_sm_kib=100, l1_smem_kib=128),
+    (9, 0): SmShape(128, 227 * 1024, 2048, smem_per_sm_kib=228, l1_smem_kib=256),
+    (10, 0): SmShape(128, 227 * 1024, 2048, smem_per_sm_kib=228, l1_smem_kib=256),
+    (12, 0): SmShape(128, 99 * 1024, 1536, smem_per_sm_kib=100, l1_smem_kib=128),
+}
+
+
+def compute_capability_tuple(compute_capability: str) -> tuple:
+    """"9.0" -> (9, 0)."""
+    try:
+        major, minor = (compute_capability or "0.0").split(".")[:2]
+        return int(major), int(minor)
+    except ValueError:
+        return 0, 0
+
+
+def sm_shape(compute_capability: str) -> SmShape:
+    """The SM of this compute capability, or of the nearest older one in the table (an A100's below that)."""
+    cc = compute_capability_tuple(compute_capability)
+    known = [k for k in SM_SHAPES if k <= cc]
+    return SM_SHAPES[max(known)] if known else SM_SHAPES[(8, 0)]
+
+
+# --------------------------------------------------------------------------------------------
+# Launch cost: what a model charges each kernel launch before the probes have measured it
+# --------------------------------------------------------------------------------------------
+KERNEL_LAUNCH_US = 3.0  # a kernel's start, its first loads' trip from memory and its last store, in us
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ import triton
 import triton.language as tl
 
 from labs.engine import timing
-from labs.engine.gpu import MiB, Target, free_memory_bytes
+from labs.engine.gpu import KERNEL_LAUNCH_US, MiB, Target, free_memory_bytes
 from labs.engine.lab import Headline, Lab
 from labs.engine.params import ParamError, param
 
@@ -47,7 +47,7 @@ except ImportError:  # pragma: no cover - every supported Triton has it
 
 # A fixed cost per kernel on top of its bytes: launch, ramp-up and drain. A few microseconds on
 # current NVIDIA GPUs; it only matters for small tensors (below ~1 MiB it is most of the time).
-LAUNCH_US = 3.0
+LAUNCH_US = KERNEL_LAUNCH_US
 
 # Launch shape of the elementwise kernels, measured on an H200 (scripts/fusion_gpu.py): small programs
 # (1024 elements, 4 warps: 8 per thread, two 16-byte loads) came closest to the byte floor, within 1 %.

@@ -315,15 +315,6 @@ def find_knee(rows: list[dict], variant: str = "loop", kind: str = "measured") -
     return None
 
 
-# Per-SM storage by compute capability, for GPUs that are not attached (the attached one reports its own):
-# 32-bit registers per SM, the most shared memory one SM can give its blocks, and L1 + shared memory
-# together, in KiB (CUDA C++ Programming Guide, "Technical Specifications per Compute Capability").
-PER_SM_BY_CC = {
-    "7.0": (65536, 96, 128), "7.5": (65536, 64, 96), "8.0": (65536, 164, 192), "8.6": (65536, 100, 128),
-    "8.7": (65536, 164, 192), "8.9": (65536, 100, 128), "9.0": (65536, 228, 256), "10.0": (65536, 228, 256),
-}
-
-
 def hierarchy_levels(target: Target, rows: Optional[list] = None, rows_label: str = "measured in this run") -> list[dict]:
     """The four levels with their sizes and bandwidths for the diagram, each figure with its source.
 
@@ -332,7 +323,8 @@ def hierarchy_levels(target: Target, rows: Optional[list] = None, rows_label: st
     the level figures), HBM from the calibration and the datasheet.
     """
     info = gpu_mod.detect() if target.live else None
-    regs, smem_kib, l1_kib = PER_SM_BY_CC.get(target.compute_capability, (None, None, None))
+    shape = gpu_mod.SM_SHAPES.get(gpu_mod.compute_capability_tuple(target.compute_capability))
+    regs, smem_kib, l1_kib = (shape.registers, shape.smem_per_sm_kib, shape.l1_smem_kib) if shape else (None, None, None)
     smem = smem_kib * KiB if smem_kib else None
     per_sm_source = f"compute capability {target.compute_capability} table"
     if info is not None and info.available:

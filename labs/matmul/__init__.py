@@ -33,7 +33,7 @@ import triton
 import triton.language as tl
 
 from labs.engine import timing
-from labs.engine.gpu import Target, free_memory_bytes
+from labs.engine.gpu import KERNEL_LAUNCH_US, compute_capability_tuple, SM_SHAPES, SmShape, Target, free_memory_bytes, sm_shape  # noqa: F401
 from labs.engine.lab import Headline, Lab
 from labs.engine.params import ParamError, param
 
@@ -1283,12 +1283,7 @@ def cublas_matmul(a: torch.Tensor, b: torch.Tensor, dtype: str, out: Optional[to
     return torch.matmul(a, b, out=out)
 
 
-def _cc(text: str) -> tuple:
-    try:
-        major, minor = (text or "0.0").split(".")[:2]
-        return int(major), int(minor)
-    except ValueError:
-        return 0, 0
+_cc = compute_capability_tuple
 
 
 def _device_cc(device) -> str:
@@ -1325,36 +1320,10 @@ def check_sampled(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, dtype: st
 # ---------------------------------------------------------------------------------------------
 # The model
 # ---------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class SmShape:
-    """What one SM of an architecture offers (NVIDIA CUDA C++ Programming Guide, compute capabilities)."""
-
-    fp32_lanes: int  # FP32 FMA lanes (2 FLOPs each per clock)
-    smem_bytes: int  # shared memory one SM can give its blocks
-    max_threads: int  # resident threads
-    registers: int = 65536  # 32-bit registers
-
-
-SM_SHAPES = {
-    (7, 5): SmShape(64, 64 * 1024, 1024),
-    (8, 0): SmShape(64, 163 * 1024, 2048),
-    (8, 6): SmShape(128, 99 * 1024, 1536),
-    (8, 7): SmShape(128, 163 * 1024, 2048),
-    (8, 9): SmShape(128, 99 * 1024, 1536),
-    (9, 0): SmShape(128, 227 * 1024, 2048),
-    (10, 0): SmShape(128, 227 * 1024, 2048),
-    (12, 0): SmShape(128, 99 * 1024, 1536),
-}
 L1_BYTES_PER_CLOCK = 128  # one SM's L1/shared memory moves 128 bytes (one wavefront) per clock
 LSU_INSTR_PER_CLOCK = 1.0  # one warp-wide load/store instruction issued per clock per SM
 LAYOUT_BYTES_PER_THREAD = 16  # Triton's load layout gives each thread 16 consecutive bytes of a row
-FIXED_US = 3.0  # per launch: the kernel's start, the first tiles' trip from memory, the last store
-
-
-def sm_shape(compute_capability: str) -> SmShape:
-    cc = _cc(compute_capability)
-    known = [k for k in SM_SHAPES if k <= cc]
-    return SM_SHAPES[max(known)] if known else SM_SHAPES[(8, 0)]
+FIXED_US = KERNEL_LAUNCH_US  # per launch: the kernel's start, the first tiles' trip from memory, the last store
 
 
 def clock_hz(target: Target) -> float:
