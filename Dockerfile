@@ -2,8 +2,8 @@
 #   docker build -t roofline .
 #   docker run --gpus all -p 8501:8501 roofline
 # A GPU pool (README, "A class on a GPU pool"), the same image with another command:
-#   docker run --network host roofline python -m labs.pool scheduler
-#   docker run --gpus all --network host roofline python -m labs.pool worker tcp://SCHEDULER:8786
+#   docker run --network host roofline python -m labs.engine.pool scheduler
+#   docker run --gpus all --network host roofline python -m labs.engine.pool worker tcp://SCHEDULER:8786
 #   docker run --network host -e ROOFLINE_CLUSTER=tcp://SCHEDULER:8786 roofline
 # The base image carries CUDA PyTorch, nvcc and gcc (Triton compiles with a C compiler at run time;
 # the CUDA C++ labs build with nvcc).

@@ -3,8 +3,9 @@
 import plotly.graph_objects as go
 import streamlit as st
 
-from labs import precision
 from labs.precision import LAB
+from labs.precision.measure import accumulation_example
+from labs.precision.model import matmul_rates, time_ratios
 from ui import charts
 from ui.lab_page import LabPage, recorded_caption
 
@@ -32,14 +33,14 @@ for run in runs:
 fig.update_layout(barmode="group")
 st.plotly_chart(fig, width="stretch")
 if shown is not None:
-    ratios = precision.time_ratios(shown.rows)
+    ratios = time_ratios(shown.rows)
     if ratios:
         st.dataframe(ratios, hide_index=True, width="stretch")
         st.caption(f"{shown.label}: fp32 time over each dtype's time, beside the ratio of their bytes.")
 
 # --- 2. matmul by dtype -----------------------------------------------------------------------------
 st.subheader("Matmul throughput by dtype")
-rates = precision.matmul_rates(target)
+rates = matmul_rates(target)
 fig = charts.figure(f"Matrix multiply, {target.name}", "", "TFLOP/s", log_y=True)
 fig.add_trace(go.Bar(x=[r["dtype"] for r in rates], y=[r["calibrated_tflops"] for r in rates],
                      name=f"calibration ({target.ceilings.source})", text=[
@@ -68,7 +69,7 @@ st.plotly_chart(fig, width="stretch")
 with st.expander("Try it on this machine's CPU (no GPU needed)"):
     k = st.select_slider("terms per dot product (K)", [256, 1024, 4096], value=1024, key="precision.cpu_k")
     if st.button("Sum 256 dot products in fp32 and in bf16", key="precision.cpu_run"):
-        st.dataframe(precision.accumulation_example(k), hide_index=True, width="stretch")
+        st.dataframe(accumulation_example(k), hide_index=True, width="stretch")
         st.caption("Step-by-step sums in torch on the CPU, rounded to the accumulator after every addition, "
                    "against float64.")
 st.markdown(page.section("Why fp32 accumulation beats its model"))

@@ -4,8 +4,8 @@ import math
 
 import streamlit as st
 
-from labs import roofline
 from labs.roofline import LAB
+from labs.roofline.model import roof_curve
 from ui import charts
 from ui.lab_page import LabPage, recorded_caption
 
@@ -20,7 +20,7 @@ live, model, recorded = page.results(params)
 target = page.target
 fig = charts.figure(f"Roofline of {target.name}", "arithmetic intensity (FLOP/byte)",
                     "TFLOP/s / each run's best" if page.normalise else "TFLOP/s", log_x=True, log_y=True)
-roof = roofline.roof_curve(target)
+roof = roof_curve(target)
 if page.normalise:  # the points are divided by their run's best: so is the roof, or it floats far above them
     top = max(r["tflops"] for r in roof)
     roof = [{**r, "tflops": r["tflops"] / top} for r in roof]

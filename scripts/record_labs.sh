@@ -7,7 +7,7 @@
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD ROOFLINE_CACHE=${ROOFLINE_CACHE:-/tmp/rc}
 BUDGET_S=${BUDGET_S:-540}
-KEY=$(python3 -c "from labs import gpu; print(gpu.detect().key)")
+KEY=$(python3 -c "from labs.engine import gpu; print(gpu.detect().key)")
 mkdir -p /tmp/record
 pack() { tar czf "$OUT/recorded-$KEY.tgz" "content/recorded/$KEY" /tmp/record 2>/dev/null; }
 echo "GPU key $KEY, commit ${ROOFLINE_GIT_COMMIT:-?}"

@@ -19,12 +19,19 @@ except ImportError:  # pragma: no cover - older Triton
 JIT = (triton.runtime.jit.JITFunction, InterpretedFunction)
 
 
+def lab_modules():
+    """Every module under labs/, packages walked (the engine, each lab's kernels.py, ...)."""
+    for info in pkgutil.walk_packages(labs.__path__, prefix="labs."):
+        if info.name.endswith(("__main__", ".worker")):  # the CLI and the torchrun worker run on import
+            continue
+        yield importlib.import_module(info.name)
+
+
 def lab_kernels():
-    for info in pkgutil.iter_modules(labs.__path__):
-        module = importlib.import_module(f"labs.{info.name}")
+    for module in lab_modules():
         for name, obj in vars(module).items():
             if isinstance(obj, JIT) and obj.fn.__module__ == module.__name__:
-                yield f"labs.{info.name}.{name}", obj
+                yield f"{module.__name__}.{name}", obj
 
 
 def globals_read(fn) -> set:

@@ -13,8 +13,10 @@ from labs.engine import timing
 from labs.engine import gpu
 from labs.engine import runner
 from labs.engine.params import ParamError
-from labs.precision import (LAB, Params, accumulation_error, dot_accumulate, dot_emulated, dot_reference,
-                            matmul_rates, predict, relu, relu_reference, time_ratios)
+from labs.precision import LAB, Params
+from labs.precision.kernels import dot_accumulate, relu
+from labs.precision.measure import dot_emulated, dot_reference, relu_reference
+from labs.precision.model import accumulation_error, matmul_rates, predict, time_ratios
 
 ROOT = Path(__file__).resolve().parent.parent
 H200 = gpu.datasheet_target(gpu.datasheet_by_name("H200"))
@@ -72,7 +74,7 @@ def test_fp8_is_left_out_where_unsupported():
     LAB.check(Params(), a100)  # the defaults run: fp8 is skipped with a note (measure_relu)
     with pytest.raises(ParamError, match="fp8"):  # fp8 alone has nothing to run
         LAB.check(Params(dtypes=("fp8",)), a100)
-    from labs.precision import measure_relu
+    from labs.precision.measure import measure_relu
 
     note = next(measure_relu(Params(dtypes=("fp8",)), a100, lambda f, m: None, 1))  # before any GPU work
     assert isinstance(note, str) and "fp8 skipped" in note and "8.0" in note

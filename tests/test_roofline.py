@@ -7,7 +7,10 @@ from labs.engine import timing
 from labs.engine import gpu
 from labs.engine import runner
 from labs.engine.params import ParamError
-from labs.roofline import LAB, Params, attainable_tflops, fma_chain, intensity, predict, reference, roof_curve
+from labs.roofline import LAB, Params
+from labs.roofline.kernels import fma_chain
+from labs.roofline.measure import reference
+from labs.roofline.model import attainable_tflops, intensity, predict, roof_curve
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "bf16", "fp16"])

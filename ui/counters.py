@@ -1,6 +1,6 @@
 """The "Count it" panel: the GPU's hardware counters (Nsight Compute) beside the lab's model.
 
-Shown on every lab page whose lab has a counter spec (labs/counters.py ADAPTERS). With a GPU and ncu a
+Shown on every lab page whose lab has a counter spec (LAB.counters). With a GPU and ncu a
 learner counts the lab's points (through the runner's GPU lock); without them the committed counter
 recordings of real GPUs are shown. Words: content/counters.md.
 """

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import torch
 
+from labs.engine import timing
 from labs.engine.counters import Adapter
+from labs.roofline.kernels import fma_chain
+from labs.roofline.model import bytes_per_element, elements
 
 
 def points(params) -> list[dict]:
@@ -17,25 +20,20 @@ def points(params) -> list[dict]:
 
 
 def prepare(params, point):
-    from labs import roofline
-    from labs.engine import timing
-
-    n = roofline.elements(params, point["dtype"])
+    n = elements(params, point["dtype"])
     x = timing.random_tensor((n,), point["dtype"])
     y = torch.empty_like(x)
-    return lambda: roofline.fma_chain(x, point["flops_per_element"], y)
+    return lambda: fma_chain(x, point["flops_per_element"], y)
 
 
 def model(params, point, predicted, target) -> dict:
-    from labs import roofline
-
-    n, flops = roofline.elements(params, point["dtype"]), point["flops_per_element"]
+    n, flops = elements(params, point["dtype"]), point["flops_per_element"]
     instructions = n * (flops // 2 + flops % 2)  # FMAs, and one multiply when F is odd
     peak_per_s = target.ceilings.fma_tflops * 1e12 / 2  # FMA-pipe instructions per second at the FP32 ceiling
     ms = predicted.get("predicted_ms")
-    return {"dram_bytes": n * roofline.bytes_per_element(point["dtype"]), "fp32_flops": n * flops,
+    return {"dram_bytes": n * bytes_per_element(point["dtype"]), "fp32_flops": n * flops,
             "fma_pipe_pct": 100.0 * instructions / (ms * 1e-3) / peak_per_s if ms else None, "kernels": 1}
 
 
 COUNTERS = Adapter(("dram", "flops", "pipes"), points, prepare, model,
-                        ("dram_bytes", "fp32_flops", "fma_pipe_pct", "kernels"))
+                   ("dram_bytes", "fp32_flops", "fma_pipe_pct", "kernels"))

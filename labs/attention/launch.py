@@ -1,0 +1,104 @@
+"""Launching with less CPU per call: compiled kernels called directly, and recorded launch plans.
+
+At short sequences the GPU finishes a kernel sooner than Python prepares the next launch, so the launch path
+is part of the speed (issue 15: on the H100's slower host our forward call took several times the CPU time of
+SDPA's, and the timer showed it). Triton's `kernel[grid](...)` binds and specializes every argument on each
+call. `launch` does that once per kind of call and then calls Triton's C launch function itself, with the CUDA
+stream, the kernel handle and the packed metadata read once and every tensor passed as its address (an int):
+through `compiled[grid]` each launch would also build a closure, look up the device and stream, build launch
+metadata for hooks nobody set, call two empty hook chains and, for each tensor, call data_ptr() and ask the
+driver whether the address is device memory (9 tensors for each backward kernel).
+
+The key of a kind of call is the caller's (`key=`): the shapes and dtypes every integer and descriptor argument
+derives from, and the pointers' 16-byte alignment, which with the constexprs and launch options is everything
+Triton specializes on; so a compiled kernel is only reused where Triton would have chosen the same one.
+
+On the pointer-load path (no descriptors to encode per call) the launchers go one step further: once a kind of
+call has run, everything about its launch but the addresses and scalars is fixed by its shapes, dtypes, tiles
+and mask, so `launch` records it as a plan (PLANS), and the next call with all its tensors 16-byte aligned passes
+the addresses straight to the recorded launcher (`run_plan`): no keyword arguments, descriptors, alignment tuples
+or launch keys are built.
+"""
+
+from __future__ import annotations
+
+import torch
+
+_COMPILED: dict = {}  # launch key -> (compiled kernel, its constexprs in order, its C launcher or None)
+PLANS: dict = {}  # plan_key(...) -> (C launcher, function, cooperative, pdl, packed metadata, grid, device, constexprs, owner)
+_COMPILED_MAX = 4096  # kinds of call remembered (each shape is one): forgotten all at once past this
+
+
+def aligned(*tensors) -> tuple:
+    """The 16-byte alignment of each tensor's first element: what Triton specializes pointers on."""
+    return tuple(t.data_ptr() % 16 == 0 for t in tensors)
+
+
+def _direct(compiled):
+    """(launch, function handle, cooperative, pdl, packed metadata) of a compiled kernel whose C launch function
+    this Triton exposes the way 3.6 does (CompiledKernel.run is a launcher whose .launch takes the grid, the stream,
+    the function, two flags, two scratch buffers, the packed metadata, the launch metadata and two hooks, then every
+    parameter); None where it does not, or where the kernel needs scratch memory allocated per launch."""
+    try:
+        from triton import knobs
+        run = compiled.run
+        if run.global_scratch_size or run.profile_scratch_size or run.num_ctas != 1:
+            return None
+        if knobs.runtime.launch_enter_hook.calls or knobs.runtime.launch_exit_hook.calls:
+            return None  # a profiler listens to launches: let Triton call it
+        return (run.launch, compiled.function, bool(run.launch_cooperative_grid), bool(run.launch_pdl),
+                compiled.packed_metadata)
+    except AttributeError:  # another Triton's interface
+        return None
+
+
+def plan_key(kind: str, cfg, causal: bool, q4, k4) -> tuple:
+    """The key of a recorded launch: the configuration by identity (hashing its fields costs more than the launch
+    saves; the recorded plan holds the configuration, so its id cannot be reused while the plan lives), the mask,
+    the shapes, the dtype and the device; everything else that Triton specializes on follows from these."""
+    return kind, id(cfg), causal, q4.shape, k4.shape, q4.dtype, q4.get_device()
+
+
+def run_plan(hit, args) -> None:
+    """Launch the plan `hit` (a PLANS entry) with `args`: every parameter in order, tensors as their addresses."""
+    launch_fn, function, cooperative, pdl, packed, grid3, device, constexprs, _ = hit
+    launch_fn(*grid3, torch._C._cuda_getCurrentRawStream(device), function, cooperative, pdl, None, None, packed,
+              None, None, None, *args, *constexprs)
+
+
+def launch(kernel, grid: tuple, *args, key, plan=None, owner=None, **meta) -> None:
+    """kernel[grid](*args, **meta), through the compiled kernel's C launcher once this kind of call ran before.
+
+    key: what Triton specializes these arguments on (see the module's docstring). plan: a key (plan_key) under which
+    to record this launch in PLANS, given only where every tensor is 16-byte aligned and every other argument's
+    specialization follows from the key; owner: the configuration it names (kept alive with the plan)."""
+    if not args[0].is_cuda:  # Triton's CPU interpreter: nothing to save
+        kernel[grid](*args, **meta)
+        return
+    device = args[0].get_device()
+    key = (kernel, device, key, tuple(meta.items()))
+    grid3 = (grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1)
+    hit = _COMPILED.get(key)
+    if hit is None:  # the first call of its kind: Triton binds, specializes, compiles and launches
+        compiled = kernel[grid](*args, **meta)
+        rest = kernel.arg_names[len(args):]  # the constexprs, passed by keyword
+        if hasattr(compiled, "function") and all(name in meta for name in rest):
+            if len(_COMPILED) >= _COMPILED_MAX:
+                _COMPILED.clear()
+                PLANS.clear()
+            _COMPILED[key] = hit = (compiled, tuple(meta[name] for name in rest), _direct(compiled))
+            if plan is not None and hit[2] is not None:
+                PLANS[plan] = (*hit[2], grid3, device, hit[1], owner)
+        return
+    compiled, constexprs, direct = hit
+    if direct is None:  # a launcher we cannot call ourselves: every parameter in order, through the compiled kernel
+        compiled[grid3](*args, *constexprs)
+        return
+    if plan is not None:
+        if len(PLANS) >= _COMPILED_MAX:  # a caller making a new configuration object per call: stay bounded
+            PLANS.clear()
+        PLANS[plan] = (*direct, grid3, device, constexprs, owner)
+    launch_fn, function, cooperative, pdl, packed = direct
+    # tensors as addresses: the launcher then neither calls data_ptr() nor asks the driver about them
+    launch_fn(*grid3, torch._C._cuda_getCurrentRawStream(device), function, cooperative, pdl, None, None, packed,
+              None, None, None, *[a.data_ptr() if isinstance(a, torch.Tensor) else a for a in args], *constexprs)
