@@ -3,8 +3,9 @@
 import plotly.graph_objects as go
 import streamlit as st
 
-from labs import attention
 from labs.attention import LAB
+from labs.attention.online_softmax import online_softmax_steps, softmax_at_once, stepper_example
+from labs.attention.tiles import tile_counts, tile_map
 from ui import charts
 from ui.lab_page import LabPage, recorded_caption
 
@@ -17,9 +18,9 @@ c1, c2, c3 = st.columns(3)
 length = c1.slider("keys in the row", 4, 48, 24, key="stepper_length")
 tile = c2.slider("keys per tile", 1, 16, 4, key="stepper_tile")
 seed = c3.number_input("random row", 0, 999, 0, key="stepper_seed")
-scores, values = attention.stepper_example(length, int(seed))
-steps = attention.online_softmax_steps(scores, values, tile)
-once = attention.softmax_at_once(scores, values)
+scores, values = stepper_example(length, int(seed))
+steps = online_softmax_steps(scores, values, tile)
+once = softmax_at_once(scores, values)
 config = (length, tile, int(seed))
 if st.session_state.get("stepper_config") != config:  # new row or tile size: start over
     st.session_state.stepper_config, st.session_state.stepper_step = config, 0
@@ -63,7 +64,7 @@ lk = c2.number_input("keys Lk", 1, 65536, 1000, key="tiles_lk")
 bm = c3.selectbox("BLOCK_M", [16, 32, 64, 128], index=2, key="tiles_bm")
 bn = c4.selectbox("BLOCK_N", [16, 32, 64, 128], index=3, key="tiles_bn")
 causal = c5.checkbox("causal", True, key="tiles_causal")
-grid = attention.tile_map(int(lq), int(lk), bm, bn, causal)
+grid = tile_map(int(lq), int(lk), bm, bn, causal)
 n_m, n_n = len(grid), len(grid[0])
 if n_m * n_n > 4096:
     st.info(f"{n_m} x {n_n} tiles is too many to draw: choose fewer queries or keys, or larger tiles.")
@@ -81,7 +82,7 @@ else:
                       title="light blue: no mask · orange: mask (diagonal or ragged end) · grey: skipped")
     st.plotly_chart(fig, width="stretch")
     row = grid[program]
-    counts = attention.tile_counts(int(lq), int(lk), bm, bn, causal)
+    counts = tile_counts(int(lq), int(lk), bm, bn, causal)
     st.markdown(f"Program {program} loads its **Q tile once** ({bm} rows) and streams **{row.count('full')} K,V tiles "
                 f"without a mask and {row.count('masked')} with one**; it skips {row.count('skipped')}. Over the whole "
                 f"grid: {counts['full']} full, {counts['masked']} masked, {counts['skipped']} skipped of "

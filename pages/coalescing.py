@@ -3,12 +3,12 @@
 import plotly.graph_objects as go
 import streamlit as st
 
-from labs import coalescing
 from labs.coalescing import LAB
+from labs.coalescing.model import GRANULE_BYTES, ladder_gains
 from ui import charts
 from ui.lab_page import LabPage, recorded_caption
 
-GRANULE = coalescing.GRANULE_BYTES
+GRANULE = GRANULE_BYTES
 
 page = LabPage(LAB)
 page.lesson()
@@ -102,7 +102,7 @@ if "transpose" in params.experiments:
                     width="stretch")
     shown = live or (recorded[0] if recorded else None)
     if shown is not None:
-        gains = coalescing.ladder_gains(shown.rows)
+        gains = ladder_gains(shown.rows)
         if gains:
             st.dataframe(gains, hide_index=True, width="stretch")
             st.caption(f"{shown.label}: each rung's bandwidth, its gain over the rung below, and its share of "

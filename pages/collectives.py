@@ -2,8 +2,9 @@
 
 import streamlit as st
 
-from labs import collectives
 from labs.collectives import LAB
+from labs.collectives.measure import world_size
+from labs.collectives.model import link_for
 from ui import charts
 from ui.lab_page import LabPage, recorded_caption
 
@@ -13,8 +14,8 @@ params = page.params_form()
 if params is None:
     st.stop()
 live, model, recorded = page.results(params)
-link = collectives.link_for(page.target)
-n = collectives.world_size(params, page.target)
+link = link_for(page.target)
+n = world_size(params, page.target)
 st.markdown(f"**Link on the datasheet:** {link['link']}, **{link['link_gbps']:.0f} GB/s** per direction "
             f"({link['link_source']}); {n} GPUs.")
 

@@ -4,16 +4,16 @@ data-dependent loops in random and sorted order."""
 import plotly.graph_objects as go
 import streamlit as st
 
-from labs import divergence
 from labs.engine import gpu
 from labs.divergence import LAB
+from labs.divergence.kernels import cuda_unavailable_reason
 from ui import charts
 from ui.lab_page import LabPage, recorded_caption
 
 page = LabPage(LAB)
 page.lesson()
 if gpu.detect().available:
-    reason = divergence.cuda_unavailable_reason()
+    reason = cuda_unavailable_reason()
     if reason:  # a GPU but no CUDA compiler: say so before anyone presses Run
         st.warning(f"{reason} The CUDA C++ experiments (branches, data-dependent) cannot be built on this machine; "
                    "the Triton experiment still runs (choose experiments = triton).")

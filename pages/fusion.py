@@ -2,8 +2,8 @@
 
 import streamlit as st
 
-from labs import fusion
 from labs.fusion import LAB
+from labs.fusion.model import EXPERIMENTS, SINCOS, SOFTMAX, chain_ridge_ops
 from ui import charts
 from ui.lab_page import LabPage, recorded_caption
 
@@ -21,7 +21,7 @@ def overlay(fig, model, live, recorded, experiment, variants, x, y, hover, **mat
 def sincos_view(params, model, live, recorded, target):
     fig = charts.figure("sin²x + cos²x: time per call", "tensor size (MiB, fp32)", page.axis("time (ms)"),
                         log_x=True, log_y=True)
-    variants = [v for v in fusion.SINCOS if params.compile or v != "compiled"]
+    variants = [v for v in SINCOS if params.compile or v != "compiled"]
     shown = live or (recorded[0] if recorded else None)
     # once a run has measured the CPU's time per call, its rows carry the complete model
     with_cpu = (shown is not None and shown.meta.get("gpu", {}).get("key") == target.key  # the GPU modelled here
@@ -56,7 +56,7 @@ def chain_view(params, model, live, recorded, target):
     fig = charts.figure(f"A chain of k multiply-adds on {params.chain_mib} MiB: time per call", "k (operations)",
                         page.axis("time (ms)"), log_x=True, log_y=True)
     overlay(fig, model, live, recorded, "chain", ("eager", "triton"), "ops", "ms", ("predicted_kernels", "bytes_moved"))
-    ridge = fusion.chain_ridge_ops(target)
+    ridge = chain_ridge_ops(target)
     charts.reference_line(fig, ridge, f"ridge: k = {ridge:.0f}", "x", line_dash="dash", line_color="gray",
                           annotation_position="top left")
     st.plotly_chart(fig, width="stretch")
@@ -68,7 +68,7 @@ def chain_view(params, model, live, recorded, target):
 def softmax_view(params, model, live, recorded, target):
     fig = charts.figure(f"Softmax over {params.softmax_mib} MiB: effective bandwidth (2 x size / time)",
                         "row length (columns)", "TB/s", log_x=True)
-    overlay(fig, model, live, recorded, "softmax", tuple(fusion.SOFTMAX), "n_cols", "effective_tbps",
+    overlay(fig, model, live, recorded, "softmax", tuple(SOFTMAX), "n_cols", "effective_tbps",
             ("predicted_kernels", "bytes_moved", "kernel_names"))
     copy = target.ceilings.copy_tbps
     charts.reference_line(fig, copy, f"copy bandwidth {copy:.2f} TB/s", "y", line_color="black")
@@ -97,7 +97,7 @@ if params is None:
     st.stop()
 live, model, recorded = page.results(params)
 views = {"sincos": "sin² + cos², three ways", "chain": "A chain of k operations", "softmax": "Online softmax"}
-options = [views[e] for e in fusion.EXPERIMENTS if e in params.experiments] + ["Model error"]
+options = [views[e] for e in EXPERIMENTS if e in params.experiments] + ["Model error"]
 view = st.radio("Show", options, horizontal=True, key="fusion_view", label_visibility="collapsed")
 if view == views["sincos"]:
     sincos_view(params, model, live, recorded, page.target)

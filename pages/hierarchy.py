@@ -3,9 +3,10 @@
 import plotly.graph_objects as go
 import streamlit as st
 
-from labs import hierarchy
 from labs.engine.gpu import MiB
-from labs.hierarchy import LAB, VARIANTS
+from labs.hierarchy import LAB
+from labs.hierarchy.diagram import hierarchy_levels
+from labs.hierarchy.model import VARIANTS, find_knee, levels as level_figures
 from ui import charts
 from ui.lab_page import LabPage, absolute, recorded_caption
 
@@ -61,8 +62,8 @@ def diagram(levels: list) -> go.Figure:
 
 
 # --- the diagram ----------------------------------------------------------------------------------
-levels = hierarchy.hierarchy_levels(target, shown.rows if shown else None,
-                                    f"measured by this lab ({shown.label})" if shown else "")
+levels = hierarchy_levels(target, shown.rows if shown else None,
+                          f"measured by this lab ({shown.label})" if shown else "")
 st.plotly_chart(diagram(levels), width="stretch")
 st.caption("Sizes: " + "; ".join(f"{lv['level']}: {lv['size_source']}" for lv in levels) + ". Bandwidths: "
            + "; ".join(f"{lv['level']}: {lv['tbps_source']}" for lv in levels) + ".")
@@ -86,12 +87,12 @@ charts.reference_line(fig, target.l2_bytes, f"L2 {target.l2_bytes / MiB:.0f} MiB
 if not page.normalise:  # a line in TB/s has no place among points divided by their run's best
     charts.reference_line(fig, target.ceilings.copy_tbps, f"copy {target.ceilings.copy_tbps:.2f} TB/s", "y",
                           line_dash="dot", line_color="gray", annotation_position="bottom right")
-knee = hierarchy.find_knee(shown.rows) if shown else None
+knee = find_knee(shown.rows) if shown else None
 if knee:
     charts.reference_line(fig, knee["knee_bytes"], "knee", "x", line_color="firebrick",
                           annotation_position="bottom left")
 st.plotly_chart(fig, width="stretch")
-lv = hierarchy.levels(target)
+lv = level_figures(target)
 st.caption(f"Model: the L2 plateau below {target.l2_bytes / MiB:.0f} MiB, HBM above; level figures "
            f"{lv.source}. Open circles: model. Filled: measured now. Diamonds: recorded runs.")
 if knee:

@@ -5,12 +5,14 @@ CUDA-core kernel's intensity per level."""
 import plotly.graph_objects as go
 import streamlit as st
 
-from labs import hopper as hp
-from labs import matmul_ladder as ladder
+from labs import hopper
+from labs.hopper.measure import ASM_STEP
+from labs.hopper.model import BEST_STEP
+from labs.matmul import ladder_model
 from ui import charts
 from ui.lab_page import LabPage, recorded_caption
 
-page = LabPage(hp.LAB)
+page = LabPage(hopper.LAB)
 page.lesson()
 params = page.params_form()
 if params is None:
@@ -42,9 +44,9 @@ st.caption("Model: the SM's share of cuBLAS's measured rate at the same N, the S
            "memory, a published memory latency and the tile waves (faint bars). Measured: the same kernel with the "
            "switches of each step, checked against float64 first, timed from a CUDA graph beside cuBLAS in the same "
            "run. Step 8 keeps the fastest of a few configurations, each checked first; the table names it.")
-chosen = [r for r in (shown.rows if shown else []) if r.get("step") == hp.BEST_STEP and r.get("config")]
+chosen = [r for r in (shown.rows if shown else []) if r.get("step") == BEST_STEP and r.get("config")]
 for r in chosen:
-    st.caption(f"Step {hp.BEST_STEP!r} at N = {r['n']} ({shown.label}) chose {r['config']}. Tried: {r.get('tried')}.")
+    st.caption(f"Step {BEST_STEP!r} at N = {r['n']} ({shown.label}) chose {r['config']}. Tried: {r.get('tried')}.")
 if recorded:
     st.caption(recorded_caption(recorded))
 if shown is not None:
@@ -79,7 +81,7 @@ if asm_rows:
                  width="stretch", hide_index=True)
     excerpt = next((r["ptx_excerpt"] for r in asm_rows if r.get("ptx_excerpt")), "")
     if excerpt:
-        st.caption(f"PTX around the first tensor-core instruction of step {hp.ASM_STEP!r} ({shown.label}):")
+        st.caption(f"PTX around the first tensor-core instruction of step {ASM_STEP!r} ({shown.label}):")
         st.code(excerpt, language="text")
 else:
     st.info("The instruction counts come from a run on a Hopper GPU (or its recording): none is shown yet.")
@@ -88,11 +90,11 @@ st.markdown(page.section("Near the metal: reading the PTX"))
 # --- the step before tensor cores: warp tiling on the CUDA cores ---------------------------------
 st.subheader("Before tensor cores: the warp-tiled CUDA-core kernel, level by level")
 st.markdown(page.section("Near the CUDA cores: warp tiling"))
-levels = ladder.warptile_levels(4096, "fp32", target)
+levels = ladder_model.warptile_levels(4096, "fp32", target)
 st.dataframe([{"level": r["level"], "GB": r["bytes"] / 1e9, "FLOP/byte": r["intensity_flop_per_byte"],
                "TB/s": r["bandwidth_tbps"], "ms at this level": r["time_ms"], "source": r["source"]} for r in levels],
              width="stretch", hide_index=True)
-warp = ladder.predict_warptile(4096, "fp32", target)
+warp = ladder_model.predict_warptile(4096, "fp32", target)
 st.caption(f"Model at N = 4096, fp32, {target.name}: {warp['predicted_tflops']:.1f} TFLOP/s "
            f"({100 * warp['predicted_tflops'] / target.ceilings.fma_tflops:.0f}% of the FP32 FMA ceiling), "
            f"bound by {warp['bound']}.")

@@ -4,7 +4,8 @@ step, and a memory calculator that needs no GPU."""
 import plotly.graph_objects as go
 import streamlit as st
 
-from labs import inference, memcalc
+from labs import memcalc
+from labs.inference import model as inference_model
 from labs.engine.gpu import DATASHEET
 from labs.inference import LAB
 from labs.engine.params import ParamError
@@ -90,11 +91,11 @@ with memory_tab:
 # --- the lab ---------------------------------------------------------------------------------
 def ridge_lines(fig, target, params, shown):
     has_rate = bool(target.ceilings.matmul_tflops.get(params.dtype))  # a T4 has no bf16 rate: no model ridge
-    predicted = inference.roofline_ridge_m(params.gemm_k, params.gemm_n, params.dtype, target) if has_rate else None
+    predicted = inference_model.roofline_ridge_m(params.gemm_k, params.gemm_n, params.dtype, target) if has_rate else None
     if predicted:
         charts.reference_line(fig, predicted, f"predicted ridge M = {predicted:.0f}", "x", line_dash="dash",
                               line_color="gray", annotation_position="top left")
-    measured = inference.ridge_m(shown.rows, "measured") if shown else None
+    measured = inference_model.ridge_m(shown.rows, "measured") if shown else None
     if measured:
         charts.reference_line(fig, measured, f"measured ridge M = {measured:.0f}", "x", line_dash="dot",
                               line_color="red", annotation_position="bottom right")
@@ -158,11 +159,11 @@ def attention_charts(params, live, model, recorded):
         charts.add_series(bytes_fig, charts.rows_where(model.rows, experiment="attention", kernel=params.attn_kernels[0],
                                                        batch=batch), "context", "kv_bytes", f"batch {batch}",
                           dict(mode="lines+markers"))
-    weights = inference.gemm_bytes(0, params.gemm_k, params.gemm_n, params.dtype)
+    weights = inference_model.gemm_bytes(0, params.gemm_k, params.gemm_n, params.dtype)
     charts.reference_line(bytes_fig, weights, f"the {params.gemm_k} x {params.gemm_n} layer's weights", "y",
                           line_dash="dash")
     st.plotly_chart(bytes_fig, width="stretch")
-    per_token = inference.kv_bytes(1, 1, params.kv_heads, params.d_model // params.heads, params.dtype)
+    per_token = inference_model.kv_bytes(1, 1, params.kv_heads, params.d_model // params.heads, params.dtype)
     st.caption(f"KV cache: {per_token / 1024:.0f} KiB per cached token per layer ({params.kv_heads} K/V heads of "
                f"{params.d_model // params.heads} dims, K and V, {params.dtype}). Weights are shared by the batch; "
                "the KV cache is not.")
@@ -202,7 +203,7 @@ def lab():
     shown = live or (recorded[0] if recorded else None)
     views = {"gemm": "Prefill vs decode: one layer", "attention": "Decode attention and the KV cache",
              "block": "One block, decoding"}
-    options = [views[e] for e in inference.EXPERIMENTS if e in params.experiments] + ["Model error"]
+    options = [views[e] for e in inference_model.EXPERIMENTS if e in params.experiments] + ["Model error"]
     view = st.radio("Show", options, horizontal=True, key="inference_view", label_visibility="collapsed")
     if view == views["gemm"]:
         gemm_charts(params, live, model, recorded, shown)

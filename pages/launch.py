@@ -3,7 +3,8 @@ three regimes (overhead, memory, compute) of an add and a matmul across tensor s
 
 import streamlit as st
 
-from labs.launch import LAB, PROBES
+from labs.launch import LAB
+from labs.launch.model import PROBES
 from ui import charts
 from ui.lab_page import LabPage, absolute, recorded_caption
 

@@ -3,15 +3,16 @@
 import plotly.graph_objects as go
 import streamlit as st
 
-from labs import matmul as mm
-from labs import matmul_ladder as ladder
+from labs import matmul, matmul_ladder
+from labs.matmul import model as mm
+from labs.matmul.configs import dtype_support
 from ui import charts
 from ui.lab_page import LabPage, recorded_caption
 
-page = LabPage(mm.LAB)
+page = LabPage(matmul.LAB)
 page.lesson()
 target = page.target
-support = mm.dtype_support(target)
+support = dtype_support(target)
 off = {d: why for d, why in support.items() if why}
 if off:
     st.caption("Disabled on this GPU: " + " ".join(f"**{d}**: {why}" for d, why in off.items()))
@@ -106,7 +107,7 @@ page.table_and_downloads(live or model)
 # --- the ladder ------------------------------------------------------------------------------------
 st.header("The ladder: naive, tiled, Triton, cuBLAS")
 st.markdown(page.section("Why tiling alone is not enough"))
-lad = LabPage.second_lab(ladder.LAB, page)  # the ladder is a lab of its own (parameters, runs, recordings)
+lad = LabPage.second_lab(matmul_ladder.LAB, page)  # the ladder is a lab of its own (parameters, runs, recordings)
 lparams = lad.params_form()
 if lparams is not None:
     llive, lmodel, lrecorded = lad.results(lparams, stop=False)

@@ -3,7 +3,8 @@
 import plotly.graph_objects as go
 import streamlit as st
 
-from labs.recompute import KERNELS, LAB
+from labs.recompute import LAB
+from labs.recompute.model import KERNELS
 from ui import charts
 from ui.lab_page import LabPage, recorded_caption
 

@@ -4,10 +4,11 @@
 import plotly.graph_objects as go
 import streamlit as st
 
-from labs import memcalc, trainmem
+from labs import memcalc
 from labs.engine.gpu import DATASHEET, GB
 from labs.engine.params import ParamError
 from labs.trainmem import LAB
+from labs.trainmem.model import ZERO_STAGES, estimate, zero_table
 from ui import charts
 from ui.lab_page import LabPage, recorded_caption
 
@@ -26,7 +27,7 @@ def calculator_inputs():
     c = st.columns(4)
     context = c[0].number_input("sequence (tokens)", min_value=1, value=4096, step=1024, key="tm_context")
     batch = c[1].number_input("sequences per GPU", min_value=1, value=1, step=1, key="tm_batch")
-    stage = c[2].selectbox("ZeRO stage", trainmem.ZERO_STAGES, key="tm_stage",
+    stage = c[2].selectbox("ZeRO stage", ZERO_STAGES, key="tm_stage",
                            help="0: plain data parallelism; 1: shard optimizer states; 2: and gradients; 3: and weights")
     gpus = c[3].number_input("data-parallel GPUs", min_value=1, max_value=100000, value=8, step=1, key="tm_gpus")
     mem = memcalc.MemParams.from_preset(name, precision=precision, gpu=gpu_name, context=int(context),
@@ -38,7 +39,7 @@ def calculator():
     st.subheader("How much memory does training need, per GPU?")
     try:
         mem, stage, gpus = calculator_inputs()
-        e = trainmem.estimate(mem, stage, gpus)
+        e = estimate(mem, stage, gpus)
     except ParamError as exc:
         st.error(str(exc))
         return
@@ -61,7 +62,7 @@ def calculator():
     st.markdown("**Model state per GPU at every ZeRO stage** (weights, gradients, fp32 master, Adam; GB)")
     st.dataframe([{"ZeRO stage": r["zero_stage"], **{k.removesuffix("_bytes"): round(v / GB, 2)  # GB, not bytes
                                                     for k, v in r.items() if k != "zero_stage"}}
-                  for r in trainmem.zero_table(e.params, mem.precision, gpus)], hide_index=True)
+                  for r in zero_table(e.params, mem.precision, gpus)], hide_index=True)
     st.markdown(page.section("Why the 6x rule is rough"))
 
 

@@ -2,8 +2,8 @@
 
 import streamlit as st
 
-from labs import transfers
 from labs.transfers import LAB
+from labs.transfers.model import link_for
 from ui import charts
 from ui.lab_page import LabPage, recorded_caption
 
@@ -13,7 +13,7 @@ params = page.params_form()
 if params is None:
     st.stop()
 live, model, recorded = page.results(params)
-link = transfers.link_for(page.target)
+link = link_for(page.target)
 st.markdown(f"**Link in the model:** PCIe Gen{link['pcie_gen']} x{link['pcie_lanes']}, "
             f"{link['pcie_line_gbps']:.1f} GB/s per direction after line coding, "
             f"**{link['pcie_gbps']:.1f} GB/s** of data once each packet's headers are paid.")

@@ -15,6 +15,8 @@ import pytest
 import torch
 
 from labs import attention as A
+from labs.attention import kernels as K, launch as L, measure as Me, model as M, naive as N
+from labs.attention import online_softmax as S, tiles as T
 from labs.engine import timing
 from labs.engine import gpu
 from labs.engine.params import ParamError
@@ -28,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # ------------------------------------------------------------------------------------------------
 def test_stepper_hand_numbers():
     # scores (1, 2), values (1, 3), one key per step
-    steps = A.online_softmax_steps([1.0, 2.0], [[1.0], [3.0]], tile=1)
+    steps = S.online_softmax_steps([1.0, 2.0], [[1.0], [3.0]], tile=1)
     assert [s["m"] for s in steps] == [1.0, 2.0]
     assert steps[0]["l"] == pytest.approx(1.0) and steps[0]["o"][0] == pytest.approx(1.0)
     assert steps[1]["alpha"] == pytest.approx(math.exp(-1))  # the old sum and output shrink by e^(1-2)
@@ -40,8 +42,8 @@ def test_stepper_hand_numbers():
 def test_stepper_ends_equal_to_softmax_at_once(tile):
     rng = np.random.default_rng(tile)
     scores, values = rng.normal(size=37) * 3, rng.normal(size=(37, 4))
-    steps = A.online_softmax_steps(scores, values, tile)
-    once = A.softmax_at_once(scores, values)
+    steps = S.online_softmax_steps(scores, values, tile)
+    once = S.softmax_at_once(scores, values)
     assert len(steps) == math.ceil(37 / tile)
     assert np.allclose(steps[-1]["output"], once["output"], rtol=1e-12, atol=1e-12)
     assert steps[-1]["m"] == once["m"] and steps[-1]["l"] == pytest.approx(once["l"], rel=1e-12)
@@ -51,57 +53,57 @@ def test_stepper_ends_equal_to_softmax_at_once(tile):
 
 def test_stepper_rejects_bad_tile():
     with pytest.raises(ParamError):
-        A.online_softmax_steps([1.0], [[1.0]], 0)
+        S.online_softmax_steps([1.0], [[1.0]], 0)
 
 
 # ------------------------------------------------------------------------------------------------
 # The tile picture and the pair count
 # ------------------------------------------------------------------------------------------------
 def test_tile_map_causal_square():
-    assert A.tile_map(256, 256, 128, 128, True) == [["masked", "skipped"], ["full", "masked"]]
-    assert A.tile_counts(256, 256, 128, 128, True) == {"full": 1, "masked": 2, "skipped": 1, "tiles": 4}
+    assert T.tile_map(256, 256, 128, 128, True) == [["masked", "skipped"], ["full", "masked"]]
+    assert T.tile_counts(256, 256, 128, 128, True) == {"full": 1, "masked": 2, "skipped": 1, "tiles": 4}
 
 
 def test_tile_map_ragged_and_bottom_right():
     # 200 keys in tiles of 128: the second key tile is ragged, so it runs with a mask
-    assert A.tile_map(128, 200, 128, 128, False) == [["full", "masked"]]
+    assert T.tile_map(128, 200, 128, 128, False) == [["full", "masked"]]
     # 128 queries, 384 keys, causal aligned bottom right: query 0 already sees keys 0..256
-    assert A.tile_map(128, 384, 128, 128, True) == [["full", "full", "masked"]]
+    assert T.tile_map(128, 384, 128, 128, True) == [["full", "full", "masked"]]
     # more queries than keys: the first query tile sees nothing at all
-    assert A.tile_map(256, 128, 128, 128, True) == [["skipped"], ["masked"]]
+    assert T.tile_map(256, 128, 128, 128, True) == [["skipped"], ["masked"]]
 
 
 @pytest.mark.parametrize("lq,lk", [(1, 1), (5, 5), (7, 3), (3, 7), (64, 100), (100, 64)])
 def test_visible_pairs_matches_the_mask(lq, lk):
-    assert A.visible_pairs(lq, lk, True) == int(A.causal_visible(lq, lk).sum())
-    assert A.visible_pairs(lq, lk, False) == lq * lk
+    assert M.visible_pairs(lq, lk, True) == int(N.causal_visible(lq, lk).sum())
+    assert M.visible_pairs(lq, lk, False) == lq * lk
 
 
 # ------------------------------------------------------------------------------------------------
 # The model, with hand-checked numbers
 # ------------------------------------------------------------------------------------------------
 def test_flops_hand_checked():
-    assert A.attention_flops("fwd", 4, 16, 4096, 4096, 64, False) == 4 * 4 * 16 * 4096 * 4096 * 64
-    assert A.attention_flops("fwd", 1, 1, 4, 4, 8, True) == 4 * 10 * 8  # 1 + 2 + 3 + 4 pairs
-    assert A.attention_flops("fwd+bwd", 1, 1, 4, 4, 8, True) == 3.5 * 4 * 10 * 8
+    assert M.attention_flops("fwd", 4, 16, 4096, 4096, 64, False) == 4 * 4 * 16 * 4096 * 4096 * 64
+    assert M.attention_flops("fwd", 1, 1, 4, 4, 8, True) == 4 * 10 * 8  # 1 + 2 + 3 + 4 pairs
+    assert M.attention_flops("fwd+bwd", 1, 1, 4, 4, 8, True) == 3.5 * 4 * 10 * 8
 
 
 def test_exp_rate_from_fma_ceiling():
     # H200 datasheet: 67 TFLOP/s FP32 = 33.5 T FMA lanes/s; 16 SFUs per 128 lanes -> 4.19 T exp/s
     sheet = gpu.datasheet_target(gpu.datasheet_by_name("H200"))
     expected = sheet.ceilings.fma_tflops * 1e12 / 2 / 8
-    assert A.exp_rate(sheet) == pytest.approx(expected)
+    assert M.exp_rate(sheet) == pytest.approx(expected)
     a100 = gpu.datasheet_target(gpu.datasheet_by_name("A100 80GB"))
-    assert A.exp_rate(a100) == pytest.approx(a100.ceilings.fma_tflops * 1e12 / 2 / 4)  # 64 lanes per SM
+    assert M.exp_rate(a100) == pytest.approx(a100.ceilings.fma_tflops * 1e12 / 2 / 4)  # 64 lanes per SM
 
 
 def test_flash_time_model_hand_checked():
     t = H200
-    cfg = A.FlashConfig(A.Tiles(128, 128, 4, 2), A.Tiles(64, 64, 4, 2), A.Tiles(64, 64, 4, 2))
-    shape = A.Shape(1, 1, 1024, 1024, 64, False, "bf16")
-    m = A.flash_model(shape, "fwd", t, cfg)
+    cfg = T.FlashConfig(T.Tiles(128, 128, 4, 2), T.Tiles(64, 64, 4, 2), T.Tiles(64, 64, 4, 2))
+    shape = M.Shape(1, 1, 1024, 1024, 64, False, "bf16")
+    m = M.flash_model(shape, "fwd", t, cfg)
     mma_s = 4 * 64 * 1024 * 1024 / (t.ceilings.matmul_tflops["bf16"] * 1e12)  # 2 matmuls x 2 d FLOPs per score
-    exp_s = 1024 * 1024 / A.exp_rate(t)  # one exponential per score
+    exp_s = 1024 * 1024 / M.exp_rate(t)  # one exponential per score
     assert m["predicted_mma_ms"] == pytest.approx(mma_s * 1e3)
     assert m["predicted_exp_ms"] == pytest.approx(exp_s * 1e3)
     assert m["predicted_ms"] == pytest.approx((mma_s + exp_s) * 1e3)  # compute-bound: bytes take far less
@@ -109,60 +111,60 @@ def test_flash_time_model_hand_checked():
 
 
 def test_flash_model_counts_the_causal_diagonal_tiles():
-    cfg = A.FlashConfig(A.Tiles(128, 128, 4, 2), A.Tiles(64, 64, 4, 2), A.Tiles(64, 64, 4, 2))
-    full = A.flash_model(A.Shape(1, 1, 1024, 1024, 64, False, "bf16"), "fwd", H200, cfg)
-    causal = A.flash_model(A.Shape(1, 1, 1024, 1024, 64, True, "bf16"), "fwd", H200, cfg)
+    cfg = T.FlashConfig(T.Tiles(128, 128, 4, 2), T.Tiles(64, 64, 4, 2), T.Tiles(64, 64, 4, 2))
+    full = M.flash_model(M.Shape(1, 1, 1024, 1024, 64, False, "bf16"), "fwd", H200, cfg)
+    causal = M.flash_model(M.Shape(1, 1, 1024, 1024, 64, True, "bf16"), "fwd", H200, cfg)
     # 8 x 8 tiles; causal visits 28 below the diagonal and 8 on it: 36 of 64
     assert causal["predicted_mma_ms"] == pytest.approx(full["predicted_mma_ms"] * 36 / 64)
 
 
 def test_memory_models_grow_as_n_squared_and_n():
-    s1, s2 = A.Shape(4, 16, 2048, 2048, 64, False, "bf16"), A.Shape(4, 16, 4096, 4096, 64, False, "bf16")
-    assert A.naive_peak_bytes(s1, "fwd") == 2 * 4 * 16 * 2048 * 2048 * 2  # S and P, bf16
-    assert A.naive_peak_bytes(s2, "fwd") == 4 * A.naive_peak_bytes(s1, "fwd")
-    assert A.flash_peak_bytes(s2, "fwd") == 2 * A.flash_peak_bytes(s1, "fwd")
-    assert A.flash_peak_bytes(s2, "fwd+bwd") < A.naive_peak_bytes(s2, "fwd+bwd") / 30
+    s1, s2 = M.Shape(4, 16, 2048, 2048, 64, False, "bf16"), M.Shape(4, 16, 4096, 4096, 64, False, "bf16")
+    assert M.naive_peak_bytes(s1, "fwd") == 2 * 4 * 16 * 2048 * 2048 * 2  # S and P, bf16
+    assert M.naive_peak_bytes(s2, "fwd") == 4 * M.naive_peak_bytes(s1, "fwd")
+    assert M.flash_peak_bytes(s2, "fwd") == 2 * M.flash_peak_bytes(s1, "fwd")
+    assert M.flash_peak_bytes(s2, "fwd+bwd") < M.naive_peak_bytes(s2, "fwd+bwd") / 30
 
 
 def test_naive_model_is_memory_bound_in_the_softmax():
-    shape = A.Shape(4, 16, 4096, 4096, 64, False, "bf16")
-    ops = {o["op"]: o for o in A.naive_ops(shape, "fwd")}
+    shape = M.Shape(4, 16, 4096, 4096, 64, False, "bf16")
+    ops = {o["op"]: o for o in M.naive_ops(shape, "fwd")}
     assert ops["P = softmax(S)"]["bytes"] == 2 * shape.s_bytes and ops["P = softmax(S)"]["flops"] == 0
-    m = A.naive_model(shape, "fwd", H200)
-    assert m["predicted_ms"] > A.flash_model(shape, "fwd", H200)["predicted_ms"]
+    m = M.naive_model(shape, "fwd", H200)
+    assert m["predicted_ms"] > M.flash_model(shape, "fwd", H200)["predicted_ms"]
 
 
 def test_naive_model_takes_the_probed_rates_of_torchs_kernels():
-    shape = A.Shape(4, 16, 4096, 4096, 64, True, "bf16")
+    shape = M.Shape(4, 16, 4096, 4096, 64, True, "bf16")
     s, bw = shape.s_bytes, H200.ceilings.copy_tbps * 1e12
-    copy_only = A.naive_model(shape, "fwd", H200)
-    probed = A.naive_model(shape, "fwd", H200, {"softmax-causal": 1.0, "masked-fill": 1.25, "softmax": 9.0})
+    copy_only = M.naive_model(shape, "fwd", H200)
+    probed = M.naive_model(shape, "fwd", H200, {"softmax-causal": 1.0, "masked-fill": 1.25, "softmax": 9.0})
     # by hand: the causal softmax's 2s bytes at 1.0 TB/s and masked_fill_'s 2s at 1.25 TB/s replace 4s at copy speed
     extra = 2 * s / 1.0e12 + 2 * s / 1.25e12 - 4 * s / bw
     assert probed["predicted_ms"] == pytest.approx(copy_only["predicted_ms"] + extra * 1e3)
     assert probed["predicted_probed_ms"] == pytest.approx((2 * s / 1.0e12 + 2 * s / 1.25e12) * 1e3)
     # forward and backward of the causal mask: masked_fill_ twice (forward, and on the copy of dS backward)
-    kernels = [o["kernel"] for o in A.naive_ops(shape, "fwd+bwd")]
+    kernels = [o["kernel"] for o in M.naive_ops(shape, "fwd+bwd")]
     assert kernels.count("masked-fill") == 2 and kernels.count("softmax-causal") == 1 and "softmax" not in kernels
 
 
 def test_probed_rates_are_read_from_rows_and_the_nearest_row_length_serves_the_others():
-    rows = [{"impl": A.PROBE_IMPL, "mode": "softmax", "seq_len": 1024, "dtype": "bf16", "measured_tbps": 2.0},
-            {"impl": A.PROBE_IMPL, "mode": "softmax", "seq_len": 8192, "dtype": "bf16", "measured_tbps": 1.0},
-            {"impl": A.PROBE_IMPL, "mode": "masked-fill", "seq_len": 8192, "dtype": "bf16", "measured_tbps": 1.3},
+    rows = [{"impl": M.PROBE_IMPL, "mode": "softmax", "seq_len": 1024, "dtype": "bf16", "measured_tbps": 2.0},
+            {"impl": M.PROBE_IMPL, "mode": "softmax", "seq_len": 8192, "dtype": "bf16", "measured_tbps": 1.0},
+            {"impl": M.PROBE_IMPL, "mode": "masked-fill", "seq_len": 8192, "dtype": "bf16", "measured_tbps": 1.3},
             {"impl": "naive", "mode": "fwd", "seq_len": 8192, "dtype": "bf16", "measured_tbps": 9.9}]
-    rates = A.probed_naive_rates(rows)
+    rates = M.probed_naive_rates(rows)
     assert rates == {("softmax", 1024, "bf16"): 2.0, ("softmax", 8192, "bf16"): 1.0,
                      ("masked-fill", 8192, "bf16"): 1.3}
-    assert A.naive_rates_for(rates, 2048, "bf16") == {"softmax": 2.0, "masked-fill": 1.3}  # 2x from 1024, 4x from 8192
-    assert A.naive_rates_for(rates, 8192, "fp16") == {}  # another dtype: nothing probed, the copy rate
-    params = A.Params(seq_lens=(2048,), head_dims=(64,), masks=("full",), impls=("naive",), modes=("fwd",))
-    with_rates = A.predict(params, H200, rates)[0]["predicted_ms"]
-    assert with_rates > A.predict(params, H200, {})[0]["predicted_ms"]  # a 2 TB/s softmax is slower than the copy
+    assert M.naive_rates_for(rates, 2048, "bf16") == {"softmax": 2.0, "masked-fill": 1.3}  # 2x from 1024, 4x from 8192
+    assert M.naive_rates_for(rates, 8192, "fp16") == {}  # another dtype: nothing probed, the copy rate
+    params = M.Params(seq_lens=(2048,), head_dims=(64,), masks=("full",), impls=("naive",), modes=("fwd",))
+    with_rates = M.predict(params, H200, rates)[0]["predicted_ms"]
+    assert with_rates > M.predict(params, H200, {})[0]["predicted_ms"]  # a 2 TB/s softmax is slower than the copy
 
 
 def test_predict_has_the_headline_row_and_positive_numbers():
-    rows = A.predict(A.Params(), H200)
+    rows = M.predict(M.Params(), H200)
     head = [r for r in rows if all(r.get(k) == v for k, v in A.LAB.headline.row.items())]
     assert len(head) == 1 and head[0]["predicted_tflops"] > 100
     assert all(r["predicted_ms"] > 0 and r["predicted_peak_bytes"] > 0 for r in rows)
@@ -171,14 +173,14 @@ def test_predict_has_the_headline_row_and_positive_numbers():
 
 def test_check_refuses_what_does_not_fit():
     with pytest.raises(ParamError, match="GB"):
-        A.check(A.Params(seq_lens=(262144,), batch=64, heads=64, head_dims=(128,)), H200)
-    A.check(A.Params(), H200)  # the defaults fit
+        Me.check(M.Params(seq_lens=(262144,), batch=64, heads=64, head_dims=(128,)), H200)
+    Me.check(M.Params(), H200)  # the defaults fit
 
 
 def test_lesson_numbers_fill_the_lesson():
     from ui import text
 
-    numbers = A.lesson_numbers(H200)
+    numbers = M.lesson_numbers(H200)
     lesson = text.lesson("attention", numbers)
     assert "{{" not in lesson, "every placeholder in the lesson has a number"
     assert float(numbers["exp_per_s"]) > 1
@@ -194,21 +196,21 @@ def _inputs(b, h, lq, lk, d, dtype, device, three_d=False, seed=0):
 
 
 def _assert_matches_float64(q, k, v, causal, dtype, config=None, scale=None):
-    out, lse = A.flash_attention_forward(q, k, v, causal, scale, config=config)
-    ref_out, ref_lse = A.reference(q, k, v, causal, scale)
+    out, lse = K.flash_attention_forward(q, k, v, causal, scale, config=config)
+    ref_out, ref_lse = N.reference(q, k, v, causal, scale)
     timing.check_close(out, ref_out, dtype, "output")
     finite = torch.isfinite(ref_lse)
     assert torch.equal(torch.isinf(lse), ~finite), "queries that see no key have lse = -inf, the others finite"
     if finite.any():
         timing.check_close(lse[finite], ref_lse[finite], dtype, "lse")
     do = torch.randn_like(out)
-    grads = torch.autograd.grad(A.flash_attention(q, k, v, causal, scale, config=config), (q, k, v), do)
+    grads = torch.autograd.grad(K.flash_attention(q, k, v, causal, scale, config=config), (q, k, v), do)
     refs = torch.autograd.grad(ref_out, (q, k, v), do.to(torch.float64))
     for name, g, r in zip(("dq", "dk", "dv"), grads, refs):
         timing.check_close(g, r, dtype, name)
 
 
-SMALL = A.FlashConfig(A.Tiles(16, 16, 4, 1), A.Tiles(16, 32, 4, 1), A.Tiles(32, 16, 4, 1))
+SMALL = T.FlashConfig(T.Tiles(16, 16, 4, 1), T.Tiles(16, 32, 4, 1), T.Tiles(32, 16, 4, 1))
 CASES = [  # (lq, lk, d, causal, dtype, config)
     (1, 1, 16, False, "fp32", None),
     (17, 17, 16, True, "fp32", SMALL),
@@ -219,7 +221,6 @@ CASES = [  # (lq, lk, d, causal, dtype, config)
     (50, 33, 64, False, "fp32", None),
     (33, 33, 128, True, "bf16", None),
     (45, 45, 16, True, "fp32", dataclasses.replace(SMALL, use_tma=True)),  # the TMA-descriptor path
-    (45, 29, 16, True, "fp32", dataclasses.replace(SMALL, atomic_dq=True)),  # dQ by atomic adds
 ]
 
 
@@ -231,170 +232,107 @@ def test_kernels_match_float64(lq, lk, d, causal, dtype, config, device):
 def test_length_1000_and_three_dim_inputs(device):
     q, k, v = _inputs(1, 1, 1000, 1000, 16, "fp32", device, three_d=True)
     assert q.shape == (1, 1000, 16)
-    big = A.FlashConfig(A.Tiles(64, 64, 4, 1), A.Tiles(64, 64, 4, 1), A.Tiles(64, 64, 4, 1))
+    big = T.FlashConfig(T.Tiles(64, 64, 4, 1), T.Tiles(64, 64, 4, 1), T.Tiles(64, 64, 4, 1))
     _assert_matches_float64(q, k, v, True, "fp32", config=big if device == "cpu" else None, scale=0.3)
-    out, lse = A.flash_attention_forward(q, k, v)
+    out, lse = K.flash_attention_forward(q, k, v)
     assert out.shape == q.shape and lse.shape == (1, 1000)
 
 
 def test_queries_that_see_no_key(device):
     q, k, v = _inputs(1, 1, 37, 20, 16, "fp32", device)
-    out, lse = A.flash_attention_forward(q, k, v, causal=True, config=SMALL)
+    out, lse = K.flash_attention_forward(q, k, v, causal=True, config=SMALL)
     assert torch.all(out[0, 0, :17] == 0) and torch.all(lse[0, 0, :17] == float("-inf"))
     assert torch.isfinite(lse[0, 0, 17:]).all()
 
 
 def test_every_output_element_is_written(device):
     q, k, v = (x.detach() for x in _inputs(2, 3, 33, 45, 32, "bf16", device))
-    cfg = A.default_config(32, q.dtype, q.device)
-    out, lse = torch.full_like(q, float("nan")), torch.full((2, 3, A._lq_pad(33)), float("nan"), device=device)
-    A._forward(q, k, v, True, 0.2, cfg, out, lse)
+    cfg = K.default_config(32, q.dtype, q.device)
+    out, lse = torch.full_like(q, float("nan")), torch.full((2, 3, T.lq_pad(33)), float("nan"), device=device)
+    K._forward(q, k, v, True, 0.2, cfg, out, lse)
     grads = [torch.full_like(x, float("nan")) for x in (q, k, v)]
-    A._backward(q, k, v, out, lse, torch.randn_like(q), True, 0.2, cfg, *grads)
+    K._backward(q, k, v, out, lse, torch.randn_like(q), True, 0.2, cfg, *grads)
     assert torch.isfinite(out).all() and torch.isfinite(lse[..., :33]).all()
     assert all(torch.isfinite(g).all() for g in grads)
 
 
 def test_the_lab_check_passes_on_small_inputs(monkeypatch):
-    monkeypatch.setattr(A, "CHECK_LQ", 61)
-    monkeypatch.setattr(A, "CHECK_LK", 61)
-    assert A._check_ours("fp32", 16, True, "fwd+bwd") < timing.TOLERANCE["fp32"]
+    monkeypatch.setattr(Me, "CHECK_LQ", 61)
+    monkeypatch.setattr(Me, "CHECK_LK", 61)
+    assert Me._check_ours("fp32", 16, True, "fwd+bwd") < timing.TOLERANCE["fp32"]
 
 
 def test_bad_inputs_raise():
     q = torch.randn(1, 1, 8, 24)
     with pytest.raises(ValueError, match="head dim"):
-        A.flash_attention(q, q, q)
+        K.flash_attention(q, q, q)
     with pytest.raises(ValueError, match="same shape"):
-        A.flash_attention(torch.randn(1, 1, 8, 16), torch.randn(1, 1, 8, 16), torch.randn(1, 1, 9, 16))
+        K.flash_attention(torch.randn(1, 1, 8, 16), torch.randn(1, 1, 8, 16), torch.randn(1, 1, 9, 16))
     with pytest.raises(ValueError, match="dtype"):
-        A.flash_attention(torch.randn(1, 8, 16), torch.randn(1, 8, 16).half(), torch.randn(1, 8, 16))
+        K.flash_attention(torch.randn(1, 8, 16), torch.randn(1, 8, 16).half(), torch.randn(1, 8, 16))
 
 
 # ------------------------------------------------------------------------------------------------
-# Kernels, issue 15 (kernel owner): lazy rescaling, dQ by atomic adds over TMA loads, the fused
-# delta/lse pass in the dQ kernel, the launch cache's key and the tile choice
+# Kernels: the fused delta/lse pass in the dQ kernel, the launch path and the tile choice
 # ------------------------------------------------------------------------------------------------
-LAZY = dataclasses.replace(A.INTERPRETER_CONFIG, lazy_rescale=True)
-
-
-@pytest.mark.parametrize("causal", [False, True])
-def test_lazy_rescale_matches_float64_when_the_max_jumps(causal, device):
-    # scores ~ 16x a unit normal: a row's max grows by far more than 2^8 from one key tile to the next
-    q, k, v = (4.0 * x.detach() for x in _inputs(1, 2, 77, 131, 32, "fp32", device, seed=5))
-    cfg = LAZY if device == "cpu" else dataclasses.replace(A.default_config(32, q.dtype, q.device), lazy_rescale=True)
-    _assert_matches_float64(*(x.requires_grad_() for x in (q, k, v)), causal, "fp32", cfg)
-
-
-@pytest.mark.parametrize("lq,lk,causal,use_tma", [(77, 131, False, False), (131, 77, True, True), (40, 40, True, False),
-                                                  (20, 37, False, True)])
-def test_prefetched_scores_match_float64(lq, lk, causal, use_tma, device):
-    # the next tile's scores issued before this tile's softmax: one, two and several unmasked key tiles, none
-    # at all (causal rows that see fewer keys than one tile), ragged ends, and queries that see no key
-    base = A.INTERPRETER_CONFIG if device == "cpu" else A.default_config(32, torch.bfloat16, torch.device(device))
-    cfg = dataclasses.replace(base, prefetch_scores=True, use_tma=use_tma)
-    _assert_matches_float64(*_inputs(1, 2, lq, lk, 32, "bf16", device, seed=lq * lk), causal, "bf16", cfg)
-
-
-@pytest.mark.parametrize("lq,lk,causal,use_tma", [(77, 131, False, True), (131, 77, True, True), (40, 40, True, False),
-                                                  (64, 64, False, True), (20, 37, False, False)])
-def test_one_loop_warp_specialized_paths_match_float64(lq, lk, causal, use_tma, device):
-    # every key tile in one loop (the forward) and every query tile in one loop (dK/dV), as Triton warp-specializes
-    # them on Hopper: masks on all tiles where causal or ragged, none where the keys fill whole tiles (64 = 2 x 32)
-    base = A.INTERPRETER_CONFIG if device == "cpu" else A.default_config(32, torch.bfloat16, torch.device(device))
-    cfg = dataclasses.replace(base, warp_specialize=True, dkdv_warp_specialize=True, use_tma=use_tma)
-    _assert_matches_float64(*_inputs(1, 2, lq, lk, 32, "bf16", device, seed=lq + 3 * lk), causal, "bf16", cfg)
-
-
-def test_warp_specialize_request_reaches_triton_only_when_asked(monkeypatch):
-    # Triton 3.6's warp-specialized kernels hung on the H100: a config that asks for them runs the one-loop kernels
-    # plainly unless TRY_WARP_SPECIALIZE is set (and never without TMA loads or on the CPU)
-    seen = []
-    monkeypatch.setattr(A, "_launch", lambda kernel, grid, *args, key=None, **meta: seen.append(meta))
-    q, k, v = (x.detach() for x in _inputs(1, 2, 64, 64, 32, "bf16", "cpu"))
-    cfg = dataclasses.replace(A.INTERPRETER_CONFIG, warp_specialize=True, dkdv_warp_specialize=True, use_tma=True)
-    out, lse = A._forward(q, k, v, False, 0.2, cfg)
-    A._backward(q, k, v, out, lse, torch.randn_like(q), False, 0.2, cfg)
-    fwd, dkdv = seen[0], seen[-1]
-    assert fwd["ONE_LOOP"] and not fwd["WS"] and not fwd["MASK_ALL"]  # 64 keys = 2 whole 32-key tiles: no mask
-    assert dkdv["ONE_LOOP"] and not dkdv["WS"]
-    assert not A.TRY_WARP_SPECIALIZE
-
-
 def test_inference_skips_autograd_and_matches_the_autograd_path(device):
     q, k, v = _inputs(1, 2, 45, 45, 16, "fp32", device, seed=3)
     with torch.no_grad():
-        out = A.flash_attention(q, k, v, True)
+        out = K.flash_attention(q, k, v, True)
     assert out.grad_fn is None and out.shape == q.shape
-    ref = A.flash_attention(q, k, v, True)
+    ref = K.flash_attention(q, k, v, True)
     assert ref.grad_fn is not None and torch.equal(out, ref.detach())
-
-
-def test_atomic_dq_over_tma_loads_matches_float64(device):
-    # bf16, ragged lengths, more queries than keys: the atomic adds of padded rows must add nothing
-    cfg = dataclasses.replace(SMALL, use_tma=True, atomic_dq=True)
-    _assert_matches_float64(*_inputs(2, 2, 50, 35, 32, "bf16", device, seed=7), True, "bf16", cfg)
 
 
 def test_dq_kernel_writes_delta_and_lse2_for_every_padded_row(device):
     # dK/dV uses larger query tiles (32) than dQ (16): it reads rows the dQ grid must still have written
     q, k, v = (x.detach() for x in _inputs(1, 2, 40, 40, 16, "fp32", device, seed=9))
-    cfg = A.FlashConfig(A.Tiles(16, 16, 4, 1), A.Tiles(32, 16, 4, 1), A.Tiles(16, 16, 4, 1), use_tma=True)
-    out, lse = A._forward(q, k, v, False, 0.25, cfg)
+    cfg = T.FlashConfig(T.Tiles(16, 16, 4, 1), T.Tiles(32, 16, 4, 1), T.Tiles(16, 16, 4, 1), use_tma=True)
+    out, lse = K._forward(q, k, v, False, 0.25, cfg)
     do = torch.randn_like(q)
-    grads = A._backward(q, k, v, out, lse, do, False, 0.25, cfg)
+    grads = K._backward(q, k, v, out, lse, do, False, 0.25, cfg)
     qr, kr, vr = (x.double().requires_grad_() for x in (q, k, v))
-    refs = torch.autograd.grad(A.reference(qr, kr, vr, False, 0.25)[0], (qr, kr, vr), do.double())
+    refs = torch.autograd.grad(N.reference(qr, kr, vr, False, 0.25)[0], (qr, kr, vr), do.double())
     for name, g, r in zip(("dq", "dk", "dv"), grads, refs):
         timing.check_close(g, r, "fp32", name)
 
 
 def test_launch_keys_of_our_launchers_follow_shapes_dtypes_and_alignment():
     x = torch.zeros(64)
-    assert A._aligned(x, x[4:]) == (True, True) and A._aligned(x[1:]) == (False,)
+    assert L.aligned(x, x[4:]) == (True, True) and L.aligned(x[1:]) == (False,)
     # the default configuration is remembered per shape, and a changed threshold is a fresh choice
     cpu = torch.device("cpu")
-    assert A.default_config(64, torch.bfloat16, cpu) is A.INTERPRETER_CONFIG
-
-
-def test_launch_cache_key_separates_what_triton_specializes_on():
-    x = torch.zeros(64)
-    assert A._arg_kind(x) == A._arg_kind(torch.ones(64))  # same dtype and alignment: one compiled kernel
-    assert A._arg_kind(x) != A._arg_kind(x[1:])  # 4 bytes off: not 16-byte aligned
-    assert A._arg_kind(x) != A._arg_kind(x.double())
-    assert A._arg_kind(1000) == A._arg_kind(1001) != A._arg_kind(1024)  # divisible by 16 or not
-    assert A._arg_kind(1) != A._arg_kind(3) and A._arg_kind(2**31) != A._arg_kind(2**31 - 16)
-    assert A._arg_kind(0.5) == A._arg_kind(2.0)  # floats are not specialized
+    assert K.default_config(64, torch.bfloat16, cpu) is T.INTERPRETER_CONFIG
 
 
 def test_tile_choice_by_mask_and_waves():
     h100 = dict(batch_heads=64, sm_count=132)
-    long_causal = A.tiles_for(128, "bf16", (9, 0), causal=True, seq_len=16384, **h100)
-    short_causal = A.tiles_for(128, "bf16", (9, 0), causal=True, seq_len=2048, **h100)
-    short_full = A.tiles_for(128, "bf16", (9, 0), causal=False, seq_len=2048, **h100)
+    long_causal = T.tiles_for(128, "bf16", (9, 0), causal=True, seq_len=16384, **h100)
+    short_causal = T.tiles_for(128, "bf16", (9, 0), causal=True, seq_len=2048, **h100)
+    short_full = T.tiles_for(128, "bf16", (9, 0), causal=False, seq_len=2048, **h100)
     assert long_causal.fwd.block_m == 128 and short_full.fwd.block_m == 128
     assert short_causal.fwd.block_m == 64  # 64 * 16 tiles of 128 rows = 3.9 waves on 2 x 132 slots
-    assert A.tiles_for(128, "bf16", (9, 0)) == long_causal  # without the sizes: the long-sequence choice
+    assert T.tiles_for(128, "bf16", (9, 0)) == long_causal  # without the sizes: the long-sequence choice
     # a GPU with half the SMs has twice the waves: the long-sequence tiles again
-    assert A.tiles_for(128, "bf16", (9, 0), causal=True, seq_len=4096, batch_heads=64, sm_count=66).fwd.block_m == 128
+    assert T.tiles_for(128, "bf16", (9, 0), causal=True, seq_len=4096, batch_heads=64, sm_count=66).fwd.block_m == 128
 
 
 def test_short_forward_backward_uses_pointer_loads():
     h100 = dict(batch_heads=64, sm_count=132)
     # 4 * 64 * 2048^2 * 64 / 132 = 5.2e8 forward FLOPs per SM: the host's launch work dominates
-    assert not A.tiles_for(64, "bf16", (9, 0), seq_len=2048, mode="fwd+bwd", **h100).use_tma
-    assert A.tiles_for(64, "bf16", (9, 0), seq_len=2048, mode="fwd", **h100).use_tma  # one launch: TMA
-    assert A.tiles_for(64, "bf16", (9, 0), seq_len=4096, mode="fwd+bwd", **h100).use_tma  # 2.1e9 per SM
-    assert A.tiles_for(128, "bf16", (9, 0), seq_len=2048, mode="fwd+bwd", **h100).use_tma  # 1.04e9 per SM
-    assert not A.tiles_for(128, "bf16", (9, 0), causal=True, seq_len=2048, mode="fwd+bwd", **h100).use_tma
+    assert not T.tiles_for(64, "bf16", (9, 0), seq_len=2048, mode="fwd+bwd", **h100).use_tma
+    assert T.tiles_for(64, "bf16", (9, 0), seq_len=2048, mode="fwd", **h100).use_tma  # one launch: TMA
+    assert T.tiles_for(64, "bf16", (9, 0), seq_len=4096, mode="fwd+bwd", **h100).use_tma  # 2.1e9 per SM
+    assert T.tiles_for(128, "bf16", (9, 0), seq_len=2048, mode="fwd+bwd", **h100).use_tma  # 1.04e9 per SM
+    assert not T.tiles_for(128, "bf16", (9, 0), causal=True, seq_len=2048, mode="fwd+bwd", **h100).use_tma
     # a forward call alone makes a quarter of the CPU work: pointer loads below 2.5e8 forward FLOPs per SM
-    assert not A.tiles_for(64, "bf16", (9, 0), seq_len=1024, mode="fwd", **h100).use_tma  # 1.3e8 per SM
+    assert not T.tiles_for(64, "bf16", (9, 0), seq_len=1024, mode="fwd", **h100).use_tma  # 1.3e8 per SM
     # ... except where causal d = 128 takes its 64-query tiles, which were measured over TMA
-    short_causal = A.tiles_for(128, "bf16", (9, 0), causal=True, seq_len=1024, mode="fwd", **h100)
+    short_causal = T.tiles_for(128, "bf16", (9, 0), causal=True, seq_len=1024, mode="fwd", **h100)
     assert short_causal.use_tma and short_causal.fwd.block_m == 64
-    assert not A.tiles_for(128, "bf16", (9, 0), causal=True, seq_len=1024, mode="fwd+bwd", **h100).use_tma
-    assert A.tiles_for(128, "bf16", (9, 0), seq_len=1024, mode="fwd", **h100).use_tma  # 2.6e8 per SM
-    assert A.tiles_for(64, "bf16", (9, 0), causal=True, seq_len=2048, mode="fwd", **h100).use_tma  # 2.6e8 per SM
+    assert not T.tiles_for(128, "bf16", (9, 0), causal=True, seq_len=1024, mode="fwd+bwd", **h100).use_tma
+    assert T.tiles_for(128, "bf16", (9, 0), seq_len=1024, mode="fwd", **h100).use_tma  # 2.6e8 per SM
+    assert T.tiles_for(64, "bf16", (9, 0), causal=True, seq_len=2048, mode="fwd", **h100).use_tma  # 2.6e8 per SM
 
 
 def test_short_causal_d128_takes_64_query_tiles_over_pointer_loads_too():
@@ -402,31 +340,31 @@ def test_short_causal_d128_takes_64_query_tiles_over_pointer_loads_too():
     loads as over TMA (61 against 76 us), so forward+backward, which keeps pointer loads there, takes them too."""
     h100 = dict(batch_heads=64, sm_count=132)
     for n in (1024, 2048):
-        cfg = A.tiles_for(128, "bf16", (9, 0), causal=True, seq_len=n, mode="fwd+bwd", **h100)
-        assert not cfg.use_tma and cfg.fwd == A.Tiles(64, 64, 4, 3)
+        cfg = T.tiles_for(128, "bf16", (9, 0), causal=True, seq_len=n, mode="fwd+bwd", **h100)
+        assert not cfg.use_tma and cfg.fwd == T.Tiles(64, 64, 4, 3)
     # the full mask and long sequences keep 128-query tiles
-    assert A.tiles_for(128, "bf16", (9, 0), seq_len=1024, mode="fwd+bwd", **h100).fwd.block_m == 128
-    assert A.tiles_for(128, "bf16", (9, 0), causal=True, seq_len=16384, mode="fwd+bwd", **h100).fwd.block_m == 128
+    assert T.tiles_for(128, "bf16", (9, 0), seq_len=1024, mode="fwd+bwd", **h100).fwd.block_m == 128
+    assert T.tiles_for(128, "bf16", (9, 0), causal=True, seq_len=16384, mode="fwd+bwd", **h100).fwd.block_m == 128
 
 
 def test_autograd_path_keeps_delta_and_lse2_beside_lse(monkeypatch, device):
     """The autograd forward allocates lse with two more planes that the backward fills with delta and lse2 (one
     allocation fewer per call); _backward still takes a plain (B, H, padded Lq) lse and allocates them itself."""
     allocated = []
-    real = A._backward
+    real = K._backward
 
     def spy(q4, k4, v4, out, lse, *args, **kw):
         allocated.append(tuple(lse.shape))
         return real(q4, k4, v4, out, lse, *args, **kw)
 
-    monkeypatch.setattr(A, "_backward", spy)
+    monkeypatch.setattr(K, "_backward", spy)
     q, k, v = (timing.random_tensor((1, 2, 45, 16), "fp32").requires_grad_() for _ in range(3))
-    out = A.flash_attention(q, k, v, True)
+    out = K.flash_attention(q, k, v, True)
     do = timing.random_tensor(q.shape, "fp32")
     grads = torch.autograd.grad(out, (q, k, v), do)
-    assert allocated == [(3, 1, 2, A._lq_pad(45))]
+    assert allocated == [(3, 1, 2, T.lq_pad(45))]
     qr, kr, vr = (x.detach().double().requires_grad_() for x in (q, k, v))
-    refs = torch.autograd.grad(A.reference(qr, kr, vr, True)[0], (qr, kr, vr), do.double())
+    refs = torch.autograd.grad(N.reference(qr, kr, vr, True)[0], (qr, kr, vr), do.double())
     for g, r in zip(grads, refs):
         timing.check_close(g, r, "fp32", "gradient")
 
@@ -435,24 +373,24 @@ def test_plan_keys_name_the_configuration_the_mask_and_the_shapes():
     """A recorded launch is reused only for the same configuration object, mask, shapes, dtype and device."""
     x = torch.zeros(1, 2, 8, 16)
     y = torch.zeros(1, 2, 9, 16)
-    cfg = A.INTERPRETER_CONFIG
-    other = A.FlashConfig(cfg.fwd, cfg.dkdv, cfg.dq, use_tma=True)
-    key = A._plan_key("fwd", cfg, True, x, x)
-    assert key == A._plan_key("fwd", cfg, True, x.clone(), x)
-    assert key != A._plan_key("fwd", cfg, False, x, x) != A._plan_key("fwd", other, True, x, x)
-    assert key != A._plan_key("fwd", cfg, True, x, y) != A._plan_key("dq", cfg, True, x, x)
-    assert key != A._plan_key("fwd", cfg, True, x.double(), x)
+    cfg = T.INTERPRETER_CONFIG
+    other = T.FlashConfig(cfg.fwd, cfg.dkdv, cfg.dq, use_tma=True)
+    key = L.plan_key("fwd", cfg, True, x, x)
+    assert key == L.plan_key("fwd", cfg, True, x.clone(), x)
+    assert key != L.plan_key("fwd", cfg, False, x, x) != L.plan_key("fwd", other, True, x, x)
+    assert key != L.plan_key("fwd", cfg, True, x, y) != L.plan_key("dq", cfg, True, x, x)
+    assert key != L.plan_key("fwd", cfg, True, x.double(), x)
 
 
 def test_flash_attention_picks_the_mode_from_autograd(monkeypatch, device):
     seen = []
-    real = A.default_config
-    monkeypatch.setattr(A, "default_config", lambda *a, **kw: seen.append(kw["mode"]) or real(*a, **kw))
+    real = K.default_config
+    monkeypatch.setattr(K, "default_config", lambda *a, **kw: seen.append(kw["mode"]) or real(*a, **kw))
     q, k, v = _inputs(1, 1, 20, 20, 16, "fp32", device)
     with torch.no_grad():
-        A.flash_attention(q, k, v)
-    A.flash_attention(q, k, v).sum().backward()
-    A.flash_attention(*(x.detach() for x in (q, k, v)))
+        K.flash_attention(q, k, v)
+    K.flash_attention(q, k, v).sum().backward()
+    K.flash_attention(*(x.detach() for x in (q, k, v)))
     assert seen == ["fwd", "fwd+bwd", "fwd"]
 
 
@@ -479,13 +417,13 @@ def test_gpu_recorded_launch_plans_match_float64(d):
     for causal in (False, True):
         for call in range(3):
             _assert_matches_float64(*_inputs(1, 2, 1000, 1000, d, "bf16", "cuda", seed=call), causal, "bf16")
-    kinds = {key[0] for key in A._PLANS}
+    kinds = {key[0] for key in L.PLANS}
     assert {"fwd", "dq", "dkdv"} <= kinds
     base = timing.random_tensor((1 * 2 * 1000 * d + 1,), "bf16", "cuda")
     q = base[1:].view(1, 2, 1000, d).requires_grad_()  # 2 bytes past an aligned address
     k, v = _inputs(1, 2, 1000, 1000, d, "bf16", "cuda", seed=7)[1:]
     assert q.data_ptr() % 16 != 0
-    assert A._tma_ready(q).data_ptr() % 16 == 0 and torch.equal(A._tma_ready(q), q)
+    assert K._tma_ready(q).data_ptr() % 16 == 0 and torch.equal(K._tma_ready(q), q)
     for _ in range(2):
         _assert_matches_float64(q, k, v, True, "bf16")
 
@@ -494,11 +432,11 @@ def test_gpu_recorded_launch_plans_match_float64(d):
 def test_gpu_lab_run_refuses_naive_that_would_not_fit():
     from labs.engine import runner
 
-    small = A.Params(seq_lens=(300,), head_dims=(32,), masks=("causal",), batch=2, heads=2)
+    small = M.Params(seq_lens=(300,), head_dims=(32,), masks=("causal",), batch=2, heads=2)
     result = runner.run(A.LAB, small, use_cache=False)
     measured = [r for r in result.rows if r.get("measured_ms")]
     assert {r["impl"] for r in measured} >= {"naive", "ours", "sdpa-flash"} and result.complete
-    huge = A.Params(seq_lens=(1 << 18,), head_dims=(16,), masks=("full",), impls=("naive",), modes=("fwd",),
+    huge = M.Params(seq_lens=(1 << 18,), head_dims=(16,), masks=("full",), impls=("naive",), modes=("fwd",),
                     batch=4, heads=16)
     rows = runner.run(A.LAB, huge, use_cache=False).rows
     assert "skipped" in rows[0]["note"] and "GB" in rows[0]["note"]
@@ -508,30 +446,30 @@ def test_gpu_lab_run_refuses_naive_that_would_not_fit():
 # Memory: every point's peak is predicted before it runs, and what would not fit is skipped
 # ------------------------------------------------------------------------------------------------
 def test_point_peak_bytes_hand_numbers():
-    shape = A.Shape(4, 16, 16384, 16384, 128, False, "bf16")
+    shape = M.Shape(4, 16, 16384, 16384, 128, False, "bf16")
     s_bytes = 4 * 16 * 16384 * 16384 * 2
-    assert A.point_peak_bytes("naive", shape, "fwd") == 2 * s_bytes  # S and P: 68.7 GB
+    assert M.point_peak_bytes("naive", shape, "fwd") == 2 * s_bytes  # S and P: 68.7 GB
     q_bytes = 4 * 16 * 16384 * 128 * 2
     lse = 4 * 16 * 16384 * 4
-    assert A.point_peak_bytes("ours", shape, "fwd") == q_bytes + lse  # O and the log-sum-exp
-    assert A.point_peak_bytes("sdpa-cudnn", shape, "fwd") == 2 * (q_bytes + lse)
+    assert M.point_peak_bytes("ours", shape, "fwd") == q_bytes + lse  # O and the log-sum-exp
+    assert M.point_peak_bytes("sdpa-cudnn", shape, "fwd") == 2 * (q_bytes + lse)
 
 
 def test_fits_leaves_room_for_the_timer_and_workspaces():
-    assert A.fits(10 * 10**9, 20 * 10**9)
-    assert not A.fits(int(0.9 * 20e9), 20 * 10**9)  # the timer's 256 MB tips it over
-    assert not A.fits(19 * 10**9, 20 * 10**9)
+    assert M.fits(10 * 10**9, 20 * 10**9)
+    assert not M.fits(int(0.9 * 20e9), 20 * 10**9)  # the timer's 256 MB tips it over
+    assert not M.fits(19 * 10**9, 20 * 10**9)
 
 
 @pytest.mark.parametrize("sheet", [s for s in gpu.DATASHEET if s.memory_gb >= 40], ids=lambda s: s.name)
 def test_default_sweep_plans_within_memory_on_every_large_gpu(sheet):
     total = int(sheet.memory_gb * 1e9)
-    plan = A.plan_points(A.Params(), total)
+    plan = M.plan_points(M.Params(), total)
     assert len(plan) == 200
     for p in plan:  # whatever runs fits beside its inputs, with the timer's buffer
-        inputs = 4 * A.Shape(4, 16, p["seq_len"], p["seq_len"], p["head_dim"], False, "bf16").q_bytes
+        inputs = 4 * M.Shape(4, 16, p["seq_len"], p["seq_len"], p["head_dim"], False, "bf16").q_bytes
         if p["fits"]:
-            assert p["peak_bytes"] + inputs + A.TIMER_BYTES <= total
+            assert p["peak_bytes"] + inputs + M.TIMER_BYTES <= total
         else:
             assert p["impl"] == "naive"  # only the N x N matrices can outgrow a large GPU
     skipped = {(p["seq_len"], p["mode"]) for p in plan if not p["fits"]}
@@ -542,72 +480,59 @@ def test_default_sweep_plans_within_memory_on_every_large_gpu(sheet):
 
 
 def test_short_sequences_get_the_cpus_time_as_a_floor():
-    """Our kernels at small N: the model is the larger of the GPU model and the CPU's time per call; each row also
-    carries the refined floor (the CPU's time less the timer's 256 MiB L2-clearing write, plus the last kernel)."""
-    shape = A.Shape(1, 2, 256, 256, 64, False, "bf16")
-    assert A._needs_host_floor(shape, "fwd", H200)
+    """Our kernels at small N: the model is the larger of the GPU model and the CPU's time per call."""
+    shape = M.Shape(1, 2, 256, 256, 64, False, "bf16")
+    assert M._needs_host_floor(shape, "fwd", H200)
     flush_ms = 256 * 2**20 / (H200.ceilings.copy_tbps * 1e12) * 1e3  # 0.056 ms at the H200's 4.8 TB/s datasheet
-    assert A.timer_flush_ms(H200) == pytest.approx(flush_ms) and 0.04 < flush_ms < 0.08
-    row = A.host_floor_row({"impl": "ours"}, shape, "fwd", 2.0, H200)
+    assert M.timer_flush_ms(H200) == pytest.approx(flush_ms) and 0.04 < flush_ms < 0.08
+    row = M.host_floor_row({"impl": "ours"}, shape, "fwd", 2.0, H200)
     assert row["limited_by"] == "CPU" and row["host_ms"] == 2.0 and row["predicted_ms"] == pytest.approx(2.0)
-    gpu_ms = A.flash_model(shape, "fwd", H200)["predicted_ms"]  # one kernel: it is also the last one
-    assert row["gpu_model_ms"] == pytest.approx(gpu_ms)
-    assert row["refined_floor_ms"] == pytest.approx(2.0 - flush_ms + gpu_ms)
-    flops = A.attention_flops("fwd", 1, 2, 256, 256, 64, False)
+    assert row["gpu_model_ms"] == pytest.approx(M.flash_model(shape, "fwd", H200)["predicted_ms"])
+    flops = M.attention_flops("fwd", 1, 2, 256, 256, 64, False)
     assert row["predicted_tflops"] == pytest.approx(flops / (row["predicted_ms"] * 1e-3) / 1e12)
-    # forward and backward: the dK/dV kernel runs last
-    both = A.flash_model(shape, "fwd+bwd", H200)
-    assert 0 < both["predicted_last_kernel_ms"] < both["predicted_ms"]
-    row = A.host_floor_row({}, shape, "fwd+bwd", 2.0, H200)
-    assert row["refined_floor_ms"] == pytest.approx(2.0 - flush_ms + both["predicted_last_kernel_ms"])
+    both = M.flash_model(shape, "fwd+bwd", H200)
     # a CPU time under the GPU model's: the GPU's time
-    assert A.host_floor_row({}, shape, "fwd+bwd", both["predicted_ms"] / 2, H200)["predicted_ms"] == \
+    assert M.host_floor_row({}, shape, "fwd+bwd", both["predicted_ms"] / 2, H200)["predicted_ms"] == \
         pytest.approx(both["predicted_ms"])
-    assert A.host_floor_row({}, shape, "fwd", 1e-6, H200)["limited_by"] == "GPU"
-    long = A.Shape(4, 16, 16384, 16384, 128, False, "bf16")  # GPU model of many ms: no CPU timing at all
-    assert not A._needs_host_floor(long, "fwd", H200)
+    assert M.host_floor_row({}, shape, "fwd", 1e-6, H200)["limited_by"] == "GPU"
+    long = M.Shape(4, 16, 16384, 16384, 128, False, "bf16")  # GPU model of many ms: no CPU timing at all
+    assert not M._needs_host_floor(long, "fwd", H200)
 
 
 def test_short_naive_calls_get_the_same_cpu_floor():
     """Naive attention launches torch's kernels one by one (through autograd for the backward pass): a short call
-    gets the same floor, with its own GPU model (the probed rates) and its own last kernel (dQ's scaling)."""
-    shape = A.Shape(4, 16, 1024, 1024, 64, True, "bf16")
+    gets the same floor, with its own GPU model (the probed rates)."""
+    shape = M.Shape(4, 16, 1024, 1024, 64, True, "bf16")
     rates = {("softmax-causal", 1024, "bf16"): 1.5, ("masked-fill", 1024, "bf16"): 1.2}
-    model = A.naive_model(shape, "fwd+bwd", H200, A.naive_rates_for(rates, 1024, "bf16"))
-    last = A.naive_ops(shape, "fwd+bwd")[-1]
-    assert last["op"] == "dq * scale"
-    assert model["predicted_last_kernel_ms"] == pytest.approx(last["bytes"] / (H200.ceilings.copy_tbps * 1e12) * 1e3)
-    assert A._needs_host_floor(shape, "fwd+bwd", H200, "naive")
+    model = M.naive_model(shape, "fwd+bwd", H200, M.naive_rates_for(rates, 1024, "bf16"))
+    assert M._needs_host_floor(shape, "fwd+bwd", H200, "naive")
     host_ms = model["predicted_ms"] + 0.3
-    row = A.naive_host_floor_row({"impl": "naive"}, shape, "fwd+bwd", host_ms, H200, rates)
+    row = M.naive_host_floor_row({"impl": "naive"}, shape, "fwd+bwd", host_ms, H200, rates)
     assert row["limited_by"] == "CPU" and row["gpu_model_ms"] == pytest.approx(model["predicted_ms"])
     assert row["predicted_ms"] == pytest.approx(host_ms)
-    assert row["refined_floor_ms"] == pytest.approx(host_ms - A.timer_flush_ms(H200) + model["predicted_last_kernel_ms"])
-    assert A.naive_host_floor_row({}, shape, "fwd+bwd", 0.01, H200, rates)["predicted_ms"] == \
+    assert M.naive_host_floor_row({}, shape, "fwd+bwd", 0.01, H200, rates)["predicted_ms"] == \
         pytest.approx(model["predicted_ms"])
-    assert not A._needs_host_floor(A.Shape(4, 16, 8192, 8192, 64, False, "bf16"), "fwd+bwd", H200, "naive")
+    assert not M._needs_host_floor(M.Shape(4, 16, 8192, 8192, 64, False, "bf16"), "fwd+bwd", H200, "naive")
 
 
 def test_repredict_applies_each_impls_floor():
     """A recorded short point with the CPU's time: ours gets the flash floor, naive the naive one."""
-    params = A.Params(seq_lens=(1024,), head_dims=(64,), masks=("full",), impls=("naive", "ours"), modes=("fwd+bwd",))
+    params = M.Params(seq_lens=(1024,), head_dims=(64,), masks=("full",), impls=("naive", "ours"), modes=("fwd+bwd",))
     rows = [{"impl": impl, "mode": "fwd+bwd", "causal": False, "dtype": "bf16", "head_dim": 64, "seq_len": 1024,
              "measured_ms": 1.0, "host_ms": 5.0} for impl in ("naive", "ours")]
-    got = {r["impl"]: r for r in A.repredict({"params": dataclasses.asdict(params), "rows": rows}, H200)}
-    shape = A.Shape(4, 16, 1024, 1024, 64, False, "bf16")
-    flush = A.timer_flush_ms(H200)
+    got = {r["impl"]: r for r in M.repredict({"params": dataclasses.asdict(params), "rows": rows}, H200)}
+    shape = M.Shape(4, 16, 1024, 1024, 64, False, "bf16")
     assert got["ours"]["predicted_ms"] == got["naive"]["predicted_ms"] == pytest.approx(5.0)
-    assert got["ours"]["refined_floor_ms"] == pytest.approx(
-        5.0 - flush + A.flash_model(shape, "fwd+bwd", H200)["predicted_last_kernel_ms"])
-    assert got["naive"]["refined_floor_ms"] == pytest.approx(
-        5.0 - flush + A.naive_model(shape, "fwd+bwd", H200)["predicted_last_kernel_ms"])
+    assert got["ours"]["gpu_model_ms"] == pytest.approx(M.flash_model(shape, "fwd+bwd", H200)["predicted_ms"])
+    assert got["naive"]["gpu_model_ms"] == pytest.approx(M.naive_model(shape, "fwd+bwd", H200)["predicted_ms"])
+    assert got["ours"]["limited_by"] == got["naive"]["limited_by"] == "CPU"
 
 
 @pytest.mark.gpu
 def test_gpu_probes_of_torchs_softmax_and_masked_fill():
-    rows = A.probe_naive_kernels(1024, "bf16", 64, causal=True)
-    rates = A.probed_naive_rates(rows)
-    assert set(rates) == {(k, 1024, "bf16") for k in A.NAIVE_PROBES}
+    rows = Me.probe_naive_kernels(1024, "bf16", 64, causal=True)
+    rates = M.probed_naive_rates(rows)
+    assert set(rates) == {(k, 1024, "bf16") for k in M.NAIVE_PROBES}
     copy = gpu.live_target().ceilings.copy_tbps
     assert all(0.05 * copy < r < 1.2 * copy for r in rates.values())
 
@@ -615,12 +540,12 @@ def test_gpu_probes_of_torchs_softmax_and_masked_fill():
 @pytest.mark.gpu
 def test_gpu_a_point_that_runs_out_of_memory_is_skipped_not_fatal():
     free_before = torch.cuda.mem_get_info()[0]
-    assert A._time_point(lambda: torch.empty(1 << 50, device="cuda", dtype=torch.uint8)) is None  # a petabyte
+    assert Me._time_point(lambda: torch.empty(1 << 50, device="cuda", dtype=torch.uint8)) is None  # a petabyte
     assert torch.cuda.mem_get_info()[0] >= 0.95 * free_before  # nothing of the failed point is kept
     x = torch.ones(1 << 20, device="cuda")
-    peak, ms, host_ms = A._time_point(lambda: x * 2)
+    peak, ms, host_ms = Me._time_point(lambda: x * 2)
     assert peak >= 4 << 20 and ms > 0 and host_ms is None
-    peak, ms, host_ms = A._time_point(lambda: x * 2, with_host=True)  # the CPU's time inside the timed calls
+    peak, ms, host_ms = Me._time_point(lambda: x * 2, with_host=True)  # the CPU's time inside the timed calls
     assert ms > 0 and 0 < host_ms < 10
 
 
@@ -634,19 +559,19 @@ def _recording(key):
 @pytest.mark.parametrize("key", ["nvidia-h100-80gb-hbm3", "nvidia-h200"])
 def test_default_run_checks_every_configuration_it_times(key):
     target = dataclasses.replace(H200, sm_count=132, compute_capability="9.0")
-    params = A.Params()
-    keys = A.check_keys(params, lambda shape, mode: A.planned_config(shape, mode, target))
+    params = M.Params()
+    keys = Me.check_keys(params, lambda shape, mode: M.planned_config(shape, mode, target))
     assert len(keys) == len(set(keys))
     for row in _recording(key)["rows"]:
-        if row.get("measured_ms") is None or row["impl"] == A.PROBE_IMPL:
+        if row.get("measured_ms") is None or row["impl"] == M.PROBE_IMPL:
             continue
         mask = "causal" if row["causal"] else "full"
-        shape = A._shape(params, row["seq_len"], row["head_dim"], mask, row["dtype"])
-        cfg = A.planned_config(shape, row["mode"], target) if row["impl"] == "ours" else None
+        shape = M._shape(params, row["seq_len"], row["head_dim"], mask, row["dtype"])
+        cfg = M.planned_config(shape, row["mode"], target) if row["impl"] == "ours" else None
         assert (row["impl"], row["dtype"], row["head_dim"], row["causal"], row["mode"], cfg) in keys
     # by hand: forward d=64 {full, causal} x {TMA, pointers}; d=128 full {TMA, pointers}, causal {64-row TMA,
     # 128-row TMA, pointers}; dQ and dK/dV kernels {d} x {mask} x {TMA, pointers}
-    assert len(A.triton_kernels(keys)) == 4 + 5 + 2 * 8
+    assert len(Me.triton_kernels(keys)) == 4 + 5 + 2 * 8
 
 
 @pytest.mark.parametrize("key", ["nvidia-h100-80gb-hbm3", "nvidia-h200"])
@@ -654,24 +579,24 @@ def test_timing_the_default_run_costs_under_20_seconds_of_calls(key):
     """The timer's rules against the recorded call times: 31 s with the old rules (2 warm calls, do_bench with
     10 ms of warm-up and 50 ms of timing for every point), ~15 s now; compiles, checks and plans come on top."""
     recording = _recording(key)
-    flush_ms = A.FLUSH_BYTES / (recording["meta"]["ceilings"]["copy_tbps"] * 1e12) * 1e3
+    flush_ms = Me.FLUSH_BYTES / (recording["meta"]["ceilings"]["copy_tbps"] * 1e12) * 1e3
     total_ms, long_points = 0.0, 0
     for row in recording["rows"]:
-        if row.get("measured_ms") is None or row["impl"] == A.PROBE_IMPL:
+        if row.get("measured_ms") is None or row["impl"] == M.PROBE_IMPL:
             continue
-        calls, ms = A.timer_cost(row["measured_ms"], flush_ms, row.get("host_ms") or 0.0)
+        calls, ms = Me.timer_cost(row["measured_ms"], flush_ms, row.get("host_ms") or 0.0)
         assert calls >= 4 and ms >= calls * row["measured_ms"] * 0.99 - 2 * row["measured_ms"]
         total_ms += ms
-        long_points += row["measured_ms"] >= A.LONG_CALL_MS
+        long_points += row["measured_ms"] >= Me.LONG_CALL_MS
     assert long_points >= 30  # the sweep's long end is where the calls were spent
     assert total_ms < 20_000, f"{total_ms / 1e3:.1f} s"
 
 
 def test_timer_cost_hand_numbers():
-    assert A.timer_cost(100.0, 0.1) == (4, pytest.approx(100 + 3 * 100.1))  # warm call, then a median of 3
-    calls, ms = A.timer_cost(0.9, 0.1)  # do_bench: 5 estimates, 5 warm-up calls, 25 timed calls
+    assert Me.timer_cost(100.0, 0.1) == (4, pytest.approx(100 + 3 * 100.1))  # warm call, then a median of 3
+    calls, ms = Me.timer_cost(0.9, 0.1)  # do_bench: 5 estimates, 5 warm-up calls, 25 timed calls
     assert calls == 2 + 1 + 5 + 5 + 25 and ms == pytest.approx(2 * 0.9 + 0.1 + 0.9 + 5 * 1.0 + 5 * 0.9 + 25 * 1.0)
-    assert A.timer_cost(0.1, 0.1, host_ms=0.5)[1] > A.timer_cost(0.1, 0.1)[1]  # a CPU-bound call costs its CPU
+    assert Me.timer_cost(0.1, 0.1, host_ms=0.5)[1] > Me.timer_cost(0.1, 0.1)[1]  # a CPU-bound call costs its CPU
 
 
 def test_in_parallel_runs_failed_jobs_again_where_they_raise_for_real():
@@ -683,19 +608,19 @@ def test_in_parallel_runs_failed_jobs_again_where_they_raise_for_real():
         return "main"
 
     jobs = {i: (lambda i=i: i * i) for i in range(6)} | {"picky": only_in_main}
-    assert A.in_parallel(jobs, threads=4) == {i: i * i for i in range(6)} | {"picky": "main"}
+    assert Me.in_parallel(jobs, threads=4) == {i: i * i for i in range(6)} | {"picky": "main"}
 
     def wrong():
         raise timing.KernelMismatch("wrong everywhere")
 
     with pytest.raises(timing.KernelMismatch):
-        A.in_parallel({"a": lambda: 1, "b": wrong}, threads=4)
+        Me.in_parallel({"a": lambda: 1, "b": wrong}, threads=4)
 
 
 def test_run_checks_on_cpu_checks_ours_and_naive_and_names_unavailable_backends():
-    keys = [("ours", "fp32", 16, True, "fwd", A.INTERPRETER_CONFIG), ("naive", "fp32", 16, False, "fwd", None),
+    keys = [("ours", "fp32", 16, True, "fwd", T.INTERPRETER_CONFIG), ("naive", "fp32", 16, False, "fwd", None),
             ("sdpa-flash", "fp32", 16, False, "fwd", None)]
-    errors, why = A._run_checks(keys, torch.device("cpu"))
+    errors, why = Me._run_checks(keys, torch.device("cpu"))
     assert errors[keys[0]] < timing.TOLERANCE["fp32"] and errors[keys[1]] < timing.TOLERANCE["fp32"]
     flash_case = keys[2][:4]
     if why.get(flash_case):  # no flash backend on the CPU: named, and not checked
@@ -732,7 +657,7 @@ def test_page_renders_without_gpu():
 def test_a_skipped_point_says_why_it_does_not_fit():
     """137.8 GB needed with 148.0 GB free reads like a contradiction unless the note names the share a point may use."""
     need, free = int(137.8e9), int(148.0e9)
-    assert not A.fits(need, free)
-    note = A.skip_note("naive", need, free)
+    assert not M.fits(need, free)
+    note = M.skip_note("naive", need, free)
     assert note.startswith("skipped: naive would need 137.8 GB")
-    assert f"{100 * A.FREE_SHARE:.0f} %" in note and f"{A.FREE_SHARE * free / 1e9:.1f} GB" in note
+    assert f"{100 * M.FREE_SHARE:.0f} %" in note and f"{M.FREE_SHARE * free / 1e9:.1f} GB" in note

@@ -11,11 +11,12 @@ import torch
 from labs.engine import timing
 from labs.engine import gpu
 from labs.engine import runner
-from labs.coalescing import (GRANULE_BYTES, LAB, Params, TRANSPOSES, fetched_bytes_per_element, ladder_gains,
-                             predict, requests_per_element, riding_granules_per_element, scattered_granules,
-                             scattered_read, scattered_reference,
-                             stride_efficiency, stride_row, stride_wavefronts, strided_read, strided_reference,
-                             transpose, transpose_reference, walk, walk_efficiency, walk_reference)
+from labs.coalescing import LAB, Params
+from labs.coalescing.kernels import scattered_granules, scattered_read, strided_read, transpose, walk
+from labs.coalescing.measure import scattered_reference, strided_reference, transpose_reference, walk_reference
+from labs.coalescing.model import (GRANULE_BYTES, TRANSPOSES, fetched_bytes_per_element, ladder_gains, predict,
+                                   repredict, requests_per_element, riding_granules_per_element, stride_efficiency,
+                                   stride_row, stride_wavefronts, walk_efficiency)
 from labs.engine.params import ParamError
 from tests.conftest import render_page
 
@@ -237,13 +238,11 @@ def test_page_renders_fast_without_a_gpu():
 def test_transpose_l2_limit_uses_the_recorded_l2_figure_offline():
     """The naive and torch rungs are capped by the L2's 64-byte request slots at the L2 bandwidth the run used;
     a re-prediction of a recording takes that figure from the recording's rows."""
-    from labs import coalescing as co
-
     params = Params(experiments=("transpose",))
     recording = {"params": {"experiments": ["transpose"]},
                  "rows": [{"experiment": "transpose", "variant": "naive", "l2_tbps": 4.0}]}
-    rows = {r["variant"]: r for r in co.repredict(recording, H200)}
+    rows = {r["variant"]: r for r in repredict(recording, H200)}
     assert rows["naive"]["predicted_tbps"] == pytest.approx(4.0 * 8 / ((2 + 4 / 64) * 64))
     assert rows["torch"]["predicted_tbps"] == pytest.approx(4.0 * 8 / ((1 + 4 / 64) * 64))
     assert rows["naive"]["bound"] == "L2 requests" and rows["naive"]["l2_tbps"] == 4.0
-    assert co.predict(params, H200)[0]["l2_tbps"] > H200.ceilings.copy_tbps  # this GPU's own L2 figure
+    assert predict(params, H200)[0]["l2_tbps"] > H200.ceilings.copy_tbps  # this GPU's own L2 figure

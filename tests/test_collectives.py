@@ -5,6 +5,7 @@ import pytest
 
 from tests.conftest import HAS_CUDA, render_page
 from labs import collectives as c
+from labs.collectives import measure, model
 from labs.engine import gpu
 from labs.engine.params import ParamError
 
@@ -12,33 +13,33 @@ H200 = gpu.datasheet_target(gpu.datasheet_by_name("H200"))
 
 
 def test_ring_factors_are_the_textbook_ones():
-    assert c.ring_factor("all_reduce", 2) == 1.0
-    assert c.ring_factor("all_reduce", 8) == pytest.approx(2 * 7 / 8)
-    assert c.ring_factor("all_gather", 4) == pytest.approx(3 / 4)
-    assert c.ring_factor("reduce_scatter", 8) == pytest.approx(7 / 8)
-    assert c.ring_factor("broadcast", 2) == 1.0
+    assert model.ring_factor("all_reduce", 2) == 1.0
+    assert model.ring_factor("all_reduce", 8) == pytest.approx(2 * 7 / 8)
+    assert model.ring_factor("all_gather", 4) == pytest.approx(3 / 4)
+    assert model.ring_factor("reduce_scatter", 8) == pytest.approx(7 / 8)
+    assert model.ring_factor("broadcast", 2) == 1.0
 
 
 def test_ring_all_reduce_time_by_hand():
     # 1 GB over 8 GPUs at 450 GB/s per direction: 2 * 7/8 * 1e9 / 450e9 s = 3.889 ms, plus 20 us
-    assert c.collective_ms("all_reduce", 1e9, 8, 450, 20) == pytest.approx(0.020 + 3.8889, rel=1e-4)
+    assert model.collective_ms("all_reduce", 1e9, 8, 450, 20) == pytest.approx(0.020 + 3.8889, rel=1e-4)
     # bus bandwidth of that time tends to the link bandwidth as the latency term vanishes
-    ms = c.collective_ms("all_reduce", 1e12, 8, 450, 20)
-    assert c.bus_gbps("all_reduce", 1e12, 8, ms) == pytest.approx(450, rel=1e-4)
+    ms = model.collective_ms("all_reduce", 1e12, 8, 450, 20)
+    assert model.bus_gbps("all_reduce", 1e12, 8, ms) == pytest.approx(450, rel=1e-4)
 
 
 def test_model_uses_the_datasheet_nvlink_per_direction():
-    link = c.link_for(H200)
+    link = model.link_for(H200)
     assert link["link_gbps"] == 450 and "NVLink" in link["link"]
-    pcie_only = c.link_for(gpu.datasheet_target(gpu.datasheet_by_name("L4")))
+    pcie_only = model.link_for(gpu.datasheet_target(gpu.datasheet_by_name("L4")))
     assert pcie_only["link"] == "PCIe Gen4 x16" and pcie_only["link_gbps"] == pytest.approx(31.5 * 256 / 282, rel=1e-3)
 
 
 def test_predicted_bus_bandwidth_rises_with_size_to_the_link():
     """With no measured run, only the datasheet's link: the bus bandwidth climbs towards B."""
-    terms = c.model_terms([], H200)
+    terms = model.model_terms([], H200)
     assert terms["exchange_gbps"] is None and terms["link_gbps"]["all at once"] == 450
-    rows = [r for r in c.predict_with(c.Params(), H200, 2, terms)
+    rows = [r for r in model.predict_with(c.Params(), H200, 2, terms)
             if r["experiment"] == "collective" and r["op"] == "all_reduce"]
     bw = [r["predicted_busbw_gbps"] for r in sorted(rows, key=lambda r: r["size_bytes"])]
     assert bw == sorted(bw) and bw[0] < 1 and 400 < bw[-1] < 450
@@ -46,29 +47,29 @@ def test_predicted_bus_bandwidth_rises_with_size_to_the_link():
 
 def test_bytes_nccl_kernels_move_per_byte_sent_by_hand():
     # two GPUs: all-reduce = send (2) + recv-reduce-copy-send (4) + recv (2) for 2 bytes sent -> 4
-    assert c.sm_bytes_per_link_byte("all_reduce", 2) == 4
+    assert model.sm_bytes_per_link_byte("all_reduce", 2) == 4
     # all-gather out of place: copy-send (3) + recv (2) per byte sent; reduce-scatter: send (2) + recv-reduce-copy (3)
-    assert c.sm_bytes_per_link_byte("all_gather", 2) == 5 and c.sm_bytes_per_link_byte("reduce_scatter", 2) == 5
-    assert c.sm_bytes_per_link_byte("broadcast", 2) == 2 and c.sm_bytes_per_link_byte("broadcast", 4) == 3
+    assert model.sm_bytes_per_link_byte("all_gather", 2) == 5 and model.sm_bytes_per_link_byte("reduce_scatter", 2) == 5
+    assert model.sm_bytes_per_link_byte("broadcast", 2) == 2 and model.sm_bytes_per_link_byte("broadcast", 4) == 3
     # eight GPUs: all-reduce (6n - 4) / (2n - 2) = 44 / 14
-    assert c.sm_bytes_per_link_byte("all_reduce", 8) == pytest.approx(44 / 14)
-    assert c.sm_bytes_per_link_byte("all_gather", 8) == pytest.approx(23 / 7)
+    assert model.sm_bytes_per_link_byte("all_reduce", 8) == pytest.approx(44 / 14)
+    assert model.sm_bytes_per_link_byte("all_gather", 8) == pytest.approx(23 / 7)
 
 
 def test_bus_bandwidth_is_the_link_or_nccls_kernels_whichever_is_slower():
     # an exchange of 300 GB/s each way = 1200 GB/s of reads + writes: all-reduce 1200/4, all-gather 1200/5
-    assert c.nccl_bus_gbps("all_reduce", 2, 360, 300) == pytest.approx(300)
-    assert c.nccl_bus_gbps("all_gather", 2, 360, 300) == pytest.approx(240)
-    assert c.nccl_bus_gbps("broadcast", 2, 360, 300) == 360  # 600 from the kernels: the link is slower
-    assert c.nccl_bus_gbps("all_reduce", 2, 360, None) == 360  # nothing measured: the link
+    assert model.nccl_bus_gbps("all_reduce", 2, 360, 300) == pytest.approx(300)
+    assert model.nccl_bus_gbps("all_gather", 2, 360, 300) == pytest.approx(240)
+    assert model.nccl_bus_gbps("broadcast", 2, 360, 300) == 360  # 600 from the kernels: the link is slower
+    assert model.nccl_bus_gbps("all_reduce", 2, 360, None) == 360  # nothing measured: the link
 
 
 def test_a_loop_of_calls_runs_at_the_slower_of_host_and_gpus():
     # 1 MB all-reduce over 2 GPUs at 250 GB/s: GPUs 10 us + 4 us, host 30 us per call -> host-bound
-    assert c.loop_ms("all_reduce", 1e6, 2, 250, 30, 10) == pytest.approx(0.030)
+    assert model.loop_ms("all_reduce", 1e6, 2, 250, 30, 10) == pytest.approx(0.030)
     # 100 MB: GPUs 10 us + 400 us
-    assert c.loop_ms("all_reduce", 1e8, 2, 250, 30, 10) == pytest.approx(0.410)
-    assert c.loop_ms("all_gather", 1e8, 2, 250, 30, 10) == pytest.approx(0.210)  # half the buffer crosses
+    assert model.loop_ms("all_reduce", 1e8, 2, 250, 30, 10) == pytest.approx(0.410)
+    assert model.loop_ms("all_gather", 1e8, 2, 250, 30, 10) == pytest.approx(0.210)  # half the buffer crosses
 
 
 def test_model_terms_come_from_the_runs_probes():
@@ -78,14 +79,14 @@ def test_model_terms_come_from_the_runs_probes():
             {"experiment": "peer_copy", "op": "one direction", "size_bytes": 2**28, "measured_gbps": 375.0},
             {"experiment": "peer_copy", "op": "all at once", "size_bytes": 2**28, "measured_gbps": 363.0},
             {"experiment": "nccl_p2p", "op": "exchange", "size_bytes": 2**28, "measured_gbps": 300.0}]
-    terms = c.model_terms(rows, H200)
+    terms = model.model_terms(rows, H200)
     assert terms["host_us"] == {"all_reduce": pytest.approx(30)}
     assert terms["gpu_us"] == {"all_reduce": pytest.approx(10)}
     assert terms["exchange_gbps"] == 300
     assert terms["link_gbps"] == {"one direction": 375, "all at once": 363}
-    assert c.op_bus_gbps("all_reduce", 2, terms) == pytest.approx(300)
-    assert c.op_bus_gbps("broadcast", 2, terms) == 375  # one direction; the kernels could do 600
-    row = c.collective_row("all_reduce", 2**30, 2, terms)
+    assert model.op_bus_gbps("all_reduce", 2, terms) == pytest.approx(300)
+    assert model.op_bus_gbps("broadcast", 2, terms) == 375  # one direction; the kernels could do 600
+    row = model.collective_row("all_reduce", 2**30, 2, terms)
     assert row["predicted_ms"] == pytest.approx(0.010 + 2**30 / 300e9 * 1e3)
     assert row["textbook_ms"] == pytest.approx(0.030 + 2**30 / 450e9 * 1e3)
 
@@ -97,27 +98,27 @@ def test_simple_protocols_fixed_cost_comes_from_the_first_gpu_bound_message():
             for s, ms in ((1024, 0.025), (2**20, 0.030), (2**24, 0.080), (2**26, 0.250))]
     rows += [{"experiment": "collective_gpu", "op": "all_reduce", "size_bytes": 1024, "gpus": 2, "measured_ms": 0.010},
              {"experiment": "nccl_p2p", "op": "exchange", "size_bytes": 2**28, "measured_gbps": 300.0}]
-    terms = c.model_terms(rows, H200)
+    terms = model.model_terms(rows, H200)
     assert terms["simple_us"] == {"all_reduce": pytest.approx(80 - 2**24 / 300e3)}
     simple = terms["simple_us"]["all_reduce"]
     # 1 MiB: LL (10 us + 2 x 3.5 us) beats Simple (24 + 3.5 us); the host's 25 us is slower still
-    row = c.collective_row("all_reduce", 2**20, 2, terms)
+    row = model.collective_row("all_reduce", 2**20, 2, terms)
     assert row["model_protocol"] == "LL" and row["predicted_ms"] == pytest.approx(0.025)
     # 64 MiB: Simple, at the full bus bandwidth
-    row = c.collective_row("all_reduce", 2**26, 2, terms)
+    row = model.collective_row("all_reduce", 2**26, 2, terms)
     assert row["model_protocol"] == "Simple"
     assert row["predicted_ms"] == pytest.approx((simple + 2**26 / 300e3) * 1e-3)
     # the protocols cross where LL's extra byte time equals Simple's extra fixed cost
     cross = (simple - 10) * 300e3  # bytes
-    assert c.protocol_ms("all_reduce", 0.9 * cross, 2, 300, 10, simple)[1] == "LL"
-    assert c.protocol_ms("all_reduce", 1.1 * cross, 2, 300, 10, simple)[1] == "Simple"
+    assert model.protocol_ms("all_reduce", 0.9 * cross, 2, 300, 10, simple)[1] == "LL"
+    assert model.protocol_ms("all_reduce", 1.1 * cross, 2, 300, 10, simple)[1] == "Simple"
     # nothing GPU-bound measured: one protocol, as before
-    assert c.model_terms(rows[:2] + rows[4:], H200)["simple_us"] == {}
+    assert model.model_terms(rows[:2] + rows[4:], H200)["simple_us"] == {}
 
 
 def test_overlap_model_hides_communication_behind_backward():
-    assert c.overlap_ms([1.0, 3.0], [0.5, 0.5]) == 3.5  # the last gradient's all-reduce cannot hide
-    assert c.overlap_ms([1.0, 1.1], [2.0, 2.0]) == 5.0  # communication-bound: back to back
+    assert model.overlap_ms([1.0, 3.0], [0.5, 0.5]) == 3.5  # the last gradient's all-reduce cannot hide
+    assert model.overlap_ms([1.0, 1.1], [2.0, 2.0]) == 5.0  # communication-bound: back to back
     rows = {(r["experiment"], r["step"], r["tokens"]): r["predicted_ms"] for r in c.predict(c.Params(), H200)
             if r["experiment"] in ("dp", "tp")}
     big = 8192
@@ -128,7 +129,7 @@ def test_overlap_model_hides_communication_behind_backward():
 
 def test_children_keep_nvlink_multicast_off(monkeypatch):
     monkeypatch.setenv("NCCL_NVLS_ENABLE", "1")
-    env = c.child_env()
+    env = measure.child_env()
     assert env["NCCL_NVLS_ENABLE"] == "0" and env["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1"
     assert env["NVSHMEM_DISABLE_NVLS"] == "1"
 
@@ -138,10 +139,10 @@ def test_launcher_runs_two_real_processes_on_gloo():
     """torchrun, two processes, gloo: every collective checked against float64 inside, then timed."""
     p = c.Params(sizes_kib=(1, 64), dtype="fp32", layer_tokens=(33,), d_model=24, d_ff=40)
     seen = []
-    rows = list(c.run_rows(p, H200, 2, lambda f, m: seen.append(m)))
+    rows = list(measure.run_rows(p, H200, 2, lambda f, m: seen.append(m)))
     rows = [r for r in rows if isinstance(r, dict)]
     got = {(r["experiment"], r["op"], r["step"]) for r in rows}
-    for op in c.OPS:
+    for op in model.OPS:
         assert ("collective", op, "-") in got
     assert {("dp", "-", s) for s in ("compute", "communication", "serial", "overlapped")} <= got
     assert {("tp", "-", s) for s in ("compute", "communication", "serial")} <= got
@@ -155,7 +156,7 @@ def test_launcher_runs_two_real_processes_on_gloo():
 
 def test_launcher_reports_a_failing_worker():
     with pytest.raises(RuntimeError, match="worker processes failed"):
-        list(c.launch({"ops": ["no_such_op"], "sizes_bytes": [1024], "dtype": "fp32", "layer_steps": [],
+        list(measure.launch({"ops": ["no_such_op"], "sizes_bytes": [1024], "dtype": "fp32", "layer_steps": [],
                        "layer_tokens": [], "d_model": 8, "d_ff": 8}, 1))
 
 
@@ -167,8 +168,8 @@ def test_one_gpu_or_none_is_refused_with_a_reason():
         if torch.cuda.device_count() >= 2:
             pytest.skip("this machine has two GPUs")
     with pytest.raises(ParamError, match="two or more GPUs"):
-        c.check(c.Params(), live_like)
-    c.check(c.Params(), H200)  # a datasheet GPU is modelled, never refused
+        measure.check(c.Params(), live_like)
+    measure.check(c.Params(), H200)  # a datasheet GPU is modelled, never refused
 
 
 def test_page_shows_model_and_says_why_it_cannot_run():

@@ -12,8 +12,11 @@ from labs.engine import timing
 from labs.engine import gpu
 from labs.engine import runner
 from labs.engine.gpu import MiB
-from labs.hierarchy import (BLOCK, LAB, Params, find_knee, hierarchy_levels, levels, levels_cache_path,
-                            levels_from_rows, predict, programs, read_passes, reference, save_levels, sizes)
+from labs.hierarchy import LAB, Params
+from labs.hierarchy.diagram import hierarchy_levels
+from labs.hierarchy.kernels import BLOCK, programs, read_passes
+from labs.hierarchy.measure import reference
+from labs.hierarchy.model import find_knee, levels, levels_cache_path, levels_from_rows, predict, save_levels, sizes
 
 ROOT = Path(__file__).resolve().parent.parent
 H200 = gpu.datasheet_target(gpu.datasheet_by_name("H200"))

@@ -1,4 +1,4 @@
-"""Tests of the Hopper matmul anatomy lab (labs/hopper.py, pages/hopper.py).
+"""Tests of the Hopper matmul anatomy lab (labs/hopper/, pages/hopper.py).
 
 On CPU every step's kernel runs in Triton's interpreter on small odd shapes against float64 (TMA
 descriptors included); the model is checked against numbers worked out by hand; the page renders from
@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from labs import hopper as hp, matmul as mm
+from labs import hopper as hp
+from labs.hopper import kernels, measure, model
+from labs.matmul import configs
 from labs.engine import timing
 from labs.engine import gpu
 from labs.engine.gpu import Ceilings, Target
@@ -32,18 +34,18 @@ def toy_target(cc="9.0", memory_gb=80) -> Target:
 # ---------------------------------------------------------------------------------------------
 # Every step's kernel in the interpreter (or on the GPU)
 # ---------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("step", hp.STEPS)
+@pytest.mark.parametrize("step", model.STEPS)
 def test_every_step_matches_float64_on_odd_shapes(step, device):
-    sw = hp.STEPS[step]
+    sw = model.STEPS[step]
     m, n, k = (45, 48, 80) if sw.tma else (37, 45, 51)  # TMA: rows on 16-byte boundaries; else all odd
     a, b = timing.random_tensor((m, k), "bf16", device), timing.random_tensor((k, n), "bf16", device)
     out = torch.full((m, n), float("nan"), device=device, dtype=a.dtype)
     kw = SMALL if device == "cpu" else {}
-    hp.anatomy_matmul(a, b, sw, out, **kw)
-    timing.check_close(out, hp.reference(a, b), "bf16", step)
+    kernels.anatomy_matmul(a, b, sw, out, **kw)
+    timing.check_close(out, measure.reference(a, b), "bf16", step)
 
 
-@pytest.mark.parametrize("sw", hp.BEST_CANDIDATES, ids=lambda sw: sw.config_label)
+@pytest.mark.parametrize("sw", model.BEST_CANDIDATES, ids=lambda sw: sw.config_label)
 def test_every_best_candidate_matches_float64_at_its_own_tile_shape(sw, device):
     """The candidates of the best-configuration step, with their real tiles (128 x 256 or 256 x 128) on a
     shape with partial tiles in every direction and a partial last K slice; persistent ones with two
@@ -51,46 +53,46 @@ def test_every_best_candidate_matches_float64_at_its_own_tile_shape(sw, device):
     m, n, k = 301, 520, 136
     a, b = timing.random_tensor((m, k), "bf16", device), timing.random_tensor((k, n), "bf16", device)
     out = torch.full((m, n), float("nan"), device=device, dtype=a.dtype)
-    hp.anatomy_matmul(a, b, sw, out, programs=2 if sw.persistent else None)
-    timing.check_close(out, hp.reference(a, b), "bf16", sw.config_label)
-    assert hp.step_candidates(hp.BEST_STEP) == hp.BEST_CANDIDATES and hp.BEST_STEP in hp.STEP_NAMES
+    kernels.anatomy_matmul(a, b, sw, out, programs=2 if sw.persistent else None)
+    timing.check_close(out, measure.reference(a, b), "bf16", sw.config_label)
+    assert model.step_candidates(model.BEST_STEP) == model.BEST_CANDIDATES and model.BEST_STEP in model.STEP_NAMES
 
 
 def test_the_probe_that_measure_runs_first(device):
     """usable_configs -> probe_check, as measure calls them: the 517 x 528 x 560 probe at the real tile
     shape, a persistent step on 3 programs (each walks several of the 15 tiles)."""
-    ok, notes = hp.usable_configs("6 Hilbert order", "bf16", device)
-    assert ok == [hp.STEPS["6 Hilbert order"]] and notes == []
+    ok, notes = measure.usable_configs("6 Hilbert order", "bf16", device)
+    assert ok == [model.STEPS["6 Hilbert order"]] and notes == []
 
 
 @pytest.mark.parametrize("tma,persistent", [(False, True), (True, False)])
 def test_fp16_and_a_wrong_reference_fails(tma, persistent, device):
-    sw = hp.Switches(tma, 2, persistent, "hilbert", False)
+    sw = model.Switches(tma, 2, persistent, "hilbert", False)
     a, b = timing.random_tensor((33, 48, ), "fp16", device), timing.random_tensor((48, 64), "fp16", device)
-    out, _ = hp.anatomy_matmul(a, b, sw, **(SMALL if device == "cpu" else {}))
-    timing.check_close(out, hp.reference(a, b), "fp16", "fp16")
+    out, _ = kernels.anatomy_matmul(a, b, sw, **(SMALL if device == "cpu" else {}))
+    timing.check_close(out, measure.reference(a, b), "fp16", "fp16")
     with pytest.raises(timing.KernelMismatch):  # the check is not vacuous
-        timing.check_close(out, hp.reference(a, b.flip(1)), "fp16", "flipped")
+        timing.check_close(out, measure.reference(a, b.flip(1)), "fp16", "flipped")
 
 
 def test_tma_refuses_unaligned_rows(device):
     a, b = timing.random_tensor((9, 7), "bf16", device), timing.random_tensor((7, 5), "bf16", device)
     with pytest.raises(ParamError, match="16-byte"):
-        hp.anatomy_matmul(a, b, hp.STEPS["3 TMA"], **(SMALL if device == "cpu" else {}))
+        kernels.anatomy_matmul(a, b, model.STEPS["3 TMA"], **(SMALL if device == "cpu" else {}))
 
 
 # ---------------------------------------------------------------------------------------------
 # Tile orders
 # ---------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("order", hp.ORDERS)
+@pytest.mark.parametrize("order", model.ORDERS)
 @pytest.mark.parametrize("shape", [(7, 5), (4, 4), (1, 9), (64, 32)])
 def test_every_order_visits_every_tile_once(order, shape):
-    tiles = hp.tile_order(order, *shape)
+    tiles = model.tile_order(order, *shape)
     assert sorted(tiles) == [(i, j) for i in range(shape[0]) for j in range(shape[1])]
 
 
 def test_hilbert_steps_to_a_neighbour_on_a_square():
-    tiles = hp.tile_order("hilbert", 8, 8)
+    tiles = model.tile_order("hilbert", 8, 8)
     assert all(abs(i0 - i1) + abs(j0 - j1) == 1 for (i0, j0), (i1, j1) in zip(tiles, tiles[1:]))
     assert tiles[:4] == ((0, 0), (1, 0), (1, 1), (0, 1)) or tiles[:4] == ((0, 0), (0, 1), (1, 1), (1, 0))
 
@@ -101,17 +103,17 @@ def test_dram_bytes_by_hand():
     # row-major, 8 slots: wave 1 = tile row 0 and 1 (4 columns each): 2 A panels + 4 B panels, and so on
     # for 4 waves: 4 x (2 x 128 + 4 x 256) x 1024 x 2 bytes, plus C once
     expected = 4 * (2 * 128 + 4 * 256) * n * e + n * n * e
-    assert hp.dram_bytes("row-major", n, "bf16", 8, int(1e6)) == expected
+    assert model.dram_bytes("row-major", n, "bf16", 8, int(1e6)) == expected
     # a 2 x 4 wave is the same for grouped with GROUP_M = 8 (8 rows x 1 column): 8 A panels + 1 B panel
-    assert hp.dram_bytes("grouped", n, "bf16", 8, int(1e6)) == 4 * (8 * 128 + 1 * 256) * n * e + n * n * e
+    assert model.dram_bytes("grouped", n, "bf16", 8, int(1e6)) == 4 * (8 * 128 + 1 * 256) * n * e + n * n * e
     # everything fits in a 50 MB L2: A and B once, C once
-    assert hp.dram_bytes("hilbert", n, "bf16", 8, int(50e6)) == 3 * n * n * e
+    assert model.dram_bytes("hilbert", n, "bf16", 8, int(50e6)) == 3 * n * n * e
 
 
 def test_grouped_and_hilbert_fetch_less_than_row_major_at_8192():
     t = toy_target()
     slots = t.sm_count
-    rm, gr, hb = (hp.dram_bytes(o, 8192, "bf16", slots, t.l2_bytes) for o in hp.ORDERS)
+    rm, gr, hb = (model.dram_bytes(o, 8192, "bf16", slots, t.l2_bytes) for o in model.ORDERS)
     assert hb < rm and gr < rm
 
 
@@ -120,16 +122,16 @@ def test_grouped_and_hilbert_fetch_less_than_row_major_at_8192():
 # ---------------------------------------------------------------------------------------------
 def test_step_times_by_hand():
     t = toy_target()  # clock = 25.6e12 / (100 x 256) = 1 GHz; no recording: the ceiling at every N
-    bf16 = hp.step_times(hp.STEPS["1 baseline"], "bf16", t, 4096)
+    bf16 = model.step_times(model.STEPS["1 baseline"], "bf16", t, 4096)
     # math: 2 x 128 x 256 x 64 FLOPs at 409.6e12 / 100 per SM = 1.024 us
     assert bf16["math_s"] == pytest.approx(2 * 128 * 256 * 64 / 4.096e12)
-    assert bf16["latency_s"] == pytest.approx(hp.HBM_LATENCY_CYCLES * 1e-9)
+    assert bf16["latency_s"] == pytest.approx(model.HBM_LATENCY_CYCLES * 1e-9)
     # one stage of pointer loads: (128 + 256) x 64 x 2 bytes into registers, then into shared memory,
     # each at 128 bytes per clock: 768 ns
     assert bf16["operand_s"] == pytest.approx(2 * (128 + 256) * 64 * 2 / 128 * 1e-9)
     # one stage: load, wait, multiply in series
     assert bf16["slice_s"] == pytest.approx(bf16["math_s"] + bf16["latency_s"] + bf16["operand_s"])
-    piped = hp.step_times(hp.STEPS["2 pipeline"], "bf16", t, 4096)
+    piped = model.step_times(model.STEPS["2 pipeline"], "bf16", t, 4096)
     operand = (128 + 256) * 64 * 2 / 128 * 1e-9  # cp.async: straight into shared memory, 384 ns
     assert piped["operand_s"] == pytest.approx(operand)
     assert piped["slice_s"] == pytest.approx(max(bf16["math_s"], operand, (bf16["latency_s"] + operand) / 2))
@@ -137,9 +139,9 @@ def test_step_times_by_hand():
     # persistent the fill, warp-specialized or flattened none
     drain = 128 * 256 * 2 / 128 * 1e-9
     assert piped["edges_s"] == pytest.approx(bf16["latency_s"] + operand + drain)
-    assert hp.step_times(hp.STEPS["5 persistent"], "bf16", t)["edges_s"] == pytest.approx(bf16["latency_s"] + operand)
-    assert hp.step_times(hp.STEPS["7 warp-specialized"], "bf16", t)["edges_s"] == 0
-    assert hp.step_times(hp.BEST_CANDIDATES[3], "bf16", t)["edges_s"] == 0  # flattened
+    assert model.step_times(model.STEPS["5 persistent"], "bf16", t)["edges_s"] == pytest.approx(bf16["latency_s"] + operand)
+    assert model.step_times(model.STEPS["7 warp-specialized"], "bf16", t)["edges_s"] == 0
+    assert model.step_times(model.BEST_CANDIDATES[3], "bf16", t)["edges_s"] == 0  # flattened
 
 
 def test_tensor_core_rate_is_cublas_at_the_same_n_where_recorded():
@@ -151,31 +153,31 @@ def test_tensor_core_rate_is_cublas_at_the_same_n_where_recorded():
                 if res.meta["gpu"]["key"] == t.key for r in res.rows if r.get("kernel") == "cublas"}
     if ("bf16", 4096) not in recorded:
         pytest.skip("no H100 matmul recording with cuBLAS at N = 4096")
-    rate, source = hp.tensor_core_tflops(4096, "bf16", t)
+    rate, source = model.tensor_core_tflops(4096, "bf16", t)
     assert rate == pytest.approx(recorded[("bf16", 4096)]) and "4096" in source
-    assert hp.tensor_core_tflops(5000, "bf16", t)[0] == t.ceilings.matmul_tflops["bf16"]  # never recorded
-    assert hp.tensor_core_tflops(4096, "bf16", toy_target())[0] == 409.6
+    assert model.tensor_core_tflops(5000, "bf16", t)[0] == t.ceilings.matmul_tflops["bf16"]  # never recorded
+    assert model.tensor_core_tflops(4096, "bf16", toy_target())[0] == 409.6
     cublas = [r for r in hp.predict(hp.Params(sizes=(4096,)), t) if r["step"] == "cuBLAS"][0]
     assert cublas["predicted_tflops"] == pytest.approx(recorded[("bf16", 4096)])
 
 
 def test_best_step_predicts_its_fastest_candidate():
     t = toy_target()
-    row = hp.predict_step(hp.BEST_STEP, 8192, "bf16", t)
-    each = {c.config_label: hp.predict_config(c, 8192, "bf16", t).get("predicted_tflops", 0)
-            for c in hp.BEST_CANDIDATES}
+    row = model.predict_step(model.BEST_STEP, 8192, "bf16", t)
+    each = {c.config_label: model.predict_config(c, 8192, "bf16", t).get("predicted_tflops", 0)
+            for c in model.BEST_CANDIDATES}
     assert row["predicted_tflops"] == pytest.approx(max(each.values()))
     assert each[row["predicted_config"]] == pytest.approx(row["predicted_tflops"])
-    steps = [hp.predict_step(s, 8192, "bf16", t)["predicted_tflops"] for s in ("4 grouped order", "6 Hilbert order")]
+    steps = [model.predict_step(s, 8192, "bf16", t)["predicted_tflops"] for s in ("4 grouped order", "6 Hilbert order")]
     assert row["predicted_tflops"] >= max(steps)  # the best fixed steps are candidates too
 
 
 def test_predict_step_by_hand():
     t = toy_target()
-    row = hp.predict_step("5 persistent", 4096, "bf16", t)
+    row = model.predict_step("5 persistent", 4096, "bf16", t)
     tiles = 32 * 16
     assert row["tiles"] == tiles and row["waves"] == math.ceil(tiles / 100)
-    st = hp.step_times(hp.STEPS["5 persistent"], "bf16", t, 4096)
+    st = model.step_times(model.STEPS["5 persistent"], "bf16", t, 4096)
     compute = math.ceil(tiles / 100) * (64 * st["slice_s"] + st["edges_s"])
     assert row["predicted_ms"] == pytest.approx((max(compute, row["predicted_dram_bytes"] / 2e12) + 3e-6) * 1e3)
     assert row["predicted_l2_request_bytes"] == tiles * (128 + 256) * 4096 * 2
@@ -196,7 +198,7 @@ def test_model_orders_the_steps():
 def test_predict_without_a_ceiling_says_so():
     t = toy_target()
     t.ceilings.matmul_tflops.pop("fp16")
-    row = hp.predict_step("3 TMA", 4096, "fp16", t)
+    row = model.predict_step("3 TMA", 4096, "fp16", t)
     assert "predicted_tflops" not in row and "fp16" in row["note"]
 
 
@@ -204,10 +206,10 @@ def test_instruction_counting():
     ptx = "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {...};\n" \
           "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%r1], [%rd2, {%r3, %r4}];\n" \
           "mbarrier.try_wait.parity.shared::cta.b64 %p1, [%r5], %r6;\ncp.async.cg.shared.global [%r7], [%rd8], 16;\n"
-    counts = hp.count_instructions(ptx, hp.PTX_MARKERS)
+    counts = measure.count_instructions(ptx, measure.PTX_MARKERS)
     assert counts == {"wgmma": 1, "mma.sync": 0, "cp.async.bulk.tensor": 1, "cp.async": 1, "ld.global": 0,
                       "mbarrier": 1}
-    assert "wgmma" in hp.ptx_excerpt(ptx) and hp.ptx_excerpt("add.s32 %r1, %r2, %r3;") == ""
+    assert "wgmma" in measure.ptx_excerpt(ptx) and measure.ptx_excerpt("add.s32 %r1, %r2, %r3;") == ""
 
 
 def test_params_check_and_lesson_numbers():
@@ -216,16 +218,16 @@ def test_params_check_and_lesson_numbers():
     with pytest.raises(ParamError):
         from_strings(hp.Params, {"steps": "9 magic"})
     with pytest.raises(ParamError, match="Hopper"):
-        hp.check(hp.Params(), gpu.datasheet_target(gpu.datasheet_by_name("A100 80GB")))
+        measure.check(hp.Params(), gpu.datasheet_target(gpu.datasheet_by_name("A100 80GB")))
     with pytest.raises(ParamError, match="multiple of 8"):
-        hp.check(hp.Params(sizes=(4097,)), toy_target())
-    hp.check(hp.Params(sizes=(4097,), steps=("1 baseline", "2 pipeline")), toy_target())  # pointers take any N
+        measure.check(hp.Params(sizes=(4097,)), toy_target())
+    measure.check(hp.Params(sizes=(4097,), steps=("1 baseline", "2 pipeline")), toy_target())  # pointers take any N
     with pytest.raises(ParamError, match="smaller sizes"):
-        hp.check(hp.Params(sizes=(16384,)), toy_target(memory_gb=1))
-    nums = hp.lesson_numbers(gpu.datasheet_target(gpu.datasheet_by_name("H100 SXM")))
+        measure.check(hp.Params(sizes=(16384,)), toy_target(memory_gb=1))
+    nums = model.lesson_numbers(gpu.datasheet_target(gpu.datasheet_by_name("H100 SXM")))
     assert nums["tiles_8192"] == "2048" and nums["waves_8192"] == "16"
     assert float(nums["dram_hilbert_gb"]) < float(nums["dram_row_gb"])
-    assert hp.LAB.headline.row["step"] in hp.STEPS
+    assert hp.LAB.headline.row["step"] in model.STEPS
 
 
 # ---------------------------------------------------------------------------------------------
@@ -233,7 +235,7 @@ def test_params_check_and_lesson_numbers():
 # ---------------------------------------------------------------------------------------------
 def _hopper_or_skip():
     target = gpu.live_target()
-    if not mm.tma_supported(target.compute_capability):
+    if not configs.tma_supported(target.compute_capability):
         pytest.skip("needs a Hopper GPU (TMA, wgmma)")
     return target
 
@@ -244,11 +246,11 @@ def test_short_run_on_hopper_shows_wgmma_and_tma():
 
     _hopper_or_skip()
     started = time.monotonic()
-    result = runner.run(hp.LAB, hp.Params(sizes=(2048,), steps=("2 pipeline", "3 TMA", hp.BEST_STEP)),
+    result = runner.run(hp.LAB, hp.Params(sizes=(2048,), steps=("2 pipeline", "3 TMA", model.BEST_STEP)),
                         use_cache=False)
     assert result.complete and time.monotonic() - started < 120
     rows = {r["step"]: r for r in result.rows if r.get("measured_tflops")}
-    assert rows[hp.BEST_STEP]["config"] in {c.config_label for c in hp.BEST_CANDIDATES}
+    assert rows[model.BEST_STEP]["config"] in {c.config_label for c in model.BEST_CANDIDATES}
     assert rows["3 TMA"]["ptx_wgmma"] > 0 and rows["3 TMA"]["ptx_cp_async_bulk_tensor"] > 0
     assert rows["2 pipeline"]["ptx_cp_async_bulk_tensor"] == 0 and rows["2 pipeline"]["ptx_cp_async"] > 0
     assert rows["3 TMA"]["ptx_excerpt"]
@@ -284,10 +286,10 @@ def test_page_refuses_bad_input_with_a_message():
 def test_lesson_numbers_say_what_a_gpu_lacks_instead_of_nan():
     """A T4 has no bf16 tensor-core rate: its figures read '?' (the page warns why), never 'nan' or '0 TFLOP/s'."""
     for target in gpu.available_targets():
-        numbers = hp.lesson_numbers(target)
+        numbers = model.lesson_numbers(target)
         assert not [k for k, v in numbers.items() if "nan" in str(v).lower()], target.key
     t4 = next(t for t in gpu.available_targets() if t.key == "t4")
-    assert hp.lesson_numbers(t4)["bf16_tflops"] == "?" and hp.lesson_numbers(t4)["slice_1_us"] == "?"
+    assert model.lesson_numbers(t4)["bf16_tflops"] == "?" and model.lesson_numbers(t4)["slice_1_us"] == "?"
 
 
 def test_repredict_takes_the_tensor_core_rate_from_the_runs_own_cublas_rows():
@@ -298,4 +300,4 @@ def test_repredict_takes_the_tensor_core_rate_from_the_runs_own_cublas_rows():
                  "rows": [{"step": "cuBLAS", "n": 4096, "dtype": "bf16", "measured_tflops": 400.0}]}
     cublas = next(r for r in hp.repredict(recording, target) if r["step"] == "cuBLAS")
     assert cublas["predicted_tflops"] == pytest.approx(400.0)
-    assert hp.tensor_core_tflops(4096, "bf16", target)[0] != pytest.approx(400.0)  # the override is gone
+    assert model.tensor_core_tflops(4096, "bf16", target)[0] != pytest.approx(400.0)  # the override is gone

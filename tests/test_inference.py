@@ -13,6 +13,7 @@ from labs.engine import timing
 from labs.engine import gpu
 from labs.engine import runner
 from labs import inference as inf
+from labs.inference import block as B, kernels as K, launch as Pl, measure as Me, model as M
 from labs.engine.gpu import Ceilings, Target
 from labs.engine.params import ParamError
 from tests.conftest import render_page
@@ -34,20 +35,20 @@ def test_skinny_gemm_matches_float64_on_odd_sizes(device, m, splits):
     x = timing.random_tensor((m, 201), "bf16", device)  # K = 201: the last K tile is partly masked
     w = timing.random_tensor((77, 201), "bf16", device)  # N = 77: the last N tile too
     out = torch.full((m, 77), float("nan"), device=device, dtype=torch.bfloat16)
-    inf.skinny_linear(x, w, out, splits=splits, config=inf.SKINNY | {"BLOCK_N": 32, "BLOCK_K": 64})
-    timing.check_close(out, inf.gemm_reference(x, w), "bf16", f"skinny GEMM M={m} splits={splits}")
+    K.skinny_linear(x, w, out, splits=splits, config=Pl.SKINNY | {"BLOCK_N": 32, "BLOCK_K": 64})
+    timing.check_close(out, B.gemm_reference(x, w), "bf16", f"skinny GEMM M={m} splits={splits}")
 
 
 def test_skinny_gemm_check_catches_a_wrong_answer(device):
     x = timing.random_tensor((3, 64), "bf16", device)
     w = timing.random_tensor((32, 64), "bf16", device)
     with pytest.raises(timing.KernelMismatch):
-        timing.check_close(inf.skinny_linear(x, w), inf.gemm_reference(x, w.flip(0)), "bf16", "swapped rows")
+        timing.check_close(K.skinny_linear(x, w), B.gemm_reference(x, w.flip(0)), "bf16", "swapped rows")
 
 
 def test_skinny_gemm_refuses_large_m(device):
     with pytest.raises(ValueError, match="M<=64"):
-        inf.skinny_linear(torch.zeros((65, 16), device=device), torch.zeros((16, 16), device=device))
+        K.skinny_linear(torch.zeros((65, 16), device=device), torch.zeros((16, 16), device=device))
 
 
 @pytest.mark.parametrize("kernel", ["triton", "sdpa"])
@@ -59,20 +60,20 @@ def test_decode_attention_matches_float64(device, kernel, heads, kv_heads):
     k = timing.random_tensor((b, kv_heads, t_max, d), "bf16", device)
     v = timing.random_tensor((b, kv_heads, t_max, d), "bf16", device)
     out = torch.full((b, heads * d), float("nan"), device=device, dtype=torch.bfloat16)
-    inf.attention(q, k, v, context, kernel, out)
-    timing.check_close(out, inf.attention_reference(q, k, v, context), "bf16", f"{kernel} attention")
+    K.attention(q, k, v, context, kernel, out)
+    timing.check_close(out, B.attention_reference(q, k, v, context), "bf16", f"{kernel} attention")
 
 
 def test_attention_splits_cover_the_context_without_empty_slices():
     for batch, kv, context in [(1, 8, 1), (1, 8, 65), (3, 2, 77), (64, 8, 32768), (1, 1, 10**6)]:
-        n, per = inf.attention_splits(batch, kv, context, 132)
-        assert per % inf.ATTN["BLOCK_T"] == 0 and (n - 1) * per < context <= n * per
-        assert 1 <= n <= inf.ATTN["max_splits"]
+        n, per = Pl.attention_splits(batch, kv, context, 132)
+        assert per % Pl.ATTN["BLOCK_T"] == 0 and (n - 1) * per < context <= n * per
+        assert 1 <= n <= Pl.ATTN["max_splits"]
 
 
 @pytest.mark.parametrize("gemm", ["triton", "cublas"])
 def test_block_decode_step_matches_float64(device, gemm):
-    block = inf.DecodeBlock(inf.CHECK_BLOCK, batch=3, context=77, dtype="bf16", device=device, gemm=gemm)
+    block = B.DecodeBlock(Me.CHECK_BLOCK, batch=3, context=77, dtype="bf16", device=device, gemm=gemm)
     ref = block.reference()
     before = block.k_cache[:, :, 77].clone()
     out = torch.full_like(block.x, float("nan"))
@@ -86,28 +87,28 @@ def test_block_decode_step_matches_float64(device, gemm):
 # ---------------------------------------------------------------------------------------------
 def test_gemm_intensity_and_bytes_by_hand():
     # M = 1: 2 * 8192^2 FLOPs over 2 * (8192 + 8192^2 + 8192) bytes: just under 1 FLOP/byte
-    assert inf.gemm_bytes(1, 8192, 8192, "bf16") == 2 * (8192 + 8192**2 + 8192)
-    assert inf.gemm_intensity(1, 8192, 8192, "bf16") == pytest.approx(0.99976, abs=1e-5)
+    assert M.gemm_bytes(1, 8192, 8192, "bf16") == 2 * (8192 + 8192**2 + 8192)
+    assert M.gemm_intensity(1, 8192, 8192, "bf16") == pytest.approx(0.99976, abs=1e-5)
     # square 4096: 2 * 4096^3 / (2 * 3 * 4096^2) = 4096 / 3
-    assert inf.gemm_intensity(4096, 4096, 4096, "bf16") == pytest.approx(4096 / 3)
+    assert M.gemm_intensity(4096, 4096, 4096, "bf16") == pytest.approx(4096 / 3)
 
 
 def test_roofline_ridge_m_by_hand():
     target = synthetic_target(bw_tbps=4.0, bf16_tflops=800.0)  # ridge at 200 FLOP/byte
     # M = 200 * 2 * 8192^2 / (2 * 8192^2 - 200 * 2 * 16384) = 210.27
-    assert inf.roofline_ridge_m(8192, 8192, "bf16", target) == pytest.approx(210.27, abs=0.01)
-    assert inf.roofline_ridge_m(256, 256, "bf16", target) is None  # a 256-wide layer never reaches the ridge
+    assert M.roofline_ridge_m(8192, 8192, "bf16", target) == pytest.approx(210.27, abs=0.01)
+    assert M.roofline_ridge_m(256, 256, "bf16", target) is None  # a 256-wide layer never reaches the ridge
 
 
 def test_predicted_gemm_times_by_hand():
     target = synthetic_target(bw_tbps=4.0, bf16_tflops=800.0)
-    rows = {(r["kernel"], r["m"]): r for r in inf.predict_gemm(inf.Params(), target)}
+    rows = {(r["kernel"], r["m"]): r for r in M.predict_gemm(M.Params(), target)}
     m1 = rows[("cublas", 1)]
     assert m1["bound"] == "memory"
-    assert m1["predicted_ms"] == pytest.approx(134_250_496 / 4e12 * 1e3 + inf.LAUNCH_ALONE_MS)
+    assert m1["predicted_ms"] == pytest.approx(134_250_496 / 4e12 * 1e3 + M.LAUNCH_ALONE_MS)
     big = rows[("cublas", 4096)]
     assert big["bound"] == "compute"
-    assert big["predicted_ms"] == pytest.approx(2 * 4096 * 8192**2 / 800e12 * 1e3 + inf.LAUNCH_ALONE_MS)
+    assert big["predicted_ms"] == pytest.approx(2 * 4096 * 8192**2 / 800e12 * 1e3 + M.LAUNCH_ALONE_MS)
     assert ("triton", 64) in rows and ("triton", 128) not in rows  # the skinny kernel stops at M = 64
     # decode is nearly free: 64 rows cost under 10 % more than one, and 64 x the tokens per second
     assert rows[("cublas", 64)]["predicted_ms"] < 1.1 * m1["predicted_ms"]
@@ -117,57 +118,57 @@ def test_predicted_gemm_times_by_hand():
 
 def test_skinny_kernel_pays_for_its_padded_tensor_core_tile():
     target = synthetic_target(bw_tbps=4.0, bf16_tflops=800.0)
-    rows = {(r["kernel"], r["m"]): r for r in inf.predict_gemm(inf.Params(gemm_m=(1, 16, 64)), target)}
+    rows = {(r["kernel"], r["m"]): r for r in M.predict_gemm(M.Params(gemm_m=(1, 16, 64)), target)}
     k = n = 8192
     for m, tile_rows in ((1, 16), (16, 16), (64, 64)):  # M = 1 multiplies 16 rows, as M = 16 does
-        launches = inf.skinny_launches(m, n, k, target.sm_count)
-        by_hand = inf.gemm_bytes(m, k, n, "bf16") / 4e12 * 1e3 + inf.fixed_ms(launches) \
+        launches = Pl.skinny_launches(m, n, k, target.sm_count)
+        by_hand = M.gemm_bytes(m, k, n, "bf16") / 4e12 * 1e3 + M.fixed_ms(launches) \
             + 2 * tile_rows * k * n / 800e12 * 1e3
         assert rows[("triton", m)]["predicted_ms"] == pytest.approx(by_hand)
     assert rows[("triton", 1)]["predicted_ms"] > rows[("cublas", 1)]["predicted_ms"]  # cuBLAS hides its MMAs
 
 
 def test_probed_fixed_cost_of_a_decode_call_replaces_two_launches():
-    p = inf.Params(attn_batch=(8,), attn_context=(512,), attn_kernels=("triton", "sdpa"))
+    p = M.Params(attn_batch=(8,), attn_context=(512,), attn_kernels=("triton", "sdpa"))
     target = synthetic_target(bw_tbps=4.0)
     rows = [{"experiment": "probe", "kernel": "triton-fixed", "measured_ms": 0.009},
             {"experiment": "probe", "kernel": "sdpa-fixed", "measured_ms": 0.012},
             {"experiment": "probe", "kernel": "sdpa-block", "measured_ms": 0.2, "measured_gbps": 1.0}]
-    fixed = inf.probed_fixed_ms(rows)
+    fixed = M.probed_fixed_ms(rows)
     assert fixed == {"triton": 0.009, "sdpa": 0.012}
-    _, nbytes = inf.attention_cost(8, 512, p)
-    row = inf.attention_row("triton", 8, 512, p, target, None, fixed)
+    _, nbytes = M.attention_cost(8, 512, p)
+    row = M.attention_row("triton", 8, 512, p, target, None, fixed)
     assert row["predicted_ms"] == pytest.approx(nbytes / 4e12 * 1e3 + 0.009)
-    assert inf.attention_row("triton", 8, 512, p, target)["predicted_ms"] == pytest.approx(
-        nbytes / 4e12 * 1e3 + inf.LAUNCH_ALONE_MS + inf.GRAPH_NODE_MS)  # no probe: two launches
+    assert M.attention_row("triton", 8, 512, p, target)["predicted_ms"] == pytest.approx(
+        nbytes / 4e12 * 1e3 + M.LAUNCH_ALONE_MS + M.GRAPH_NODE_MS)  # no probe: two launches
     # the SDPA block rate: its probe's 8 MiB of K and V over the probe's time less the fixed cost (0.188 ms)
-    block_bytes = inf.sdpa_block_bytes(inf.SDPA_PROBE_CONTEXT, p)
-    assert inf.block_gbps_from(0.2, p, 0.012) == pytest.approx(block_bytes / 0.188e-3 / 1e9)
+    block_bytes = M.sdpa_block_bytes(M.SDPA_PROBE_CONTEXT, p)
+    assert M.block_gbps_from(0.2, p, 0.012) == pytest.approx(block_bytes / 0.188e-3 / 1e9)
 
 
 def test_ridge_read_off_the_rows_lies_near_the_roofline_ridge():
     target = synthetic_target()
-    rows = inf.predict_gemm(inf.Params(), target)
-    assert 150 < inf.ridge_m(rows, "predicted") < 260
-    assert inf.ridge_m(rows, "measured") is None
+    rows = M.predict_gemm(M.Params(), target)
+    assert 150 < M.ridge_m(rows, "predicted") < 260
+    assert M.ridge_m(rows, "measured") is None
 
 
 def test_kv_cache_bytes_by_hand():
     # 2 (K, V) x 8 heads x 128 dims x 2 bytes = 4 KiB per token per layer
-    assert inf.kv_bytes(1, 1, 8, 128, "bf16") == 4096
-    assert inf.kv_bytes(64, 8192, 8, 128, "bf16") == 64 * 8192 * 4096
-    rows = inf.predict_attention(inf.Params(attn_batch=(64,), attn_context=(8192,), attn_kernels=("triton",)),
+    assert M.kv_bytes(1, 1, 8, 128, "bf16") == 4096
+    assert M.kv_bytes(64, 8192, 8, 128, "bf16") == 64 * 8192 * 4096
+    rows = M.predict_attention(M.Params(attn_batch=(64,), attn_context=(8192,), attn_kernels=("triton",)),
                                  synthetic_target(bw_tbps=4.0))
     nbytes = 64 * 8192 * 4096 + 2 * 64 * 32 * 128 * 2  # K and V, plus q read and output written
-    assert rows[0]["predicted_ms"] == pytest.approx(nbytes / 4e12 * 1e3 + inf.LAUNCH_ALONE_MS + inf.GRAPH_NODE_MS)
+    assert rows[0]["predicted_ms"] == pytest.approx(nbytes / 4e12 * 1e3 + M.LAUNCH_ALONE_MS + M.GRAPH_NODE_MS)
 
 
 def test_sdpa_one_block_floor_by_hand():
-    p = inf.Params(attn_batch=(1, 64), attn_context=(512, 32768), attn_kernels=("sdpa", "triton"))
+    p = M.Params(attn_batch=(1, 64), attn_context=(512, 32768), attn_kernels=("sdpa", "triton"))
     # one (sequence, K/V head) pair: K and V of 32768 tokens x 128 dims x 2 bytes = 16 MiB
-    assert inf.sdpa_block_bytes(32768, p) == 2 * 32768 * 128 * 2 == 16_777_216
-    rows = {(r["kernel"], r["batch"], r["context"]): r for r in inf.predict_attention(p, synthetic_target(), 50.0)}
-    fixed = inf.LAUNCH_ALONE_MS + inf.GRAPH_NODE_MS
+    assert M.sdpa_block_bytes(32768, p) == 2 * 32768 * 128 * 2 == 16_777_216
+    rows = {(r["kernel"], r["batch"], r["context"]): r for r in M.predict_attention(p, synthetic_target(), 50.0)}
+    fixed = M.LAUNCH_ALONE_MS + M.GRAPH_NODE_MS
     # batch 1, 32768 tokens: 16 MiB at 50 GB/s = 0.3355 ms, ten times the 134 MB at 4 TB/s (0.0336 ms)
     alone = rows[("sdpa", 1, 32768)]
     assert alone["predicted_ms"] == pytest.approx(16_777_216 / 50e9 * 1e3 + fixed)
@@ -179,31 +180,31 @@ def test_sdpa_one_block_floor_by_hand():
     assert many["predicted_limit"] == "bandwidth"
     # the split-KV Triton kernel has no such floor, and without a measured rate SDPA falls back to the roofline
     assert rows[("triton", 1, 32768)]["predicted_ms"] < 0.04
-    no_probe = inf.attention_row("sdpa", 1, 32768, p, synthetic_target())
+    no_probe = M.attention_row("sdpa", 1, 32768, p, synthetic_target())
     assert no_probe["predicted_ms"] == pytest.approx(alone["predicted_ms"] - 16_777_216 / 50e9 * 1e3
                                                      + (134_217_728 + 2 * 32 * 128 * 2) / 4e12 * 1e3)
 
 
 def test_block_model_counts_weights_and_kernels():
-    p = inf.Params()
+    p = M.Params()
     assert p.block_shape.params == 25_165_824 + 16_777_216 + 117_440_512 + 58_720_256 + 2 * 4096
     target = synthetic_target(sm_count=132)
-    parts = inf.block_parts(p, 1, target)
+    parts = M.block_parts(p, 1, target)
     assert parts["weight_bytes"] == 2 * p.block_shape.params
     # four cuBLAS GEMMs, attention + merge, two norms, two cache copies, SiLU * up, the final add
     assert parts["kernels"] == 4 + 2 + 6
     # the sum of the models above: four GEMMs and the attention each with the fixed cost of a kernel timed
     # alone (+ a graph node for the attention's merge kernel), the six small kernels one graph node each
-    assert parts["fixed_ms"] == pytest.approx(5 * inf.LAUNCH_ALONE_MS + 7 * inf.GRAPH_NODE_MS)
-    gemm_rows = inf.predict_gemm(dataclasses.replace(p, gemm_m=(1,), gemm_kernels=("cublas",), gemm_k=4096,
+    assert parts["fixed_ms"] == pytest.approx(5 * M.LAUNCH_ALONE_MS + 7 * M.GRAPH_NODE_MS)
+    gemm_rows = M.predict_gemm(dataclasses.replace(p, gemm_m=(1,), gemm_kernels=("cublas",), gemm_k=4096,
                                                      gemm_n=28672), target)
     assert gemm_rows[0]["predicted_ms"] == pytest.approx(
-        inf.roofline_ms(2 * 4096 * 28672, 2 * (4096 + 4096 * 28672 + 28672), target, "bf16") + inf.LAUNCH_ALONE_MS)
+        M.roofline_ms(2 * 4096 * 28672, 2 * (4096 + 4096 * 28672 + 28672), target, "bf16") + M.LAUNCH_ALONE_MS)
     # the Triton GEMM splits K (and adds a summing kernel) where N / 64 programs are fewer than 2 per SM:
     # QKV (6144 / 64 = 96), O and down (64) are split, gate/up (28672 / 64 = 448) is not
-    assert inf.block_parts(dataclasses.replace(p, block_gemm="triton"), 1, target)["kernels"] == 7 + 2 + 6
+    assert M.block_parts(dataclasses.replace(p, block_gemm="triton"), 1, target)["kernels"] == 7 + 2 + 6
     assert parts["gemm_ms"] == pytest.approx(parts["weight_bytes"] / 4e12 * 1e3, rel=0.01)
-    rows = {r["batch"]: r for r in inf.predict_block(p, target)}
+    rows = {r["batch"]: r for r in M.predict_block(p, target)}
     assert rows[256]["predicted_ms"] > rows[1]["predicted_ms"]
     assert rows[256]["predicted_usd_per_mtok"] < rows[1]["predicted_usd_per_mtok"] / 20
 
@@ -216,7 +217,7 @@ def test_block_model_counts_weights_and_kernels():
 ])
 def test_invalid_shapes_give_a_clear_message(changes, message):
     with pytest.raises(ParamError, match=message):
-        inf.predict(dataclasses.replace(inf.Params(), **changes), synthetic_target())
+        M.predict(dataclasses.replace(M.Params(), **changes), synthetic_target())
 
 
 def test_check_refuses_what_does_not_fit():
@@ -224,13 +225,13 @@ def test_check_refuses_what_does_not_fit():
     # K and V: 2 x 64 x 262144 x 8 x 128 x 2 bytes = 68.7 GB, + the float64 check of 2 sequences (8.6 GB)
     # + the 0.5 GB buffer that empties the L2 before each timed call
     with pytest.raises(ParamError, match="attention experiment needs 77.8 GB"):
-        inf.LAB.check(inf.Params(attn_context=(262144,), attn_batch=(64,)), target)
+        inf.LAB.check(M.Params(attn_context=(262144,), attn_batch=(64,)), target)
     with pytest.raises(ParamError, match="no measured bf16 matmul rate"):  # Turing: no bf16 tensor cores
-        inf.LAB.check(inf.Params(), gpu.datasheet_target(gpu.datasheet_by_name("T4")))
+        inf.LAB.check(M.Params(), gpu.datasheet_target(gpu.datasheet_by_name("T4")))
 
 
 def test_model_run_works_without_a_gpu_and_answers_the_headline():
-    result = runner.model(inf.LAB, inf.Params(), gpu.datasheet_target(gpu.datasheet_by_name("H100 SXM")))
+    result = runner.model(inf.LAB, M.Params(), gpu.datasheet_target(gpu.datasheet_by_name("H100 SXM")))
     experiments = {r["experiment"] for r in result.rows}
     assert experiments == {"launch", "gemm", "attention", "block"}
     measured, predicted = inf.LAB.headline.answer(result.rows)
@@ -239,7 +240,7 @@ def test_model_run_works_without_a_gpu_and_answers_the_headline():
 
 def test_lesson_placeholders_are_all_filled():
     text = (ROOT / "content" / "labs" / "inference.md").read_text()
-    numbers = inf.lesson_numbers(gpu.datasheet_target(gpu.datasheet_by_name("H200")))
+    numbers = M.lesson_numbers(gpu.datasheet_target(gpu.datasheet_by_name("H200")))
     missing = set(re.findall(r"{{(\w+)}}", text)) - set(numbers)
     assert not missing
 
@@ -358,7 +359,7 @@ def test_page_calculator_shows_a_clear_message_for_bad_shapes():
 # ---------------------------------------------------------------------------------------------
 @pytest.mark.gpu
 def test_live_run_is_checked_and_follows_the_model():
-    p = inf.Params(gemm_m=(1, 16, 2048), attn_context=(4096,), attn_batch=(1, 32), block_batch=(1, 64),
+    p = M.Params(gemm_m=(1, 16, 2048), attn_context=(4096,), attn_batch=(1, 32), block_batch=(1, 64),
                    block_context=512)
     result = runner.run(inf.LAB, p, use_cache=False)
     assert result.complete
@@ -373,8 +374,8 @@ def test_live_run_is_checked_and_follows_the_model():
 
 @pytest.mark.gpu
 def test_sdpa_block_probe_is_checked_and_a_plausible_rate():
-    p = inf.Params(d_model=1024, heads=8, kv_heads=2)
-    row = inf.measure_sdpa_block(p, lambda f, m: None)
+    p = M.Params(d_model=1024, heads=8, kv_heads=2)
+    row = Me.measure_sdpa_block(p, lambda f, m: None)
     assert row["check_rel_error"] < 2e-2
     # one block can neither beat the whole GPU's copy rate nor stream slower than 1 GB/s
     assert 1.0 < row["measured_gbps"] < gpu.live_target().ceilings.copy_tbps * 1e3
@@ -386,8 +387,8 @@ def test_skinny_gemm_on_gpu_default_config(m):
     x = timing.random_tensor((m, 4099), "bf16")
     w = timing.random_tensor((1031, 4099), "bf16")
     out = torch.full((m, 1031), float("nan"), device="cuda", dtype=torch.bfloat16)
-    inf.skinny_linear(x, w, out)
-    timing.check_close(out, inf.gemm_reference(x, w), "bf16", f"skinny GEMM M={m}")
+    K.skinny_linear(x, w, out)
+    timing.check_close(out, B.gemm_reference(x, w), "bf16", f"skinny GEMM M={m}")
 
 
 @pytest.mark.gpu
@@ -395,8 +396,8 @@ def test_small_decode_attention_is_timed_without_the_cpu():
     """Timed as graph replays, the Triton call at batch 1 and 512 tokens is the GPU's work alone: within 50 % of
     the model with this run's fixed-cost probe (timed from Python it measured 16 to 25 us against 10 on an H200,
     the CPU's launches showing through the timer's L2 flush)."""
-    p = inf.Params(experiments=("attention",), attn_kernels=("triton",), attn_batch=(1,), attn_context=(512,))
-    rows = list(inf.measure_attention(p, gpu.live_target(), lambda f, m: None, 0, 2))
+    p = M.Params(experiments=("attention",), attn_kernels=("triton",), attn_batch=(1,), attn_context=(512,))
+    rows = list(Me.measure_attention(p, gpu.live_target(), lambda f, m: None, 0, 2))
     assert [r["kernel"] for r in rows] == ["triton-fixed", "triton"]
     point = rows[-1]
     assert point["timer"] == rows[0]["timer"] == "graph" and point["check_rel_error"] < 2e-2

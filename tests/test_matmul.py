@@ -1,4 +1,4 @@
-"""Tests of the matmul labs (labs/matmul.py, labs/matmul_ladder.py, pages/matmul.py).
+"""Tests of the matmul labs (labs/matmul/, labs/matmul_ladder/, pages/matmul.py).
 
 On CPU the Triton kernel runs in Triton's interpreter on small odd shapes; the model is checked
 against numbers worked out by hand; the page renders from the model and the recordings alone.
@@ -14,13 +14,15 @@ import pytest
 import torch
 
 from labs import matmul as mm, matmul_ladder as ladder
+from labs.matmul import configs, kernels, ladder_model, lesson, measure, model
+from labs.matmul_ladder import measure as ladder_measure
 from labs.engine import timing
 from labs.engine import gpu
 from labs.engine.gpu import Ceilings, Target
 from labs.engine.params import ParamError, from_strings, validate
 
 ROOT = Path(__file__).resolve().parent.parent
-SMALL = mm.TileConfig(16, 32, 16, 2, 4, 2)  # small tiles: many programs even on tiny shapes
+SMALL = configs.TileConfig(16, 32, 16, 2, 4, 2)  # small tiles: many programs even on tiny shapes
 
 
 def toy_target(cc="9.0", l2_mb=50, memory_gb=80, dtypes=("fp32", "tf32", "fp16", "bf16", "fp8")) -> Target:
@@ -38,11 +40,11 @@ def toy_target(cc="9.0", l2_mb=50, memory_gb=80, dtypes=("fp32", "tf32", "fp16",
 @pytest.mark.parametrize("shape", [(37, 45, 51), (1, 33, 17), (50, 3, 70)])
 def test_triton_pointer_path_odd_shapes(dtype, shape, device):
     m, n, k = shape
-    a, b = mm.operands(m, n, k, dtype, device)
-    out = torch.full((m, n), float("nan"), device=device, dtype=mm.out_dtype(dtype))
-    _, path, _ = mm.triton_matmul(a, b, dtype, out, SMALL, tma="off")
+    a, b = kernels.operands(m, n, k, dtype, device)
+    out = torch.full((m, n), float("nan"), device=device, dtype=kernels.out_dtype(dtype))
+    _, path, _ = kernels.triton_matmul(a, b, dtype, out, SMALL, tma="off")
     assert path.startswith("vec")
-    timing.check_close(out, mm.reference(a, b), dtype, f"{dtype} {shape}")
+    timing.check_close(out, measure.reference(a, b), dtype, f"{dtype} {shape}")
 
 
 @pytest.mark.parametrize("dtype,kmajor", [("bf16", False), ("fp16", True), ("fp32", False), ("fp8", True)])
@@ -50,91 +52,91 @@ def test_triton_pointer_path_odd_shapes(dtype, shape, device):
 def test_triton_pointer_path_promised_alignment(dtype, kmajor, shape, device):
     """N and K multiples of 8, 4 or 2 elements but not of 16: the launcher promises Triton that much alignment
     (ALIGN), the loads get wider, and the masks along K and N must still cut the partial steps exactly."""
-    if dtype == "fp8" and (device != "cuda" or mm._cc(mm._device_cc(torch.device("cuda"))) < (8, 9)):
+    if dtype == "fp8" and (device != "cuda" or configs._cc(kernels._device_cc(torch.device("cuda"))) < (8, 9)):
         pytest.skip("fp8 needs a GPU with fp8 tensor cores")
     m, n, k = shape
-    a, b = mm.operands(m, n, k, dtype, device, kmajor_b=kmajor)
-    out = torch.full((m, n), float("nan"), device=device, dtype=mm.out_dtype(dtype))
+    a, b = kernels.operands(m, n, k, dtype, device, kmajor_b=kmajor)
+    out = torch.full((m, n), float("nan"), device=device, dtype=kernels.out_dtype(dtype))
     tile = dataclasses.replace(SMALL, block_k=32) if dtype == "fp8" else SMALL  # fp8 products take K steps of 32
-    _, path, _ = mm.triton_matmul(a, b, dtype, out, tile, tma="off")
+    _, path, _ = kernels.triton_matmul(a, b, dtype, out, tile, tma="off")
     e = timing.element_bytes(dtype)
-    assert path == f"vec{mm.vector_elems(e, n, k) * e}" and path != f"vec{e}"
-    timing.check_close(out, mm.reference(a, b), dtype, f"{dtype} {shape} {path}")
+    assert path == f"vec{configs.vector_elems(e, n, k) * e}" and path != f"vec{e}"
+    timing.check_close(out, measure.reference(a, b), dtype, f"{dtype} {shape} {path}")
 
 
 @pytest.mark.parametrize("dtype,kmajor", [("bf16", False), ("fp16", True), ("fp32", True), ("fp32", False)])
 def test_triton_tma_path_odd_rows(dtype, kmajor, device):
-    if device == "cuda" and not mm.tma_supported(mm._device_cc(torch.device("cuda"))):
+    if device == "cuda" and not configs.tma_supported(kernels._device_cc(torch.device("cuda"))):
         pytest.skip("this GPU has no TMA")
     m, n, k = 45, 48, 80  # M odd, N and K multiples of 16 elements (16-byte aligned rows); edges partial
-    a, b = mm.operands(m, n, k, dtype, device, kmajor_b=kmajor)
-    out = torch.full((m, n), float("nan"), device=device, dtype=mm.out_dtype(dtype))
-    _, path, _ = mm.triton_matmul(a, b, dtype, out, SMALL, tma="on")
+    a, b = kernels.operands(m, n, k, dtype, device, kmajor_b=kmajor)
+    out = torch.full((m, n), float("nan"), device=device, dtype=kernels.out_dtype(dtype))
+    _, path, _ = kernels.triton_matmul(a, b, dtype, out, SMALL, tma="on")
     assert path == "tma"
-    timing.check_close(out, mm.reference(a, b), dtype, f"TMA {dtype}")
+    timing.check_close(out, measure.reference(a, b), dtype, f"TMA {dtype}")
 
 
 def test_triton_kernel_catches_a_wrong_reference(device):
     """The check is not vacuous: a different product fails it."""
-    a, b = mm.operands(33, 35, 37, "fp32", device)
-    out, _, _ = mm.triton_matmul(a, b, "fp32", None, SMALL, tma="off")
+    a, b = kernels.operands(33, 35, 37, "fp32", device)
+    out, _, _ = kernels.triton_matmul(a, b, "fp32", None, SMALL, tma="off")
     with pytest.raises(timing.KernelMismatch):
-        timing.check_close(out, mm.reference(a, b.flip(0)), "fp32", "flipped")
+        timing.check_close(out, measure.reference(a, b.flip(0)), "fp32", "flipped")
 
 
 def test_sampled_check_sees_unwritten_and_wrong_elements(device):
-    a, b = mm.operands(40, 30, 20, "fp32", device)
-    good = mm.reference(a, b).float()
-    assert mm.check_sampled(good, a, b, "fp32", "good") < 1e-6
+    a, b = kernels.operands(40, 30, 20, "fp32", device)
+    good = measure.reference(a, b).float()
+    assert measure.check_sampled(good, a, b, "fp32", "good") < 1e-6
     holes = good.clone()
     holes[17, 3] = float("nan")
     with pytest.raises(timing.KernelMismatch, match="not written"):
-        mm.check_sampled(holes, a, b, "fp32", "holes")
+        measure.check_sampled(holes, a, b, "fp32", "holes")
     wrong = good.clone()
     wrong[-1, :] += 1.0  # the last row is always sampled: it crosses the edge tiles
     with pytest.raises(timing.KernelMismatch):
-        mm.check_sampled(wrong, a, b, "fp32", "wrong")
+        measure.check_sampled(wrong, a, b, "fp32", "wrong")
 
 
 def test_launch_order_is_a_permutation_in_bands():
     tiles_m, tiles_n, g = 7, 5, 3
-    seen = {mm.grouped_tile(pid, tiles_m, tiles_n, g) for pid in range(tiles_m * tiles_n)}
+    seen = {model.grouped_tile(pid, tiles_m, tiles_n, g) for pid in range(tiles_m * tiles_n)}
     assert seen == {(i, j) for i in range(tiles_m) for j in range(tiles_n)}
     # the first band walks 3 tile rows column by column: pids 0,1,2 are rows 0-2 of column 0
-    assert [mm.grouped_tile(p, tiles_m, tiles_n, g) for p in range(4)] == [(0, 0), (1, 0), (2, 0), (0, 1)]
+    assert [model.grouped_tile(p, tiles_m, tiles_n, g) for p in range(4)] == [(0, 0), (1, 0), (2, 0), (0, 1)]
     # the last band has only 7 - 6 = 1 row
-    assert mm.grouped_tile(6 * tiles_n, tiles_m, tiles_n, g) == (6, 0)
+    assert model.grouped_tile(6 * tiles_n, tiles_m, tiles_n, g) == (6, 0)
 
 
 # ---------------------------------------------------------------------------------------------
 # The model, against hand-worked numbers
 # ---------------------------------------------------------------------------------------------
 def test_alignment_classes():
-    assert [mm.pow2_dividing(n) for n in (2048, 2049, 2050, 2052, 2056, 2064, 1792)] == [2048, 1, 2, 4, 8, 16, 256]
-    assert mm.pow2_dividing(4096, cap=256) == 256
+    assert [configs.pow2_dividing(n) for n in (2048, 2049, 2050, 2052, 2056, 2064, 1792)] == [2048, 1, 2, 4, 8, 16, 256]
+    assert configs.pow2_dividing(4096, cap=256) == 256
     # bf16 rows are 16-byte aligned when N is a multiple of 8: TMA on Hopper; the pointer path loads as many
     # bytes at once as the rows' alignment allows (the launcher promises it to Triton where N % 16 != 0)
-    assert mm.load_path(2048, "bf16", "9.0") == "tma"
-    assert mm.load_path(2056, "bf16", "9.0") == "tma"
-    assert mm.load_path(2052, "bf16", "9.0") == "vec8"  # 4104-byte rows: 8-byte aligned
-    assert mm.load_path(2050, "bf16", "9.0") == "vec4"
-    assert mm.load_path(2049, "bf16", "9.0") == "vec2"  # odd N: element by element
-    assert mm.load_path(2052, "fp32", "9.0") == "tma"  # 2052 x 4 bytes = 8208, a multiple of 16
-    assert mm.load_path(2049, "fp8", "9.0") == "vec1"
-    assert mm.load_path(2056, "fp8", "9.0") == "vec8"  # 2056 bytes: 8-byte aligned rows, no TMA
-    assert mm.load_path(2048, "bf16", "8.0") == "vec16"  # no TMA before Hopper
-    assert mm.load_path(2056, "bf16", "8.0") == "vec16"  # 4112-byte rows: 16-byte loads without TMA too
-    assert mm.load_path(2048, "bf16", "9.0", tma="off") == "vec16"
-    assert mm.vector_elems(2, 2056, 2052) == 4 and mm.vector_elems(4, 2052) == 4 and mm.vector_elems(1, 4096) == 16
+    assert configs.load_path(2048, "bf16", "9.0") == "tma"
+    assert configs.load_path(2056, "bf16", "9.0") == "tma"
+    assert configs.load_path(2052, "bf16", "9.0") == "vec8"  # 4104-byte rows: 8-byte aligned
+    assert configs.load_path(2050, "bf16", "9.0") == "vec4"
+    assert configs.load_path(2049, "bf16", "9.0") == "vec2"  # odd N: element by element
+    assert configs.load_path(2052, "fp32", "9.0") == "tma"  # 2052 x 4 bytes = 8208, a multiple of 16
+    assert configs.load_path(2049, "fp8", "9.0") == "vec1"
+    assert configs.load_path(2056, "fp8", "9.0") == "vec8"  # 2056 bytes: 8-byte aligned rows, no TMA
+    assert configs.load_path(2048, "bf16", "8.0") == "vec16"  # no TMA before Hopper
+    assert configs.load_path(2056, "bf16", "8.0") == "vec16"  # 4112-byte rows: 16-byte loads without TMA too
+    assert configs.load_path(2048, "bf16", "9.0", tma="off") == "vec16"
+    assert configs.vector_elems(2, 2056, 2052) == 4 and configs.vector_elems(4, 2052) == 4 and configs.vector_elems(1, 4096) == 16
 
 
 def test_tile_grid_reproduces_the_lecture_puzzle():
     """256 x 128 tiles on an A100 (108 SMs): 1792 -> 7 x 14 = 98 tiles, one wave; 1793 -> 8 x 15 = 120
     tiles, two waves, the second with 12 tiles."""
-    g = mm.tile_grid(1792, 1792, 256, 128, 108)
+    g = model.tile_grid(1792, 1792, 256, 128, 108)
     assert (g["tiles_m"], g["tiles_n"], g["tiles"], g["waves"]) == (7, 14, 98, 1)
     assert g["padding_fraction"] == 0
-    g = mm.tile_grid(1793, 1793, 256, 128, 108)
+    g = model.tile_grid(1793, 1793, 256, 128, 108)
     assert (g["tiles"], g["waves"], g["last_wave_tiles"]) == (120, 2, 12)
     assert g["last_wave_util"] == pytest.approx(12 / 108)
     assert g["padding_fraction"] == pytest.approx(1 - 1793**2 / (8 * 256 * 15 * 128))
@@ -146,15 +148,15 @@ def test_tile_grid_reproduces_the_lecture_puzzle():
 
 def test_blocks_per_sm_limits():
     # 128x256x64 bf16, 3 stages: 3 x (128 + 256) x 64 x 2 = 147456 B (Triton 3.6 reported 147480)
-    cfg = mm.TileConfig(128, 256, 64, 8, 8, 3)
-    assert mm.shared_bytes(cfg, "bf16") == 147456
-    assert mm.registers_per_thread(cfg, "bf16") == 128 * 256 // 256 + 26  # Triton 3.6 used 154
-    assert mm.blocks_per_sm(cfg, "bf16", "tma", "9.0") == 1
-    assert mm.blocks_per_sm(cfg, "bf16", "tma", "8.9") == 0  # 144 KiB > the 99 KiB of an Ada SM
+    cfg = configs.TileConfig(128, 256, 64, 8, 8, 3)
+    assert configs.shared_bytes(cfg, "bf16") == 147456
+    assert configs.registers_per_thread(cfg, "bf16") == 128 * 256 // 256 + 26  # Triton 3.6 used 154
+    assert configs.blocks_per_sm(cfg, "bf16", "tma", "9.0") == 1
+    assert configs.blocks_per_sm(cfg, "bf16", "tma", "8.9") == 0  # 144 KiB > the 99 KiB of an Ada SM
     # 64x64x32, 4 warps: smem 3 x 128 x 32 x 2 = 24576 -> 9 per 227 KiB;
     # registers 64 x 64 / 128 + 26 = 58 per thread x 128 threads = 7424 -> 8; threads 2048 / 128 = 16
-    small = mm.TileConfig(64, 64, 32, 8, 4, 3)
-    assert mm.blocks_per_sm(small, "bf16", "tma", "9.0") == 8
+    small = configs.TileConfig(64, 64, 32, 8, 4, 3)
+    assert configs.blocks_per_sm(small, "bf16", "tma", "9.0") == 8
 
 
 def test_wave_model_by_hand():
@@ -165,15 +167,15 @@ def test_wave_model_by_hand():
     column panels: (8 x 128 + 13 x 256) x 4096 x 2 B = 35.65 MB, times 6 waves, plus C: 247.5 MB / 2 TB/s
     = 124 us < 393 us: compute-bound. Total 393.216 + 3 us fixed = 396.216 us."""
     t = toy_target()
-    cfg = mm.TileConfig(128, 256, 64, 8, 8, 3)
-    assert mm.clock_hz(t) == pytest.approx(1e9)
-    assert mm.matmul_flop_per_clock(t, "bf16") == pytest.approx(4096)
-    p = mm.predict_point(4096, "bf16", cfg, t)
+    cfg = configs.TileConfig(128, 256, 64, 8, 8, 3)
+    assert model.clock_hz(t) == pytest.approx(1e9)
+    assert model.matmul_flop_per_clock(t, "bf16") == pytest.approx(4096)
+    p = model.predict_point(4096, "bf16", cfg, t)
     assert (p["tiles"], p["waves"], p["blocks_per_sm"], p["path"], p["bound"]) == (512, 6, 1, "tma", "tensor cores")
     assert p["last_wave_util"] == pytest.approx(12 / 100)
     dram = 6 * (8 * 128 + 13 * 256) * 4096 * 2 + 4096**2 * 2
     assert p["dram_bytes"] == pytest.approx(dram)
-    assert mm.FIXED_US == 3.0
+    assert model.FIXED_US == 3.0
     assert p["predicted_ms"] == pytest.approx(0.396216, rel=1e-6)
     assert p["predicted_tflops"] == pytest.approx(2 * 4096**3 / 396.216e-6 / 1e12, rel=1e-6)
 
@@ -183,56 +185,56 @@ def test_wave_model_dips_one_tile_past_a_wave():
     round; N = 1920 gives 15 x 8 = 120 tiles, two rounds with the second 20% full, so more work runs at
     fewer FLOP/s. N = 2560 gives 20 x 10 = 200 tiles, two full rounds, faster than 2304 (162 tiles)."""
     t = toy_target()
-    cfg = mm.DEFAULT_CONFIGS["bf16"]
-    rate = {n: mm.predict_point(n, "bf16", cfg, t)["predicted_tflops"] for n in (1792, 1920, 2048, 2304, 2560)}
-    assert mm.predict_point(1792, "bf16", cfg, t)["tiles"] == 14 * 7 == 98  # one round
-    assert mm.predict_point(1920, "bf16", cfg, t)["tiles"] == 15 * 8 == 120  # two rounds, the 2nd 20% full
+    cfg = configs.DEFAULT_CONFIGS["bf16"]
+    rate = {n: model.predict_point(n, "bf16", cfg, t)["predicted_tflops"] for n in (1792, 1920, 2048, 2304, 2560)}
+    assert model.predict_point(1792, "bf16", cfg, t)["tiles"] == 14 * 7 == 98  # one round
+    assert model.predict_point(1920, "bf16", cfg, t)["tiles"] == 15 * 8 == 120  # two rounds, the 2nd 20% full
     assert rate[1920] < rate[1792]  # more work, fewer FLOP/s: the wave-quantization dip
     assert rate[2560] > rate[2304]  # 200 tiles fill both rounds exactly
 
 
 def test_unaligned_sizes_are_predicted_slower():
     t = toy_target()
-    cfg = mm.DEFAULT_CONFIGS["bf16"]
-    aligned = mm.predict_point(4096, "bf16", cfg, t)
-    odd = mm.predict_point(4097, "bf16", cfg, t)
+    cfg = configs.DEFAULT_CONFIGS["bf16"]
+    aligned = model.predict_point(4096, "bf16", cfg, t)
+    odd = model.predict_point(4097, "bf16", cfg, t)
     assert odd["path"] == "vec2" and odd["bound"] == "loads"
     assert odd["predicted_tflops"] < 0.7 * aligned["predicted_tflops"]
     # per K step: 384 x 64 elements, one per lane: 768 warp loads + 768 shared stores, each 4 wavefronts
     # (lanes 16 bytes apart) = 6144 clocks, not overlapped with the 1024 clocks of tensor-core work
-    cyc = mm.step_cycles(cfg, "bf16", "vec2", 4096)
+    cyc = model.step_cycles(cfg, "bf16", "vec2", 4096)
     assert (cyc["mma"], cyc["load"], cyc["step"]) == (1024, 6144, 7168)
 
 
 def test_roofline_climb():
     t = toy_target()
     # bf16: 2N^3 FLOPs over 3 x 2 x N^2 bytes = N/3 FLOP/byte; x 2 TB/s = 2N/3 TFLOP/s until the peak
-    assert mm.roofline_tflops(300, "bf16", t) == pytest.approx(200.0)
-    assert mm.roofline_tflops(4096, "bf16", t) == pytest.approx(409.6)
+    assert model.roofline_tflops(300, "bf16", t) == pytest.approx(200.0)
+    assert model.roofline_tflops(4096, "bf16", t) == pytest.approx(409.6)
 
 
 def test_dtype_support_and_refusals():
     a100 = gpu.datasheet_target(gpu.datasheet_by_name("A100 80GB"))
-    reasons = mm.dtype_support(a100)
+    reasons = configs.dtype_support(a100)
     assert reasons["bf16"] == "" and "8.9" in reasons["fp8"]
     with pytest.raises(ParamError, match="8.9"):
-        mm.check(mm.Params(dtypes=("fp8",)), a100)
+        measure.check(mm.Params(dtypes=("fp8",)), a100)
     t4 = gpu.datasheet_target(gpu.datasheet_by_name("T4"))
-    assert "8.0" in mm.dtype_support(t4)["bf16"]
+    assert "8.0" in configs.dtype_support(t4)["bf16"]
     small = toy_target(memory_gb=1)
     with pytest.raises(ParamError, match=r"needs .* GB .* Choose sizes up to \d+"):
-        mm.check(mm.Params(sizes=(1024, 16384)), small)
-    mm.check(mm.Params(sizes=(1024, 4096)), small)  # 4096: 100 MB + the 256 MiB flush buffer fits
+        measure.check(mm.Params(sizes=(1024, 16384)), small)
+    measure.check(mm.Params(sizes=(1024, 4096)), small)  # 4096: 100 MB + the 256 MiB flush buffer fits
     with pytest.raises(ParamError, match="shared memory"):
-        mm.check(mm.Params(block_m=256, block_n=256, block_k=128, num_stages=6), toy_target())
+        measure.check(mm.Params(block_m=256, block_n=256, block_k=128, num_stages=6), toy_target())
 
 
 def test_every_dtype_has_a_default_and_autotune_configs():
-    for dtype in mm.DTYPES:
-        assert dtype in mm.DEFAULT_CONFIGS
-        configs = mm.AUTOTUNE_CONFIGS[timing.element_bytes(dtype)]
-        assert 3 <= len(configs) <= 6  # a handful: each one is compiled and timed
-        assert all(mm.blocks_per_sm(c, dtype, "tma", "9.0") >= 1 for c in configs)
+    for dtype in configs.DTYPES:
+        assert dtype in configs.DEFAULT_CONFIGS
+        candidates = configs.AUTOTUNE_CONFIGS[timing.element_bytes(dtype)]
+        assert 3 <= len(candidates) <= 6  # a handful: each one is compiled and timed
+        assert all(configs.blocks_per_sm(c, dtype, "tma", "9.0") >= 1 for c in candidates)
 
 
 def test_params_parse_and_validate():
@@ -242,7 +244,7 @@ def test_params_parse_and_validate():
         from_strings(mm.Params, {"block_m": "100"})
     with pytest.raises(ParamError):
         validate(mm.Params(sizes=(8,)))
-    assert mm.config_for(mm.Params(block_n=128), "bf16") == mm.TileConfig(128, 128, 64, 8, 8, 3)
+    assert configs.config_for(mm.Params(block_n=128), "bf16") == configs.TileConfig(128, 128, 64, 8, 8, 3)
 
 
 def test_predict_covers_every_point_and_the_headline():
@@ -255,7 +257,7 @@ def test_predict_covers_every_point_and_the_headline():
 
 
 def test_lesson_numbers():
-    nums = mm.lesson_numbers(gpu.datasheet_target(gpu.datasheet_by_name("A100 80GB")))
+    nums = lesson.lesson_numbers(gpu.datasheet_target(gpu.datasheet_by_name("A100 80GB")))
     assert (nums["tiles_1792"], nums["tiles_1793"], nums["waves_1792"], nums["waves_1793"]) == ("98", "120", "1", "2")
 
 
@@ -264,20 +266,20 @@ def test_lesson_numbers():
 # ---------------------------------------------------------------------------------------------
 def test_ladder_requests_and_time_by_hand():
     n = 1024
-    assert ladder.requested_bytes("naive", n, "fp32") == 2 * n**3 * 4
-    assert ladder.requested_bytes("tiled16", n, "fp32") == 2 * n**3 * 4 / 16
-    assert ladder.requested_bytes("tiled32", n, "bf16") == 2 * n**3 * 2 / 32
+    assert ladder_model.requested_bytes("naive", n, "fp32") == 2 * n**3 * 4
+    assert ladder_model.requested_bytes("tiled16", n, "fp32") == 2 * n**3 * 4 / 16
+    assert ladder_model.requested_bytes("tiled32", n, "bf16") == 2 * n**3 * 2 / 32
     t = toy_target()
     # naive: a warp covers 2 rows of C: A's load touches 2 lines, B's 1, so 3 L1 wavefronts per warp FMA;
     # N^3 / 32 warp FMAs x 3 = 100,663,296 wavefronts over 100 SMs at 1 GHz (one per clock) = 1006.6 us;
     # FMA: N^3 / (100 x 128 x 1e9) = 83.9 us; plus 3 us fixed
-    p = ladder.predict_cuda("naive", n, "fp32", t)
+    p = ladder_model.predict_cuda("naive", n, "fp32", t)
     assert p["bound"] == "L1 wavefronts"
     assert p["predicted_ms"] == pytest.approx((n**3 / 32 * 3 / 100e9 + 3e-6) * 1e3, rel=1e-9)
     # tiled (TILE 8, 4 rows per warp): per k 1 (Bs) + 2 / 4 (a 16-byte As load, 2 wavefronts, every 4 k),
     # per 8 k 4 + 4 lines of global loads and 2 shared stores: 1.5 + 10 / 8 = 2.75
-    assert ladder.wavefronts_per_fma("tiled8") == 2.75 and ladder.wavefronts_per_fma("tiled32") == 1.5 + 4 / 32
-    assert ladder.predict_cuda("tiled8", n, "fp32", t)["predicted_ms"] == pytest.approx(
+    assert ladder_model.wavefronts_per_fma("tiled8") == 2.75 and ladder_model.wavefronts_per_fma("tiled32") == 1.5 + 4 / 32
+    assert ladder_model.predict_cuda("tiled8", n, "fp32", t)["predicted_ms"] == pytest.approx(
         (n**3 / 32 * 2.75 / 100e9 + 3e-6) * 1e3, rel=1e-9)
 
 
@@ -290,7 +292,7 @@ def test_ladder_predict_rows():
 
 def test_warptiled_levels_and_time_by_hand():
     n, t = 4096, toy_target()  # 100 SMs at 1 GHz, FMA 25.6 TFLOP/s, no L2 measurement: 2.5 x 2 TB/s
-    levels = {r["level"]: r for r in ladder.warptile_levels(n, "fp32", t)}
+    levels = {r["level"]: r for r in ladder_model.warptile_levels(n, "fp32", t)}
     # global: 128 x 128 block tiles read (128 + 128) x 16 floats per 2 x 128 x 128 x 16 FLOPs = 32 FLOP/byte
     assert levels["global (L2)"]["intensity_flop_per_byte"] == pytest.approx(32)
     assert levels["global (L2)"]["time_ms"] == pytest.approx(2 * n**3 / 32 / 5e12 * 1e3)
@@ -298,24 +300,24 @@ def test_warptiled_levels_and_time_by_hand():
     assert levels["shared memory"]["intensity_flop_per_byte"] == pytest.approx(2)
     assert levels["shared memory"]["time_ms"] == pytest.approx(n**3 / 2048 * 4 / (100 * 1e9) * 1e3)
     assert levels["registers (FMA)"]["time_ms"] == pytest.approx(2 * n**3 / 25.6e12 * 1e3)
-    assert ladder.requested_bytes("warptiled", n, "bf16") == n**3 * 2 * (2 / 128)
+    assert ladder_model.requested_bytes("warptiled", n, "bf16") == n**3 * 2 * (2 / 128)
     # issue: 64 FMAs + 4 shared loads per k, plus the slice's overhead over its 8 k (fp32)
-    over = ladder.warptile_overhead_per_slice("fp32")
+    over = ladder_model.warptile_overhead_per_slice("fp32")
     assert over == 2 + (4 + 1) + 0 + 1 + 8  # 2 LDG.128, 4 + 1 STS, no conversions, a barrier, 8 more
-    p = ladder.predict_warptile(n, "fp32", t)
+    p = ladder_model.predict_warptile(n, "fp32", t)
     tiles, slots = 32 * 32, 200
     util = tiles / (math.ceil(tiles / slots) * slots)
     issue_ms = levels["registers (FMA)"]["time_ms"] * (64 + 4 + over / 8) / 64
     assert p["bound"] == "FMA issue"
     assert p["predicted_ms"] == pytest.approx(issue_ms / util + 3e-3)
-    assert ladder.warptile_overhead_per_slice("bf16") > over  # 16-bit inputs are converted to float
+    assert ladder_model.warptile_overhead_per_slice("bf16") > over  # 16-bit inputs are converted to float
 
 
 def test_ladder_refuses_what_does_not_fit():
     with pytest.raises(ParamError, match="smaller n"):
-        ladder.check(ladder.Params(n=16384), toy_target(memory_gb=1))
+        ladder_measure.check(ladder.Params(n=16384), toy_target(memory_gb=1))
     with pytest.raises(ParamError, match="8.0"):
-        ladder.check(ladder.Params(), gpu.datasheet_target(gpu.datasheet_by_name("T4")))
+        ladder_measure.check(ladder.Params(), gpu.datasheet_target(gpu.datasheet_by_name("T4")))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -325,7 +327,7 @@ def test_ladder_refuses_what_does_not_fit():
 @pytest.mark.parametrize("dtype", ["fp32", "bf16", "fp16"])
 @pytest.mark.parametrize("kernel", ["naive", "tiled8", "tiled16", "tiled32"])
 def test_cuda_kernels_match_float64(kernel, dtype):
-    ladder._check_cuda_kernel(kernel, dtype)  # odd sizes, output poisoned with NaN, raises on mismatch
+    ladder_measure._check_cuda_kernel(kernel, dtype)  # odd sizes, output poisoned with NaN, raises on mismatch
 
 
 @pytest.mark.gpu
@@ -333,42 +335,42 @@ def test_cuda_kernels_match_float64(kernel, dtype):
 @pytest.mark.parametrize("min_blocks", [1, 2])
 def test_warptiled_kernel_matches_float64(dtype, min_blocks):
     # odd probe (element loads) and a 16-byte-aligned probe (128-bit loads), edges partial in both
-    ladder._check_cuda_kernel("warptiled", dtype, min_blocks=min_blocks)
+    ladder_measure._check_cuda_kernel("warptiled", dtype, min_blocks=min_blocks)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["bf16", "fp16", "tf32", "fp8"])
 def test_triton_default_configs_on_gpu(dtype):
     target = gpu.live_target()
-    if mm.dtype_support(target)[dtype]:
-        pytest.skip(mm.dtype_support(target)[dtype])
+    if configs.dtype_support(target)[dtype]:
+        pytest.skip(configs.dtype_support(target)[dtype])
     params = mm.Params(dtypes=(dtype,))
     for kind in ("tma", "ptr"):
-        mm.probe_check(dtype, params, kind)
+        measure.probe_check(dtype, params, kind)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape,config", [
-    ((1536,) * 3, dataclasses.replace(mm.NARROW_TILE, row_tail=True)),
-    ((3072,) * 3, dataclasses.replace(mm.DEFAULT_CONFIGS["bf16"], row_tail=True)),
-    ((2064,) * 3, dataclasses.replace(mm.DEFAULT_CONFIGS["bf16"], edge=True)),
-    ((2057, 2064, 1000), dataclasses.replace(mm.DEFAULT_CONFIGS["bf16"], edge=True))])
+    ((1536,) * 3, dataclasses.replace(configs.NARROW_TILE, row_tail=True)),
+    ((3072,) * 3, dataclasses.replace(configs.DEFAULT_CONFIGS["bf16"], row_tail=True)),
+    ((2064,) * 3, dataclasses.replace(configs.DEFAULT_CONFIGS["bf16"], edge=True)),
+    ((2057, 2064, 1000), dataclasses.replace(configs.DEFAULT_CONFIGS["bf16"], edge=True))])
 def test_early_start_finishes_every_part_before_the_stream_moves_on(shape, config):
     """The row tail and interior + edge with the early start (programmatic dependent launch, the last program of each
     later kernel waiting for the one before): C poisoned with NaN, then every element of every part compared with
     float64 by the next work in the same stream, with no synchronisation in between, after 3 direct launches and 3
     replays of a captured CUDA graph (how the lab times it). A part still running would show NaN or a wrong sum."""
-    if not mm.tma_supported(mm._device_cc(torch.device("cuda"))):
+    if not configs.tma_supported(kernels._device_cc(torch.device("cuda"))):
         pytest.skip("this GPU has no TMA")
     m, n, k = shape
-    a, b = mm.operands(m, n, k, "bf16")
-    ref = mm.reference(a, b)
+    a, b = kernels.operands(m, n, k, "bf16")
+    ref = measure.reference(a, b)
     out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
     slots = torch.cuda.get_device_properties(0).multi_processor_count
-    before = mm.EARLY_START
-    mm.EARLY_START = True
+    before = configs.EARLY_START
+    configs.EARLY_START = True
     try:
-        launch = lambda: mm.triton_matmul(a, b, "bf16", out, config, "auto", programs=slots)  # noqa: E731
+        launch = lambda: kernels.triton_matmul(a, b, "bf16", out, config, "auto", programs=slots)  # noqa: E731
         for _ in range(3):
             out.fill_(float("nan"))
             launch()
@@ -386,15 +388,15 @@ def test_early_start_finishes_every_part_before_the_stream_moves_on(shape, confi
             graph.replay()
             timing.check_close(out, ref, "bf16", f"early start {shape} {config.label}, graph")
     finally:
-        mm.EARLY_START = before
-    assert mm._PDL_WORKS.get("ok")  # the early start really ran
+        configs.EARLY_START = before
+    assert kernels._PDL_WORKS.get("ok")  # the early start really ran
 
 
 @pytest.mark.gpu
 def test_autotuned_kernel_on_gpu():
     params = mm.Params(dtypes=("bf16",), autotune=True)
-    mm.probe_check("bf16", params, "tma")
-    mm.probe_check("bf16", params, "ptr")
+    measure.probe_check("bf16", params, "tma")
+    measure.probe_check("bf16", params, "ptr")
 
 
 @pytest.mark.gpu
@@ -428,7 +430,7 @@ def test_page_renders_the_model_explorer_and_ladder_without_a_gpu():
     choice = at.sidebar.selectbox(key="target").value  # the GPU the page models
     target = gpu.live_target() if choice.startswith("This GPU") else gpu.datasheet_target(gpu.datasheet_by_name(choice))
     metrics = {m.label: m.value for m in at.metric}
-    grid = mm.explorer(2304, "bf16", 128, 256, target)
+    grid = model.explorer(2304, "bf16", 128, 256, target)
     assert metrics["tiles"] == f"{grid['tiles_m']} x {grid['tiles_n']} = {grid['tiles']}"
     text = " ".join(m.value for m in at.markdown)
     assert "{{" not in text and "wave" in text  # every placeholder filled, the lesson shown
@@ -436,7 +438,7 @@ def test_page_renders_the_model_explorer_and_ladder_without_a_gpu():
     # the explorer follows its inputs
     at.number_input(key="explorer.n").set_value(2049).run()
     assert not at.exception
-    g = mm.explorer(2049, "bf16", 128, 256, target)
+    g = model.explorer(2049, "bf16", 128, 256, target)
     assert {m.label: m.value for m in at.metric}["waves"] == f"{g['waves']} of {g['slots_per_wave']} slots"
 
 
@@ -453,95 +455,92 @@ def test_page_refuses_bad_input_with_a_message():
 # ---------------------------------------------------------------------------------------------
 # Per-size tiles, the L2 feed and the sector rule (issue 15)
 # ---------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("config", mm.SMALL_TILES + (mm.NARROW_TILE,), ids=lambda c: c.label)
+@pytest.mark.parametrize("config", configs.SMALL_TILES + (configs.NARROW_TILE,), ids=lambda c: c.label)
 def test_per_size_tiles_match_float64_on_odd_shapes(config, device):
-    if device == "cuda" and not mm.tma_supported(mm._device_cc(torch.device("cuda"))):
+    if device == "cuda" and not configs.tma_supported(kernels._device_cc(torch.device("cuda"))):
         pytest.skip("this GPU has no TMA")
     m, n, k = 70, 144, 80  # M odd, N and K 16-byte aligned; every edge tile partial
-    a, b = mm.operands(m, n, k, "fp16", device)
+    a, b = kernels.operands(m, n, k, "fp16", device)
     out = torch.full((m, n), float("nan"), device=device, dtype=torch.float16)
-    _, path, _ = mm.triton_matmul(a, b, "fp16", out, config, tma="on")
+    _, path, _ = kernels.triton_matmul(a, b, "fp16", out, config, tma="on")
     assert path == "tma"
-    timing.check_close(out, mm.reference(a, b), "fp16", config.label)
+    timing.check_close(out, measure.reference(a, b), "fp16", config.label)
 
 
 def test_tuned_config_gives_every_sm_a_tile_and_fills_waves(monkeypatch):
-    big = mm.DEFAULT_CONFIGS["bf16"]
+    big = configs.DEFAULT_CONFIGS["bf16"]
     # N = 1024 on 132 SMs: 128x256 makes 32 tiles; 64x128 makes 128 (>= 0.7 x 132), one an SM even with 6 stages
-    assert mm.tuned_config(1024, "bf16", 132) == dataclasses.replace(mm.SMALL_TILES[0], num_stages=6)
-    assert mm.tuned_config(1280, "bf16", 132) == mm.SMALL_TILES[0]  # 200 tiles: 6 stages fit one an SM, 4 fit two
-    assert mm.tuned_config(512, "bf16", 132) == mm.SMALL_TILES[1]  # 64x128 gives 32 tiles; 64x64 gives 64
-    assert mm.tuned_config(1792, "bf16", 132) == big  # 98 tiles >= 92.4
+    assert configs.tuned_config(1024, "bf16", 132) == dataclasses.replace(configs.SMALL_TILES[0], num_stages=6)
+    assert configs.tuned_config(1280, "bf16", 132) == configs.SMALL_TILES[0]  # 200 tiles: 6 stages fit one an SM, 4 fit two
+    assert configs.tuned_config(512, "bf16", 132) == configs.SMALL_TILES[1]  # 64x128 gives 32 tiles; 64x64 gives 64
+    assert configs.tuned_config(1792, "bf16", 132) == big  # 98 tiles >= 92.4
     # N = 2304: 162 big tiles, a full wave of 132 and a last one 23 % full: the row tail
-    assert mm.tuned_config(2304, "bf16", 132) == dataclasses.replace(big, row_tail=True)
-    assert mm.tuned_config(3072, "bf16", 132).row_tail  # 288 tiles: 2 full waves, the last 18 % full
-    assert mm.tuned_config(2560, "bf16", 132) == big  # 200 tiles: the last wave 52 % full
-    assert mm.tuned_config(4096, "bf16", 132) == big  # 512 tiles, 88 % full
+    assert configs.tuned_config(2304, "bf16", 132) == dataclasses.replace(big, row_tail=True)
+    assert configs.tuned_config(3072, "bf16", 132).row_tail  # 288 tiles: 2 full waves, the last 18 % full
+    assert configs.tuned_config(2560, "bf16", 132) == big  # 200 tiles: the last wave 52 % full
+    assert configs.tuned_config(4096, "bf16", 132) == big  # 512 tiles, 88 % full
     # N = 1536 without the early start: 288 tiles of 64x128; 4 stages fit 2 programs an SM (264 slots), 3 stages
     # fit 3 (396): 3 stages (with it, a 128x128 row tail: test_narrow_row_tail_where_the_big_tile_leaves_sms_idle)
-    monkeypatch.setattr(mm, "EARLY_START", False)
-    assert mm.tuned_config(1536, "bf16", 132) == dataclasses.replace(mm.SMALL_TILES[0], num_stages=3)
-    assert mm.tuned_config(1024, "fp8", 132) == mm.DEFAULT_CONFIGS["fp8"]  # only the 16-bit types are tuned
+    monkeypatch.setattr(configs, "EARLY_START", False)
+    assert configs.tuned_config(1536, "bf16", 132) == dataclasses.replace(configs.SMALL_TILES[0], num_stages=3)
+    assert configs.tuned_config(1024, "fp8", 132) == configs.DEFAULT_CONFIGS["fp8"]  # only the 16-bit types are tuned
 
 
 def test_config_for_keeps_the_learners_knobs_and_unaligned_sizes():
     p = mm.Params()
-    assert mm.config_for(p, "bf16", 1280, 132) == mm.SMALL_TILES[0]
-    assert mm.config_for(p, "bf16", 2049, 132) == mm.DEFAULT_CONFIGS["bf16"]  # pointer path: measured default
-    assert mm.config_for(mm.Params(block_n=128), "bf16", 1024, 132).block_m == 128  # a set knob wins
+    assert configs.config_for(p, "bf16", 1280, 132) == configs.SMALL_TILES[0]
+    assert configs.config_for(p, "bf16", 2049, 132) == configs.DEFAULT_CONFIGS["bf16"]  # pointer path: measured default
+    assert configs.config_for(mm.Params(block_n=128), "bf16", 1024, 132).block_m == 128  # a set knob wins
 
 
 def test_element_loads_cost_four_wavefronts_per_instruction():
     """Unaligned bf16: one scalar load per element, lanes 16 bytes apart: 4 L1 wavefronts per warp
     instruction, then the same again to store into shared memory, not overlapped with the math."""
-    cfg = mm.TileConfig(128, 256, 64, 8, 8, 3)
-    cyc = mm.step_cycles(cfg, "bf16", "vec2", flop_per_clock=4096)
+    cfg = configs.TileConfig(128, 256, 64, 8, 8, 3)
+    cyc = model.step_cycles(cfg, "bf16", "vec2", flop_per_clock=4096)
     instr = (128 + 256) * 64 / 32  # 768 warp instructions per step
     assert cyc["load"] == pytest.approx(2 * instr * 4)
     assert cyc["step"] == pytest.approx(cyc["mma"] + cyc["load"]) and not cyc["overlapped"]
-    aligned = mm.step_cycles(cfg, "bf16", "tma", flop_per_clock=4096)
+    aligned = model.step_cycles(cfg, "bf16", "tma", flop_per_clock=4096)
     assert aligned["load"] == pytest.approx((128 + 256) * 64 * 2 / 128)  # whole tiles at 128 bytes per clock
 
 
 def test_floor_probe_replaces_the_assumed_fixed_cost():
     t = toy_target()
-    assert mm.fixed_us(t) == mm.FIXED_US
-    mm._FLOOR_PROBED[t.key] = 6.0
+    assert model.fixed_us(t) == model.FIXED_US
+    model._FLOOR_PROBED[t.key] = 6.0
     try:
-        row = mm.predict_point(256, "bf16", mm.TileConfig(64, 64, 64, 8, 4, 4), t)
+        row = model.predict_point(256, "bf16", configs.TileConfig(64, 64, 64, 8, 4, 4), t)
         assert row["bound"] == "launch" and row["predicted_ms"] > 6.0e-3
     finally:
-        del mm._FLOOR_PROBED[t.key]
+        del model._FLOOR_PROBED[t.key]
 
 
 # ---------------------------------------------------------------------------------------------
 # Stream-K (issue 15): the partial wave's K steps shared out among all SMs
 # ---------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("shape,config,programs", [
-    ((70, 144, 80), mm.TileConfig(16, 32, 16, 2, 4, 2, True), 4),  # 25 tiles: 20 whole, 5 shared out
-    ((45, 48, 160), mm.TileConfig(16, 16, 16, 2, 4, 2, True), 5),  # 9 tiles, 10 steps each, all shared
-    ((32, 32, 160), mm.TileConfig(32, 32, 16, 2, 4, 2, True), 7),  # one tile split 7 ways
-    ((100, 96, 64), mm.TileConfig(16, 32, 16, 2, 4, 2, True), 13),  # 21 tiles over 13 programs
+    ((70, 144, 80), configs.TileConfig(16, 32, 16, 2, 4, 2, True), 4),  # 25 tiles: 20 whole, 5 shared out
+    ((45, 48, 160), configs.TileConfig(16, 16, 16, 2, 4, 2, True), 5),  # 9 tiles, 10 steps each, all shared
+    ((32, 32, 160), configs.TileConfig(32, 32, 16, 2, 4, 2, True), 7),  # one tile split 7 ways
+    ((100, 96, 64), configs.TileConfig(16, 32, 16, 2, 4, 2, True), 13),  # 21 tiles over 13 programs
 ], ids=["dp+sk", "all-sk", "one-tile", "odd-programs"])
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
-@pytest.mark.parametrize("fixup,reversed_order", [(1, False), (1, True), (0, False)],
-                         ids=["owner", "owner-runs-last", "first-version"])
-def test_streamk_matches_float64_and_resets_its_counters(shape, config, programs, dtype, fixup, reversed_order, device,
-                                                         monkeypatch):
-    """Both fix-ups, and the programs numbered backwards: in the interpreter (one program after another) the
-    owner of each shared tile then runs after the other sharers and takes its shortcut."""
-    if device == "cuda" and not mm.tma_supported(mm._device_cc(torch.device("cuda"))):
+@pytest.mark.parametrize("reversed_order", [False, True], ids=["owner", "owner-runs-last"])
+def test_streamk_matches_float64_and_resets_its_counters(shape, config, programs, dtype, reversed_order, device):
+    """The programs in order and numbered backwards: in the interpreter (one program after another) the owner of
+    each shared tile then runs after the other sharers and takes its shortcut."""
+    if device == "cuda" and not configs.tma_supported(kernels._device_cc(torch.device("cuda"))):
         pytest.skip("this GPU has no TMA")
-    monkeypatch.setattr(mm, "SK_FIXUP", fixup)
     m, n, k = shape
     for _ in range(2):  # the second call finds the counters the first one left: they must be back at zero
-        a, b = mm.operands(m, n, k, dtype, device)
-        out = torch.full((m, n), float("nan"), device=device, dtype=mm.out_dtype(dtype))
-        _, path, _ = mm.triton_matmul(a, b, dtype, out, config, tma="on", programs=programs,
+        a, b = kernels.operands(m, n, k, dtype, device)
+        out = torch.full((m, n), float("nan"), device=device, dtype=kernels.out_dtype(dtype))
+        _, path, _ = kernels.triton_matmul(a, b, dtype, out, config, tma="on", programs=programs,
                                       reversed_order=reversed_order)
         assert path == "tma"
-        timing.check_close(out, mm.reference(a, b), dtype, f"stream-K {config.label} {shape}")
-        assert int(mm._SCRATCH[("streamk", str(a.device))][1].abs().sum()) == 0
+        timing.check_close(out, measure.reference(a, b), dtype, f"stream-K {config.label} {shape}")
+        assert int(kernels._SCRATCH[str(a.device)][1].abs().sum()) == 0
 
 
 def test_streamk_owner_adds_the_other_parts_in_registers(device):
@@ -553,19 +552,19 @@ def test_streamk_owner_adds_the_other_parts_in_registers(device):
     still right."""
     if device == "cuda":
         pytest.skip("the order of programs is fixed only in the interpreter")
-    cfg, (m, n, k) = mm.TileConfig(16, 16, 16, 2, 4, 2, True), (45, 48, 160)
-    plan = mm.streamk_plan(9, 10, 5)
+    cfg, (m, n, k) = configs.TileConfig(16, 16, 16, 2, 4, 2, True), (45, 48, 160)
+    plan = configs.streamk_plan(9, 10, 5)
     assert (plan["grid"], plan["sk_tiles"], plan["max_sharers"]) == (5, 9, 2)
     written = {}
     for reversed_order in (False, True):
-        a, b = mm.operands(m, n, k, "bf16", device)
+        a, b = kernels.operands(m, n, k, "bf16", device)
         out = torch.full((m, n), float("nan"), dtype=torch.bfloat16)
-        mm.triton_matmul(a, b, "bf16", out, cfg, tma="on", programs=5, reversed_order=reversed_order)  # scratch
-        parts = mm._SCRATCH[("streamk", "cpu")][0]
+        kernels.triton_matmul(a, b, "bf16", out, cfg, tma="on", programs=5, reversed_order=reversed_order)  # scratch
+        parts = kernels._SCRATCH["cpu"][0]
         parts.fill_(float("nan"))
         out.fill_(float("nan"))
-        mm.triton_matmul(a, b, "bf16", out, cfg, tma="on", programs=5, reversed_order=reversed_order)
-        timing.check_close(out, mm.reference(a, b), "bf16", f"stream-K reversed={reversed_order}")
+        kernels.triton_matmul(a, b, "bf16", out, cfg, tma="on", programs=5, reversed_order=reversed_order)
+        timing.check_close(out, measure.reference(a, b), "bf16", f"stream-K reversed={reversed_order}")
         written[reversed_order] = int((~parts.view(-1, 16 * 16).isnan().all(1)).sum())
     assert written == {False: 8, True: 4}
 
@@ -576,14 +575,14 @@ def test_streamk_plan_by_hand():
     busiest has 39; a tile's 33 steps span at most 2 programs. N = 4096: 512 tiles = 3 waves + 116: the
     116 + 132 = 248 last are shared (248 x 64 / 132 = 120.24 -> 121 steps), the first 264 are whole
     (2 a program, 128 steps): 249 steps against 4 waves x 64 = 256 without stream-K."""
-    p = mm.streamk_plan(153, 33, 132)
+    p = configs.streamk_plan(153, 33, 132)
     assert (p["grid"], p["sk_tiles"], p["dp_tiles"], p["steps_busiest"], p["max_sharers"]) == (132, 153, 0, 39, 2)
-    p = mm.streamk_plan(512, 64, 132)
+    p = configs.streamk_plan(512, 64, 132)
     assert (p["sk_tiles"], p["dp_tiles"], p["steps_busiest"]) == (248, 264, 249)
-    assert mm.streamk_plan(264, 64, 132)["sk_tiles"] == 0  # full waves: nothing to share
-    one = mm.streamk_plan(153, 33, 132, extra_wave=False)  # only the 21 tiles of the partial wave
+    assert configs.streamk_plan(264, 64, 132)["sk_tiles"] == 0  # full waves: nothing to share
+    one = configs.streamk_plan(153, 33, 132, extra_wave=False)  # only the 21 tiles of the partial wave
     assert (one["sk_tiles"], one["steps_busiest"]) == (21, 6 + 33)
-    assert mm.streamk_plan(1, 64, 132)["grid"] == mm.SK_MAX_SHARERS  # one deep tile: at most 8 sharers
+    assert configs.streamk_plan(1, 64, 132)["grid"] == configs.SK_MAX_SHARERS  # one deep tile: at most 8 sharers
 
 
 def test_streamk_model_by_hand():
@@ -591,50 +590,50 @@ def test_streamk_model_by_hand():
     tiles of 36 steps, one wave and 62 more. Without stream-K: 2 rounds x 36 steps x 1024 clocks = 73.7 us.
     With it, all 162 are shared: 5832 steps over 100 programs, 59 for the busiest (60.4 us), plus its
     fix-up (the owner's shortcut): 1 part written + the other 1 read (128 x 256 x 4 bytes each) + the bf16 tile,
-    327680 bytes at 128 bytes a clock = 2560 clocks (the first version: 2 written + 2 read, 4608 clocks)."""
+    327680 bytes at 128 bytes a clock = 2560 clocks."""
     t = toy_target()
-    big = mm.DEFAULT_CONFIGS["bf16"]
-    tiles = mm.predict_point(2304, "bf16", big, t)
-    sk = mm.predict_point(2304, "bf16", dataclasses.replace(big, streamk=True), t)
+    big = configs.DEFAULT_CONFIGS["bf16"]
+    tiles = model.predict_point(2304, "bf16", big, t)
+    sk = model.predict_point(2304, "bf16", dataclasses.replace(big, streamk=True), t)
     assert tiles["schedule"] == "tiles" and sk["schedule"] == "stream-K" and sk["sk_tiles"] == 162
     assert tiles["predicted_ms"] == pytest.approx((2 * 36 * 1024 / 1e9 + 3e-6) * 1e3)
     assert sk["fixup_us"] == pytest.approx(2560 / 1e3)
     assert sk["predicted_ms"] == pytest.approx(((59 * 1024 + 2560) / 1e9 + 3e-6) * 1e3)
-    plan = mm.streamk_plan(162, 36, 100)
-    assert mm.streamk_fixup_cycles(big, "bf16", plan, fixup=0) == pytest.approx(4608)
-    assert not mm.config_for(mm.Params(), "bf16", 2304, 100, "9.0").streamk  # off unless asked for
-    on = mm.config_for(mm.Params(streamk="on"), "bf16", 1024, 100, "9.0")
+    plan = configs.streamk_plan(162, 36, 100)
+    assert model.streamk_fixup_cycles(big, "bf16", plan) == pytest.approx(2560)
+    assert not configs.config_for(mm.Params(), "bf16", 2304, 100, "9.0").streamk  # off unless asked for
+    on = configs.config_for(mm.Params(streamk="on"), "bf16", 1024, 100, "9.0")
     assert on.streamk and (on.block_m, on.block_n) == (128, 256)
-    assert mm.config_for(mm.Params(streamk="on", block_n=128), "bf16", 1024, 100, "9.0").streamk  # a knob keeps it
-    assert not mm.config_for(mm.Params(streamk="on"), "bf16", 2049, 100, "9.0").streamk  # pointer path
+    assert configs.config_for(mm.Params(streamk="on", block_n=128), "bf16", 1024, 100, "9.0").streamk  # a knob keeps it
+    assert not configs.config_for(mm.Params(streamk="on"), "bf16", 2049, 100, "9.0").streamk  # pointer path
 
 
 def test_labels_read_back():
-    for cfg in (mm.TileConfig(128, 256, 64, 8, 8, 3), mm.TileConfig(64, 128, 64, 4, 4, 4, True)):
-        assert mm.parse_label(cfg.label) == cfg
-    assert mm.parse_label("autotuned") is None and mm.parse_label(None) is None
+    for cfg in (configs.TileConfig(128, 256, 64, 8, 8, 3), configs.TileConfig(64, 128, 64, 4, 4, 4, True)):
+        assert configs.parse_label(cfg.label) == cfg
+    assert configs.parse_label("autotuned") is None and configs.parse_label(None) is None
 
 
 def test_repredict_uses_the_recorded_floor_and_tiles():
     """Offline re-prediction must give what the live run predicted: the floor and load latency that run
     probed (in its rows, or the floor in its note for older runs) and the tile config each point ran."""
     t = toy_target()
-    cfg = mm.TileConfig(128, 128, 64, 8, 4, 4)
+    cfg = configs.TileConfig(128, 128, 64, 8, 4, 4)
     rows = [{"kernel": "triton", "dtype": "bf16", "n": 2048, "config": cfg.label, "floor_us": 7.0,
              "load_latency_us": 3.0}]
     rec = {"params": {"sizes": [2048], "kernels": ["triton"]}, "rows": rows, "messages": []}
     (row,) = mm.repredict(rec, t)
     assert row["config"] == cfg.label
-    assert t.key not in mm._FLOOR_PROBED and t.key not in mm._LATENCY_PROBED  # left as it found them
-    mm._FLOOR_PROBED[t.key], mm._LATENCY_PROBED[t.key] = 7.0, 3.0
+    assert t.key not in model._FLOOR_PROBED and t.key not in model._LATENCY_PROBED  # left as it found them
+    model._FLOOR_PROBED[t.key], model._LATENCY_PROBED[t.key] = 7.0, 3.0
     try:
-        assert row["predicted_ms"] == pytest.approx(mm.predict_point(2048, "bf16", cfg, t)["predicted_ms"])
+        assert row["predicted_ms"] == pytest.approx(model.predict_point(2048, "bf16", cfg, t)["predicted_ms"])
     finally:
-        del mm._FLOOR_PROBED[t.key], mm._LATENCY_PROBED[t.key]
+        del model._FLOOR_PROBED[t.key], model._LATENCY_PROBED[t.key]
     old = {"params": rec["params"], "rows": [{**rows[0], "floor_us": None}],
            "messages": ["A tiny kernel, timed like the products, took 5.0 us: the model's floor."]}
-    assert mm.recorded_floor_us(old) == 5.0
-    assert mm.recorded_floor_us({"rows": [], "messages": [mm.FLOOR_NOTE.format(6.4, 2.4, 0.9)]}) == 6.4
+    assert model.recorded_floor_us(old) == 5.0
+    assert model.recorded_floor_us({"rows": [], "messages": [measure.FLOOR_NOTE.format(6.4, 2.4, 0.9)]}) == 6.4
 
 
 def test_load_latency_bounds_short_steps():
@@ -643,48 +642,48 @@ def test_load_latency_bounds_short_steps():
     64 tiles, one per SM, 8 steps -> 2.4 us (not 1.024 us). Big tiles keep their tensor-core time (1024 clocks
     against 900 / 2 = 450), and with no probe there is no latency bound."""
     t = toy_target()
-    small = mm.TileConfig(64, 64, 64, 8, 4, 4)
-    no_probe = mm.predict_point(512, "bf16", small, t)["predicted_ms"]
+    small = configs.TileConfig(64, 64, 64, 8, 4, 4)
+    no_probe = model.predict_point(512, "bf16", small, t)["predicted_ms"]
     assert no_probe == pytest.approx((8 * 128 / 1e9 + 3e-6) * 1e3)
-    mm._LATENCY_PROBED[t.key] = 0.9
+    model._LATENCY_PROBED[t.key] = 0.9
     try:
-        assert mm.predict_point(512, "bf16", small, t)["predicted_ms"] == pytest.approx((8 * 300 / 1e9 + 3e-6) * 1e3)
-        big = mm.DEFAULT_CONFIGS["bf16"]
-        assert mm.predict_point(4096, "bf16", big, t)["predicted_ms"] == pytest.approx(0.396216, rel=1e-6)
+        assert model.predict_point(512, "bf16", small, t)["predicted_ms"] == pytest.approx((8 * 300 / 1e9 + 3e-6) * 1e3)
+        big = configs.DEFAULT_CONFIGS["bf16"]
+        assert model.predict_point(4096, "bf16", big, t)["predicted_ms"] == pytest.approx(0.396216, rel=1e-6)
     finally:
-        del mm._LATENCY_PROBED[t.key]
+        del model._LATENCY_PROBED[t.key]
 
 
 # ---------------------------------------------------------------------------------------------
 # The row tail (issue 15): the full waves' tile rows in big tiles, the rest in short ones
 # ---------------------------------------------------------------------------------------------
 def test_row_tail_rows_by_hand():
-    big = mm.DEFAULT_CONFIGS["bf16"]
+    big = configs.DEFAULT_CONFIGS["bf16"]
     # N = 3072: 24 x 12 = 288 tiles; 2 full waves of 132 = 264 tiles = 22 whole tile rows
-    assert mm.row_tail_rows(3072, 3072, big, 132) == 22 * 128
+    assert configs.row_tail_rows(3072, 3072, big, 132) == 22 * 128
     # N = 2056: 17 x 9 = 153 tiles; one wave of 132 holds 14 whole rows of 9 (126 tiles)
-    assert mm.row_tail_rows(2056, 2056, big, 132) == 14 * 128
-    assert mm.row_tail_rows(2048, 2048, big, 128) == 2048  # 128 tiles, one full wave: nothing left over
-    assert mm.row_tail_rows(1536, 1536, big, 132) == 0  # 72 tiles: no full wave
-    assert mm.row_tail_applies(3072, big, "bf16", 132) and not mm.row_tail_applies(2560, big, "bf16", 132)
+    assert configs.row_tail_rows(2056, 2056, big, 132) == 14 * 128
+    assert configs.row_tail_rows(2048, 2048, big, 128) == 2048  # 128 tiles, one full wave: nothing left over
+    assert configs.row_tail_rows(1536, 1536, big, 132) == 0  # 72 tiles: no full wave
+    assert configs.row_tail_applies(3072, big, "bf16", 132) and not configs.row_tail_applies(2560, big, "bf16", 132)
 
 
 @pytest.mark.parametrize("shape,slots", [((45, 48, 80), 4), ((37, 64, 112), 5), ((70, 144, 48), 3)])
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
 def test_row_tail_matches_float64_on_odd_shapes(shape, slots, dtype, device):
     """Both launches (big tiles on the first rows, short tiles on the rest) on M odd shapes with partial edges."""
-    if device == "cuda" and not mm.tma_supported(mm._device_cc(torch.device("cuda"))):
+    if device == "cuda" and not configs.tma_supported(kernels._device_cc(torch.device("cuda"))):
         pytest.skip("this GPU has no TMA")
     m, n, k = shape
-    big = mm.TileConfig(16, 32, 16, 2, 4, 2, row_tail=True)
-    tail = mm.TileConfig(16, 16, 32, 2, 4, 2)
-    rows = mm.row_tail_rows(m, n, big, slots)
+    big = configs.TileConfig(16, 32, 16, 2, 4, 2, row_tail=True)
+    tail = configs.TileConfig(16, 16, 32, 2, 4, 2)
+    rows = configs.row_tail_rows(m, n, big, slots)
     assert 0 < rows < m  # the shape really is split in two launches
-    a, b = mm.operands(m, n, k, dtype, device)
+    a, b = kernels.operands(m, n, k, dtype, device)
     out = torch.full((m, n), float("nan"), device=device, dtype=torch.float16 if dtype == "fp16" else torch.bfloat16)
-    _, path, _ = mm.triton_matmul(a, b, dtype, out, big, tma="on", programs=slots, tail_config=tail)
+    _, path, _ = kernels.triton_matmul(a, b, dtype, out, big, tma="on", programs=slots, tail_config=tail)
     assert path == "tma"
-    timing.check_close(out, mm.reference(a, b), dtype, f"row tail {shape}")
+    timing.check_close(out, measure.reference(a, b), dtype, f"row tail {shape}")
 
 
 def test_row_tail_model_by_hand(monkeypatch):
@@ -693,14 +692,14 @@ def test_row_tail_model_by_hand(monkeypatch):
     The other 2304 - 1408 = 896 rows make 14 x 36 = 504 tiles of 64x64 (128 clocks a step, 3 programs per SM):
     6 tiles on the busiest SM, 3 together twice, so 36 x 2 x 3 x 128 clocks. Plus the 3 us floor."""
     t = toy_target()
-    monkeypatch.setattr(mm, "EARLY_START", False)  # the two launches in plain stream order: their times add up
-    cfg = dataclasses.replace(mm.DEFAULT_CONFIGS["bf16"], row_tail=True)
-    p = mm.predict_point(2304, "bf16", cfg, t)
-    assert mm.ROW_TAIL_TILE == mm.TileConfig(64, 64, 64, 8, 4, 4)
+    monkeypatch.setattr(configs, "EARLY_START", False)  # the two launches in plain stream order: their times add up
+    cfg = dataclasses.replace(configs.DEFAULT_CONFIGS["bf16"], row_tail=True)
+    p = model.predict_point(2304, "bf16", cfg, t)
+    assert configs.ROW_TAIL_TILE == configs.TileConfig(64, 64, 64, 8, 4, 4)
     cycles = 36 * 1024 + 36 * 2 * 3 * 128
     assert p["schedule"] == "row tail" and p["tail_rows"] == 896
     assert p["predicted_ms"] == pytest.approx((cycles / 1e9 + 3e-6) * 1e3, rel=1e-6)
-    plain = mm.predict_point(2304, "bf16", mm.DEFAULT_CONFIGS["bf16"], t)  # 2 waves of 36 steps of 1024 clocks
+    plain = model.predict_point(2304, "bf16", configs.DEFAULT_CONFIGS["bf16"], t)  # 2 waves of 36 steps of 1024 clocks
     assert plain["predicted_ms"] == pytest.approx((2 * 36 * 1024 / 1e9 + 3e-6) * 1e3, rel=1e-6)
 
 
@@ -708,8 +707,8 @@ def test_row_tail_model_with_the_early_start_by_hand(monkeypatch):
     """The same point with the early start: the 504 short tiles' K steps (36 of 128 clocks each) spread over the 100
     SMs add 504 x 36 x 128 / 100 clocks to the big tiles' 36 x 1024; that is more than the short tiles' own busiest SM
     (36 x 2 x 3 x 128), so it is the time."""
-    monkeypatch.setattr(mm, "EARLY_START", True)
-    p = mm.predict_point(2304, "bf16", dataclasses.replace(mm.DEFAULT_CONFIGS["bf16"], row_tail=True), toy_target())
+    monkeypatch.setattr(configs, "EARLY_START", True)
+    p = model.predict_point(2304, "bf16", dataclasses.replace(configs.DEFAULT_CONFIGS["bf16"], row_tail=True), toy_target())
     cycles = max(36 * 1024 + 504 * 36 * 128 / 100, 36 * 2 * 3 * 128)
     assert p["predicted_ms"] == pytest.approx((cycles / 1e9 + 3e-6) * 1e3, rel=1e-6)
 
@@ -718,18 +717,18 @@ def test_row_tail_model_with_the_early_start_by_hand(monkeypatch):
 # Interior + edge (issue 15): whole big tiles inside, thin strips of narrow tiles at the bottom and on the right
 # ---------------------------------------------------------------------------------------------
 def test_edge_interior_and_rule_by_hand():
-    big = mm.DEFAULT_CONFIGS["bf16"]
-    assert mm.edge_interior(2064, 2064, big) == (2048, 2048)  # 16 rows and 16 columns left over
-    assert mm.edge_interior(2057, 2100, big) == (2048, 2048)
+    big = configs.DEFAULT_CONFIGS["bf16"]
+    assert configs.edge_interior(2064, 2064, big) == (2048, 2048)  # 16 rows and 16 columns left over
+    assert configs.edge_interior(2057, 2100, big) == (2048, 2048)
     # 132 SMs: 16 x 8 = 128 whole tiles fill one wave to 97 %; 17 x 9 = 153 tiles over all of C fill two to 58 %
-    assert mm.edge_applies(2064, big, "bf16", 132) and mm.edge_applies(2056, big, "bf16", 132)
-    assert not mm.edge_applies(2048, big, "bf16", 132)  # no edge at all
-    assert not mm.edge_applies(2304, big, "bf16", 132)  # 18 x 9 whole tiles: no edge
-    assert not mm.edge_applies(2080, big, "bf16", 132)  # 32 rows left over: thicker than an edge tile covers
+    assert configs.edge_applies(2064, big, "bf16", 132) and configs.edge_applies(2056, big, "bf16", 132)
+    assert not configs.edge_applies(2048, big, "bf16", 132)  # no edge at all
+    assert not configs.edge_applies(2304, big, "bf16", 132)  # 18 x 9 whole tiles: no edge
+    assert not configs.edge_applies(2080, big, "bf16", 132)  # 32 rows left over: thicker than an edge tile covers
     # 160 SMs: the 153 tiles fit one wave (96 %), the 128 whole tiles fill only 80 %: not worth it
-    assert not mm.edge_applies(2064, big, "bf16", 160)
-    assert mm.tuned_config(2064, "bf16", 132) == dataclasses.replace(big, edge=True)
-    assert mm.parse_label(dataclasses.replace(big, edge=True).label).edge
+    assert not configs.edge_applies(2064, big, "bf16", 160)
+    assert configs.tuned_config(2064, "bf16", 132) == dataclasses.replace(big, edge=True)
+    assert configs.parse_label(dataclasses.replace(big, edge=True).label).edge
 
 
 @pytest.mark.parametrize("shape", [(75, 144, 40), (64, 152, 40), (70, 128, 72)])
@@ -738,79 +737,20 @@ def test_edge_matches_float64_on_odd_shapes(shape, dtype, device):
     """Interior + edge with small tiles: whole tiles inside, the bottom strip (M odd) and the right strip in
     narrow tiles, every element against float64 (the output poisoned with NaN first). The shapes have both strips,
     only the right one, and only the bottom one."""
-    if device == "cuda" and not mm.tma_supported(mm._device_cc(torch.device("cuda"))):
+    if device == "cuda" and not configs.tma_supported(kernels._device_cc(torch.device("cuda"))):
         pytest.skip("this GPU has no TMA")
     m, n, k = shape
-    big = mm.TileConfig(32, 64, 16, 2, 4, 2, edge=True)
-    rows, cols = mm.edge_interior(m, n, big)
+    big = configs.TileConfig(32, 64, 16, 2, 4, 2, edge=True)
+    rows, cols = configs.edge_interior(m, n, big)
     assert 0 < rows <= m and 0 < cols <= n and (rows, cols) != (m, n)  # there is an edge
-    a, b = mm.operands(m, n, k, dtype, device)
+    a, b = kernels.operands(m, n, k, dtype, device)
     out = torch.full((m, n), float("nan"), device=device, dtype=torch.float16 if dtype == "fp16" else torch.bfloat16)
-    _, path, _ = mm.triton_matmul(a, b, dtype, out, big, tma="on")
+    _, path, _ = kernels.triton_matmul(a, b, dtype, out, big, tma="on")
     assert path == "tma"
-    ref = mm.reference(a, b)
+    ref = measure.reference(a, b)
     for part in ((slice(0, rows), slice(0, cols)), (slice(rows, m), slice(0, n)), (slice(0, rows), slice(cols, n))):
         if out[part].numel():
             timing.check_close(out[part], ref[part], dtype, f"edge {shape} {part}")
-
-
-@pytest.mark.parametrize("shape,split", [((75, 144, 80), 3), ((70, 152, 72), True)])
-def test_split_edge_strips_match_float64_and_leave_their_workspace_clean(shape, split, device):
-    """Interior + edge with every strip tile cut along K (pieces added into an FP32 workspace, the last piece writing
-    the tile): both strips on an M odd shape with a partial last K step, twice (the workspace and counters must come
-    back to zero, or the second product would be wrong), every element against float64."""
-    if device == "cuda" and not mm.tma_supported(mm._device_cc(torch.device("cuda"))):
-        pytest.skip("this GPU has no TMA")
-    m, n, k = shape
-    big = mm.TileConfig(32, 64, 16, 2, 4, 2, edge=True)
-    rows, cols = mm.edge_interior(m, n, big)
-    assert rows < m and cols < n  # both strips
-    row_edge, col_edge = mm.TileConfig(16, 16, 16, 2, 4, 2), mm.TileConfig(16, 16, 16, 2, 4, 2)
-    for _ in range(2):
-        a, b = mm.operands(m, n, k, "bf16", device)
-        out = torch.full((m, n), float("nan"), device=device, dtype=torch.bfloat16)
-        mm._edge_matmul(a, b, "bf16", out, big, "on", row_edge, col_edge, split=split)
-        ref = mm.reference(a, b)
-        for part in ((slice(0, rows), slice(0, cols)), (slice(rows, m), slice(0, n)), (slice(0, rows), slice(cols, n))):
-            timing.check_close(out[part], ref[part], "bf16", f"split edge {shape} {part}")
-        for i in (0, 1):
-            ws, counts = mm._SCRATCH[(f"edge{i}", str(a.device))]
-            assert not ws.any() and not counts.any()
-
-
-@pytest.mark.parametrize("shape,band,trans", [((75, 144, 80), "both", True), ((75, 144, 80), "both", False),
-                                              ((70, 136, 72), "right", True), ((64, 152, 40), "both", True)])
-def test_edge_bands_match_float64(shape, band, trans, device, monkeypatch):
-    """Interior + edge with bands: the interior's last tile row and column also compute the strips beside them (the
-    rows below from a thin tile of A and the B tile in hand, as B^T A^T or directly; the columns to the right from
-    the A tile in hand and a thin tile of B). M odd, strips of 11, 16 or 6 and 8 elements, a partial last K step;
-    every element against float64, the output poisoned with NaN first. (64, 152): no bottom strip at all."""
-    if device == "cuda" and not mm.tma_supported(mm._device_cc(torch.device("cuda"))):
-        pytest.skip("this GPU has no TMA")
-    monkeypatch.setattr(mm, "EDGE_BAND_TRANS", trans)
-    m, n, k = shape
-    big = mm.TileConfig(32, 64, 16, 2, 4, 2, edge=True)
-    a, b = mm.operands(m, n, k, "bf16", device)
-    out = torch.full((m, n), float("nan"), device=device, dtype=torch.bfloat16)
-    parts = mm._band_parts(a, b, out, dataclasses.replace(big, edge=False), band)
-    covered = sum(p[2].numel() + (p[4]["band"][2].numel() if len(p) > 4 else 0) for p in parts)
-    assert covered == m * n  # the parts (and the bands' edges) cover C once
-    assert any(len(p) > 4 for p in parts)  # and a band computes an edge
-    mm._edge_matmul(a, b, "bf16", out, big, "on", mm.TileConfig(16, 16, 16, 2, 4, 2),
-                    mm.TileConfig(16, 16, 16, 2, 4, 2), band=band)
-    timing.check_close(out, mm.reference(a, b), "bf16", f"bands {shape} {band} trans={trans}")
-
-
-def test_edge_split_rule_by_hand():
-    """Pieces per strip tile: the slots (SMs x strip programs per SM) over the strips' tiles, capped by SPLIT_MAX and
-    the K steps. N = 2064 on 132 SMs: 33 + 32 = 65 strip tiles of 16x64 / 64x16 with BLOCK_K = 128, 3 stages:
-    3 x (16 + 64) x 128 x 2 = 61440 bytes of shared memory, 3 programs an SM, 396 slots, 396 // 65 = 6 pieces."""
-    tile = mm.EDGE_ROW_TILE
-    assert mm.blocks_per_sm(tile, "bf16", "tma", "9.0") == 3
-    assert mm.edge_split(65, 17, tile, "bf16", 132) == 6
-    assert mm.edge_split(65, 4, tile, "bf16", 132) == 4  # no more pieces than K steps
-    assert mm.edge_split(10, 17, tile, "bf16", 132) == mm.SPLIT_MAX
-    assert mm.edge_split(500, 17, tile, "bf16", 132) == 1
 
 
 def test_edge_model_by_hand(monkeypatch):
@@ -819,78 +759,40 @@ def test_edge_model_by_hand(monkeypatch):
     BLOCK_K = 128 costing 160 clocks (loads: 80 x 128 x 2 bytes at 128 a clock); alone, one tile an SM, 17 x 160.
     In stream order the three add up; with the early start the strips' steps spread over the 100 SMs."""
     t = toy_target()
-    cfg = dataclasses.replace(mm.DEFAULT_CONFIGS["bf16"], edge=True)
-    assert (mm.EDGE_ROW_TILE.block_k, mm.EDGE_COL_TILE.block_k) == (128, 128)
+    cfg = dataclasses.replace(configs.DEFAULT_CONFIGS["bf16"], edge=True)
+    assert (configs.EDGE_ROW_TILE.block_k, configs.EDGE_COL_TILE.block_k) == (128, 128)
     interior = 33 * 2 * 1024
-    monkeypatch.setattr(mm, "EARLY_START", False)
-    p = mm.predict_point(2064, "bf16", cfg, t)
+    monkeypatch.setattr(configs, "EARLY_START", False)
+    p = model.predict_point(2064, "bf16", cfg, t)
     assert p["schedule"] == "interior + edge"
     assert p["predicted_ms"] == pytest.approx(((interior + 2 * 17 * 160) / 1e9 + 3e-6) * 1e3, rel=1e-6)
-    monkeypatch.setattr(mm, "EARLY_START", True)
-    p = mm.predict_point(2064, "bf16", cfg, t)
+    monkeypatch.setattr(configs, "EARLY_START", True)
+    p = model.predict_point(2064, "bf16", cfg, t)
     assert p["predicted_ms"] == pytest.approx(((interior + (33 + 32) * 17 * 160 / 100) / 1e9 + 3e-6) * 1e3, rel=1e-6)
 
-
-
-def test_split_and_band_edge_models_by_hand(monkeypatch):
-    """The measured variants of interior + edge on the toy GPU of the test above, in stream order. Split strips: 65
-    strip tiles, 3 programs an SM, 300 slots -> 4 pieces of ceil(17 / 4) = 5 steps; each strip then has 132 or 128
-    programs on 100 SMs, 2 on the busiest, sharing it: 5 x 2 x 160 clocks. Bands ("both"): the bottom band's programs
-    do 16 more rows per 128, so the interior's time x (1 + 16 / 128), then the corner (144 x 16 of C: 3 tiles of
-    64x16, one an SM) in 17 x 160."""
-    t = toy_target()
-    cfg = dataclasses.replace(mm.DEFAULT_CONFIGS["bf16"], edge=True)
-    interior = 33 * 2 * 1024
-    monkeypatch.setattr(mm, "EARLY_START", False)
-    monkeypatch.setattr(mm, "EDGE_SPLIT", True)
-    p = mm.predict_point(2064, "bf16", cfg, t)
-    assert p["predicted_ms"] == pytest.approx(((interior + 2 * 5 * 2 * 160) / 1e9 + 3e-6) * 1e3, rel=1e-6)
-    monkeypatch.setattr(mm, "EDGE_SPLIT", False)
-    monkeypatch.setattr(mm, "EDGE_BAND", "both")
-    p = mm.predict_point(2064, "bf16", cfg, t)
-    assert p["predicted_ms"] == pytest.approx(((interior * (1 + 16 / 128) + 17 * 160) / 1e9 + 3e-6) * 1e3, rel=1e-6)
 
 
 def test_narrow_row_tail_where_the_big_tile_leaves_sms_idle(monkeypatch):
     """N = 1536 on 132 SMs: 72 tiles of 128x256 leave 60 SMs idle. 128x128 tiles make 144: one full wave and 12 over,
     so with the early start the rule takes one wave of 128x128 tiles and the last 128 rows in short tiles; without it
     (two launches one after the other) it keeps 64x128 tiles, 3 stages deep."""
-    monkeypatch.setattr(mm, "EARLY_START", True)
-    assert mm.tuned_config(1536, "bf16", 132) == dataclasses.replace(mm.NARROW_TILE, row_tail=True)
-    assert mm.row_tail_rows(1536, 1536, mm.NARROW_TILE, 132) == 11 * 128
-    assert mm.tuned_config(1280, "bf16", 132) == mm.TileConfig(64, 128, 64, 8, 4, 4)  # 100 tiles of 128x128: no wave
-    monkeypatch.setattr(mm, "EARLY_START", False)
-    assert mm.tuned_config(1536, "bf16", 132) == mm.TileConfig(64, 128, 64, 8, 4, 3)
+    monkeypatch.setattr(configs, "EARLY_START", True)
+    assert configs.tuned_config(1536, "bf16", 132) == dataclasses.replace(configs.NARROW_TILE, row_tail=True)
+    assert configs.row_tail_rows(1536, 1536, configs.NARROW_TILE, 132) == 11 * 128
+    assert configs.tuned_config(1280, "bf16", 132) == configs.TileConfig(64, 128, 64, 8, 4, 4)  # 100 tiles of 128x128: no wave
+    monkeypatch.setattr(configs, "EARLY_START", False)
+    assert configs.tuned_config(1536, "bf16", 132) == configs.TileConfig(64, 128, 64, 8, 4, 3)
 
 
 def test_probe_check_runs_both_row_tail_launches(device):
     """The lab's check of a row-tail config on its small probe shape splits it (a few slots), so both launches
     are checked against float64 before the sweep times them."""
-    cfg = dataclasses.replace(mm.DEFAULT_CONFIGS["bf16"], row_tail=True)
-    m, n, _ = mm.PROBE_TMA
-    assert 0 < mm.row_tail_rows(m, n, cfg, mm.PROBE_ROW_TAIL_SLOTS) < m
+    cfg = dataclasses.replace(configs.DEFAULT_CONFIGS["bf16"], row_tail=True)
+    m, n, _ = measure.PROBE_TMA
+    assert 0 < configs.row_tail_rows(m, n, cfg, measure.PROBE_ROW_TAIL_SLOTS) < m
     if device == "cpu":
         return  # a 128x256 tile on 517 x 528 x 560 takes minutes in the interpreter; the small shapes above do it
-    assert mm.probe_check("bf16", mm.Params(), "tma", device, cfg) < 1e-2
-
-
-@pytest.mark.parametrize("shape,slots,split", [((45, 48, 80), 4, None), ((37, 64, 112), 5, 3)])
-def test_split_tail_kernel_matches_float64_and_leaves_its_workspace_clean(shape, slots, split, device):
-    """The split-K tail kernel (measured, not the default: its atomic fix-up cost more than it saved, see the
-    lesson): the partial wave's tiles cut along K; run twice, since each launch must leave its workspace at zero."""
-    if device == "cuda" and not mm.tma_supported(mm._device_cc(torch.device("cuda"))):
-        pytest.skip("this GPU has no TMA")
-    m, n, k = shape
-    cfg = mm.TileConfig(16, 16, 16, 2, 4, 2, split_tail=True)
-    tiles = -(-m // 16) * -(-n // 16)
-    assert mm.splittail_plan(tiles, -(-k // 16), slots, split)["tail_tiles"] > 0  # some tiles really are cut
-    a, b = mm.operands(m, n, k, "fp16", device)
-    for _ in range(2):
-        out = torch.full((m, n), float("nan"), device=device, dtype=torch.float16)
-        mm.triton_matmul(a, b, "fp16", out, cfg, tma="on", programs=slots, split=split)
-        timing.check_close(out, mm.reference(a, b), "fp16", f"split tail {shape}")
-        ws, counts = mm._SCRATCH[("splittail", str(a.device))]
-        assert float(ws.abs().sum()) == 0 and int(counts.abs().sum()) == 0
+    assert measure.probe_check("bf16", mm.Params(), "tma", device, cfg) < 1e-2
 
 
 def test_the_default_tile_shrinks_to_fit_an_sm_but_a_chosen_tile_is_refused():
@@ -901,82 +803,11 @@ def test_the_default_tile_shrinks_to_fit_an_sm_but_a_chosen_tile_is_refused():
         target = gpu.datasheet_target(gpu.datasheet_by_name(name))
         mm.LAB.check(mm.Params(), target)  # no refusal
         for dtype in ("bf16", "fp16", "fp8", "tf32", "fp32"):
-            cfg = mm.config_for(mm.Params(), dtype, compute_capability=target.compute_capability)
-            assert mm.blocks_per_sm(cfg, dtype, "vec16", target.compute_capability) >= 1
-    assert mm.fitted_default("bf16", "8.9") == mm.TileConfig(128, 256, 64, 8, 8, 2)  # 96 of 99 KiB
-    assert mm.fitted_default("bf16", "7.5") == mm.TileConfig(128, 128, 64, 8, 8, 2)  # 64 of 64 KiB
-    assert mm.fitted_default("bf16", "9.0") == mm.DEFAULT_CONFIGS["bf16"]
+            cfg = configs.config_for(mm.Params(), dtype, compute_capability=target.compute_capability)
+            assert configs.blocks_per_sm(cfg, dtype, "vec16", target.compute_capability) >= 1
+    assert configs.fitted_default("bf16", "8.9") == configs.TileConfig(128, 256, 64, 8, 8, 2)  # 96 of 99 KiB
+    assert configs.fitted_default("bf16", "7.5") == configs.TileConfig(128, 128, 64, 8, 8, 2)  # 64 of 64 KiB
+    assert configs.fitted_default("bf16", "9.0") == configs.DEFAULT_CONFIGS["bf16"]
     l4 = gpu.datasheet_target(gpu.datasheet_by_name("L4"))
     with pytest.raises(ParamError, match="shared memory"):
         mm.LAB.check(mm.Params(block_n=256, num_stages=3), l4)
-
-
-# ---------------------------------------------------------------------------------------------
-# Composite tiles (matmul_pieces_kernel): tile sides made of power-of-two pieces
-# ---------------------------------------------------------------------------------------------
-COMPOSITE_2X2 = mm.TileConfig(48, 48, 16, 2, 4, 2, row_pieces=(32, 16), col_pieces=(32, 16))
-COMPOSITE_3X1 = mm.TileConfig(48, 32, 16, 2, 4, 2, row_pieces=(16, 16, 16))
-
-
-@pytest.mark.parametrize("config,dtype,kmajor,a_regs", [
-    (COMPOSITE_2X2, "bf16", False, 0), (COMPOSITE_2X2, "fp16", True, 0), (COMPOSITE_3X1, "bf16", False, 0),
-    (COMPOSITE_3X1, "fp32", False, 0), (COMPOSITE_2X2, "fp16", False, 2),
-    (mm.TileConfig(48, 48, 16, 2, 4, 2, row_pieces=(16, 16, 16), col_pieces=(32, 16)), "fp16", False, 1),
-], ids=lambda v: v.label if isinstance(v, mm.TileConfig) else str(v))
-@pytest.mark.parametrize("shape", [(75, 88, 40), (37, 48, 72)])  # M odd; the last tile's pieces partly or wholly out
-def test_composite_tiles_match_float64_on_odd_shapes(config, dtype, kmajor, a_regs, shape, device, monkeypatch):
-    """Every piece of every tile written once (the output starts as NaN), the pieces past the edge clipped, against
-    float64; also with B k-major and with row pieces kept in registers (A_REGS)."""
-    if device == "cuda" and not mm.tma_supported(mm._device_cc(torch.device("cuda"))):
-        pytest.skip("this GPU has no TMA")
-    monkeypatch.setattr(mm, "PIECES_A_REGS", a_regs)
-    m, n, k = shape
-    a, b = mm.operands(m, n, k, dtype, device, kmajor_b=kmajor)
-    out = torch.full((m, n), float("nan"), device=device, dtype=mm.out_dtype(dtype))
-    _, path, _ = mm.triton_matmul(a, b, dtype, out, config, tma="on")
-    assert path == "tma"
-    timing.check_close(out, mm.reference(a, b), dtype, f"composite {config.label} {shape}")
-
-
-def test_composite_tile_off_the_tma_path_takes_the_default_tile(device):
-    """A Triton block must be a power of two, so off the TMA path a composite config runs the dtype's default tile."""
-    a, b = mm.operands(37, 45, 51, "fp16", device)
-    out = torch.full((37, 45), float("nan"), device=device, dtype=torch.float16)
-    _, path, _ = mm.triton_matmul(a, b, "fp16", out, COMPOSITE_2X2, tma="off")
-    assert path.startswith("vec")
-    timing.check_close(out, mm.reference(a, b), "fp16", "composite off the TMA path")
-
-
-def test_composite_labels_and_tile_counts_by_hand():
-    """192 x 192 tiles (128 + 64 each way) at N = 2056: ceil(2056 / 192) = 11 per side, 121 tiles, one wave on
-    132 SMs (one program an SM: 3 stages x (192 + 192) x 64 x 2 bytes = 144 KiB of shared memory, and 192 x 192 / 256
-    + 26 = 170 registers a thread); 128 x 256 tiles make 17 x 9 = 153, two waves."""
-    c = mm.TileConfig(192, 192, 64, 8, 8, 3, row_pieces=(128, 64), col_pieces=(128, 64))
-    assert c.composite and c.label == "192x192x64 G8 w8 s3 P128+64x128+64"
-    for cfg in (c, mm.TileConfig(192, 256, 64, 8, 8, 3, row_pieces=(128, 64)), COMPOSITE_3X1):
-        assert mm.parse_label(cfg.label) == cfg
-    assert not mm.parse_label("128x256x64 G8 w8 s3 EG").composite  # older labels: no pieces
-    assert mm.shared_bytes(c, "bf16") == 144 * 1024 and mm.registers_per_thread(c, "bf16") == 170
-    assert mm.blocks_per_sm(c, "bf16", "tma", "9.0") == 1
-    assert mm.tiles_of(2056, c) == 121 and mm.tiles_of(2056, mm.DEFAULT_CONFIGS["bf16"]) == 153
-    row = mm.predict_point(2056, "bf16", c, toy_target())
-    assert (row["tiles"], row["waves"]) == (121, 2)  # the toy GPU has 100 SMs: 121 tiles are two waves there
-    with pytest.raises(AssertionError):  # pieces must add up to the tile
-        mm._pieces_matmul(*mm.operands(32, 48, 32, "fp16"), "fp16", torch.empty(32, 48, dtype=torch.float16),
-                          mm.TileConfig(48, 48, 16, 2, 4, 2, row_pieces=(32, 32)))
-
-
-@pytest.mark.parametrize("shape", [(72, 72, 40), (136, 136, 56), (72, 80, 24)])
-def test_spread_edge_covers_the_strips_and_the_corner(shape, device):
-    """The spread-edge kernel (measured, off by default): the interior's programs carry the strips' pieces; with few
-    programs the corner gets its own launch (72, 80), with many the bottom pieces reach it (136). Every element of
-    the output, strips and corner included, against float64."""
-    if device == "cuda" and not mm.tma_supported(mm._device_cc(torch.device("cuda"))):
-        pytest.skip("this GPU has no TMA")
-    m, n, k = shape
-    cfg = mm.TileConfig(32, 32, 16, 1, 4, 2, edge=True)
-    assert mm.spread_applies(m, n, cfg)
-    a, b = mm.operands(m, n, k, "fp16", device)
-    out = torch.full((m, n), float("nan"), device=device, dtype=torch.float16)
-    mm._spread_matmul(a, b, "fp16", out, cfg)
-    timing.check_close(out, mm.reference(a, b), "fp16", f"spread {shape}")

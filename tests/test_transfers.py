@@ -5,51 +5,52 @@ import pytest
 from tests.conftest import render_page
 from labs.engine import gpu
 from labs import transfers as t
+from labs.transfers import measure, model
 from labs.engine.params import ParamError
 
 H100 = gpu.datasheet_target(gpu.datasheet_by_name("H100 SXM"))
 
 
 def test_pcie_bandwidth_from_generation_and_lanes():
-    assert t.pcie_gbps(5, 16) == pytest.approx(32 * 16 * 128 / 130 / 8)  # 63.0 GB/s per direction
-    assert t.pcie_gbps(4, 16) == pytest.approx(31.51, rel=1e-3)
-    assert t.pcie_gbps(3, 8) == pytest.approx(7.877, rel=1e-3)
-    assert t.pcie_gbps(2, 16) == pytest.approx(8.0)  # 8b/10b
+    assert model.pcie_gbps(5, 16) == pytest.approx(32 * 16 * 128 / 130 / 8)  # 63.0 GB/s per direction
+    assert model.pcie_gbps(4, 16) == pytest.approx(31.51, rel=1e-3)
+    assert model.pcie_gbps(3, 8) == pytest.approx(7.877, rel=1e-3)
+    assert model.pcie_gbps(2, 16) == pytest.approx(8.0)  # 8b/10b
     with pytest.raises(ParamError):
-        t.pcie_gbps(9, 16)
+        model.pcie_gbps(9, 16)
 
 
 def test_every_datasheet_gpu_names_its_links_and_source():
     for sheet in gpu.DATASHEET:
         links = gpu.links_for(sheet)
-        assert links is not None and links.source and links.pcie_gen in t.PCIE_GTPS and links.pcie_lanes == 16
+        assert links is not None and links.source and links.pcie_gen in model.PCIE_GTPS and links.pcie_lanes == 16
     assert gpu.links_for(gpu.datasheet_by_name("H100 SXM")).nvlink_per_direction_gbps == 450
     assert gpu.links_for(gpu.datasheet_by_name("L4")).nvlink_gbps is None
 
 
 def test_alpha_beta_copy_by_hand():
     # 1 GiB at 63.015 GB/s plus 10 us
-    assert t.copy_ms(2**30, 10, 63.015) == pytest.approx(0.010 + 2**30 / 63.015e9 * 1e3)
-    rows = t.predict(t.Params(experiments=("copies",)), H100)
+    assert model.copy_ms(2**30, 10, 63.015) == pytest.approx(0.010 + 2**30 / 63.015e9 * 1e3)
+    rows = model.predict(t.Params(experiments=("copies",)), H100)
     small = [r for r in rows if r["size_bytes"] == 4096][0]
     big = [r for r in rows if r["size_bytes"] == 2**30 and r["memory"] == "pinned"][0]
     assert small["predicted_gbps"] < 1 and big["predicted_gbps"] == pytest.approx(63.0 * 256 / 282, rel=1e-2)
 
 
 def test_packet_overhead_by_hand():
-    assert t.pcie_packet_efficiency(256) == pytest.approx(256 / (256 + 26))  # 90.8 % of the bytes are data
-    link = t.link_for(H100)
+    assert model.pcie_packet_efficiency(256) == pytest.approx(256 / (256 + 26))  # 90.8 % of the bytes are data
+    link = model.link_for(H100)
     assert link["pcie_gbps"] == pytest.approx(link["pcie_line_gbps"] * 256 / 282)
 
 
 def test_pageable_is_limited_by_the_slower_stage():
-    assert t.effective_gbps("pageable", 63.0, 20.0) == 20.0
-    assert t.effective_gbps("pageable", 31.5, 50.0) == 31.5
-    assert t.effective_gbps("pinned", 63.0, 20.0) == 63.0
+    assert model.effective_gbps("pageable", 63.0, 20.0) == 20.0
+    assert model.effective_gbps("pageable", 31.5, 50.0) == 31.5
+    assert model.effective_gbps("pinned", 63.0, 20.0) == 63.0
 
 
 def test_overlap_model_is_the_max_of_copy_and_compute():
-    rows = {r["schedule"]: r["predicted_ms"] for r in t.predict(t.Params(experiments=("overlap",)), H100)}
+    rows = {r["schedule"]: r["predicted_ms"] for r in model.predict(t.Params(experiments=("overlap",)), H100)}
     assert rows["one stream"] == pytest.approx(rows["copy alone"] + rows["compute alone"])
     assert rows["two streams"] == pytest.approx(max(rows["copy alone"], rows["compute alone"]))
 
@@ -57,28 +58,28 @@ def test_overlap_model_is_the_max_of_copy_and_compute():
 def test_measured_latency_is_the_smallest_copy():
     rows = [{"experiment": "copies", "direction": "h2d", "memory": "pinned", "size_bytes": s, "measured_ms": ms}
             for s, ms in ((65536, 0.01), (4096, 0.004), (2**20, 0.03))]
-    assert t.measured_latency_us(rows) == {("h2d", "pinned"): pytest.approx(4.0)}
+    assert model.measured_latency_us(rows) == {("h2d", "pinned"): pytest.approx(4.0)}
 
 
 def test_fitted_latency_is_what_the_small_copies_leave_after_their_bytes():
     """Alpha is the median over the copies up to 256 KiB of (measured time - the model's byte terms): made-up
     copies of exactly 12 us + bytes over the link give 12 us back, and one disturbed small copy (26 us at
     4 KiB, as on the H100 host) moves it less than taking the smallest copy's time would."""
-    link = t.link_for(H100)["pcie_gbps"]
+    link = model.link_for(H100)["pcie_gbps"]
     sizes = (4096, 16384, 65536, 262144, 2**20)
 
     def run(extra_us_at_4k=0.0):
         return [{"experiment": "copies", "direction": "d2h", "memory": "pinned", "size_bytes": s,
-                 "measured_ms": t.copy_ms(s, 12.0 + (extra_us_at_4k if s == 4096 else 0.0), link)} for s in sizes]
+                 "measured_ms": model.copy_ms(s, 12.0 + (extra_us_at_4k if s == 4096 else 0.0), link)} for s in sizes]
 
-    assert t.fitted_latency_us(H100, run(), {})[("d2h", "pinned")] == pytest.approx(12.0)
+    assert model.fitted_latency_us(H100, run(), {})[("d2h", "pinned")] == pytest.approx(12.0)
     disturbed = run(extra_us_at_4k=14.0)
-    assert t.measured_latency_us(disturbed)[("d2h", "pinned")] == pytest.approx(26.0, rel=0.01)
-    assert t.fitted_latency_us(H100, disturbed, {})[("d2h", "pinned")] == pytest.approx(12.0)
+    assert model.measured_latency_us(disturbed)[("d2h", "pinned")] == pytest.approx(26.0, rel=0.01)
+    assert model.fitted_latency_us(H100, disturbed, {})[("d2h", "pinned")] == pytest.approx(12.0)
     # the 1 MiB copy is not part of the fit: a slow one does not move alpha
     slow_big = run()
     slow_big[-1]["measured_ms"] *= 3
-    assert t.fitted_latency_us(H100, slow_big, {})[("d2h", "pinned")] == pytest.approx(12.0)
+    assert model.fitted_latency_us(H100, slow_big, {})[("d2h", "pinned")] == pytest.approx(12.0)
 
 
 def test_all_sizes_are_timed_in_turns_each_keeping_its_fastest_round():
@@ -88,7 +89,7 @@ def test_all_sizes_are_timed_in_turns_each_keeping_its_fastest_round():
         order.append(fn())
         return next(times[order[-1]])
 
-    got = t.timed_in_turns({4: (lambda: 4, None), 16: (lambda: 16, lambda: {"cpu_read_gbps": 1.0})},
+    got = measure.timed_in_turns({4: (lambda: 4, None), 16: (lambda: 16, lambda: {"cpu_read_gbps": 1.0})},
                            rounds=2, timer=timer)
     assert order == [4, 16, 4, 16]  # round by round over all sizes, not one size after the other
     assert got == {4: (2.0, {}), 16: (5.0, {"cpu_read_gbps": 1.0})}
@@ -97,7 +98,7 @@ def test_all_sizes_are_timed_in_turns_each_keeping_its_fastest_round():
 def test_sizes_that_do_not_fit_are_refused():
     with pytest.raises(ParamError, match="does not fit"):
         small = gpu.Target("4 GB GPU", "small", 40, 0, 4 * 10**9, "7.5", H100.ceilings, None, live=False)
-        t.check(t.Params(sizes_kib=(4 * 1048576,), experiments=("copies",)), small)
+        measure.check(t.Params(sizes_kib=(4 * 1048576,), experiments=("copies",)), small)
 
 
 def test_staging_rates_are_measured_on_the_buffer_itself():
@@ -105,7 +106,8 @@ def test_staging_rates_are_measured_on_the_buffer_itself():
 
     buf = torch.arange(1, 3 * 2**20 // 4 + 1, dtype=torch.float32)  # 3 MiB: a whole staging ring and a part
     before = buf.clone()
-    rates = t.staging_rates(buf)
+    probe = measure.staging_probe(buf)
+    rates = measure.fastest([probe() for _ in range(measure.ROUNDS)])
     assert all(rates[k] > 0.1 for k in ("cpu_read_gbps", "cpu_copy_out_gbps", "cpu_write_gbps"))
     # the write (zeros) comes before the copy-out, and the copy-out reaches every byte: no zero is left, and
     # every value is one of the buffer's own, carried through the ring by the read pass
@@ -120,31 +122,31 @@ def test_copy_and_probe_are_timed_in_turns_and_the_fastest_kept():
 
     def timer(fn, budget_ms, min_reps):
         calls.append("copy")
-        assert budget_ms == pytest.approx(t.WALL_BUDGET_MS / 3) and min_reps >= 3
+        assert budget_ms == pytest.approx(measure.WALL_BUDGET_MS / 3) and min_reps >= 3
         return next(copy_ms)
 
     def probe():
         calls.append("probe")
         return next(probes)
 
-    ms, rates = t.paired_ms(lambda: None, probe, rounds=3, timer=timer)
+    ((ms, rates),) = measure.timed_in_turns({0: (lambda: None, probe)}, rounds=3, timer=timer).values()
     assert calls == ["copy", "probe"] * 3
     assert ms == 3.0 and rates == {"cpu_read_gbps": 12.0, "pin_ms": 1.5}  # the highest rate, the least time
-    assert t.paired_ms(lambda: None, None, rounds=2, timer=lambda *a, **k: 7.0) == (7.0, {})
+    assert measure.timed_in_turns({0: (lambda: None, None)}, rounds=2, timer=lambda *a, **k: 7.0) == {0: (7.0, {})}
 
 
 def test_pageable_model_uses_the_rate_measured_at_each_size():
     rates = {("h2d", 2**20): {"cpu_read_gbps": 20.0}, ("d2h", 2**20): {"cpu_copy_out_gbps": 5.0},
              "host_copy_gbps": 8.0}
     p = t.Params(experiments=("copies",), memories=("pageable",), sizes_kib=(1024, 4096))
-    rows = {(r["direction"], r["size_bytes"]): r for r in t.predict_with(p, H100, {}, rates)}
+    rows = {(r["direction"], r["size_bytes"]): r for r in model.predict_with(p, H100, {}, rates)}
     assert rows[("h2d", 2**20)]["model_bandwidth_gbps"] == 20.0
     assert rows[("d2h", 2**20)]["model_bandwidth_gbps"] == 5.0
     assert rows[("h2d", 4 * 2**20)]["model_bandwidth_gbps"] == 8.0  # not measured at this size: the one rate
-    link = t.link_for(H100)["pcie_gbps"]
+    link = model.link_for(H100)["pcie_gbps"]
     # d2h: latency, the whole 1 MiB over the link into the staging buffer, then the CPU's copy out
     assert rows[("d2h", 2**20)]["predicted_ms"] == pytest.approx(
-        t.ASSUMED_LATENCY_US * 1e-3 + 2**20 / (link * 1e9) * 1e3 + 2**20 / 5e9 * 1e3)
+        model.ASSUMED_LATENCY_US * 1e-3 + 2**20 / (link * 1e9) * 1e3 + 2**20 / 5e9 * 1e3)
     assert rows[("h2d", 2**20)]["model_first_piece_us"] == 0
 
 
@@ -157,13 +159,13 @@ def test_staging_never_runs_faster_than_out_of_the_cores_cache():
              ("d2h", 2**22): {"cpu_copy_out_gbps": 10.0, "cpu_l2_bytes": 2**21},
              ("d2h", 2**24): {"cpu_copy_out_gbps": 8.0, "cpu_l2_bytes": 2**21}}
     p = t.Params(experiments=("copies",), memories=("pageable",), sizes_kib=(1024, 4096, 16384))
-    rows = {(r["direction"], r["size_bytes"]): r for r in t.predict_with(p, H100, {}, rates)}
+    rows = {(r["direction"], r["size_bytes"]): r for r in model.predict_with(p, H100, {}, rates)}
     assert rows[("h2d", 2**20)]["model_bandwidth_gbps"] == 12.0
     assert rows[("h2d", 2**24)]["model_bandwidth_gbps"] == 12.0  # the slower of its own 14 and 12
     assert rows[("d2h", 2**24)]["model_bandwidth_gbps"] == 8.0  # its own rate is slower: kept
     # a core with a 32 MiB cache: 4 MiB and 16 MiB fit it, no probe beyond it, every size its own rate
     big = {k: v | {"cpu_l2_bytes": 2**25} for k, v in rates.items()}
-    rows = {(r["direction"], r["size_bytes"]): r for r in t.predict_with(p, H100, {}, big)}
+    rows = {(r["direction"], r["size_bytes"]): r for r in model.predict_with(p, H100, {}, big)}
     assert rows[("h2d", 2**20)]["model_bandwidth_gbps"] == 30.0
 
 
@@ -174,7 +176,7 @@ def test_d2h_staging_writes_the_buffer_without_reading_it():
              ("d2h", 2**24): {"cpu_copy_out_gbps": 7.3, "cpu_write_gbps": 10.0, "cpu_l2_bytes": 2**21},
              ("h2d", 2**24): {"cpu_read_gbps": 7.0, "cpu_write_gbps": 10.0, "cpu_l2_bytes": 2**21}}
     p = t.Params(experiments=("copies",), memories=("pageable",), sizes_kib=(4096, 16384))
-    rows = {(r["direction"], r["size_bytes"]): r for r in t.predict_with(p, H100, {}, rates)}
+    rows = {(r["direction"], r["size_bytes"]): r for r in model.predict_with(p, H100, {}, rates)}
     assert rows[("d2h", 2**24)]["model_bandwidth_gbps"] == 10.0
     assert rows[("d2h", 2**22)]["model_bandwidth_gbps"] == 10.6  # the write's 20 capped by the copy-out's 10.6
     assert rows[("h2d", 2**24)]["model_bandwidth_gbps"] == 7.0  # h2d reads the buffer: its write rate is no term
@@ -182,13 +184,13 @@ def test_d2h_staging_writes_the_buffer_without_reading_it():
 
 def test_only_the_first_staging_buffer_of_a_d2h_copy_is_exposed():
     link = 50.0
-    assert t.first_piece_ms("d2h", 2**20, link) == pytest.approx(2**20 / 50e9 * 1e3)
-    assert t.first_piece_ms("d2h", 2**30, link) == pytest.approx(t.STAGING_BYTES / 50e9 * 1e3)
-    assert t.first_piece_ms("h2d", 2**30, link) == 0.0
+    assert model.first_piece_ms("d2h", 2**20, link) == pytest.approx(2**20 / 50e9 * 1e3)
+    assert model.first_piece_ms("d2h", 2**30, link) == pytest.approx(model.STAGING_BYTES / 50e9 * 1e3)
+    assert model.first_piece_ms("h2d", 2**30, link) == 0.0
 
 
 def test_cpu_l2_is_read_from_the_os():
-    l2 = t.cpu_l2_bytes()
+    l2 = measure.cpu_l2_bytes()
     assert l2 is None or 64 * 1024 <= l2 <= 1024 * 2**20
 
 
@@ -196,17 +198,17 @@ def test_pageable_d2h_pinned_on_the_fly_by_hand():
     # lock the pages (10 ms), a pinned copy (20 us + 256 MiB at the link), unlock them (5 ms)
     rates = {("d2h", 2**28): {"pin_ms": 10.0, "unpin_ms": 5.0, "cpu_copy_out_gbps": 9.0}}
     p = t.Params(experiments=("copies",), memories=("pageable",), directions=("d2h",), sizes_kib=(2**18,))
-    row = t.predict_with(p, H100, {("d2h", "pinned"): 20.0}, rates)[0]
-    link = t.link_for(H100)["pcie_gbps"]
+    row = model.predict_with(p, H100, {("d2h", "pinned"): 20.0}, rates)[0]
+    link = model.link_for(H100)["pcie_gbps"]
     assert row["model_route"] == "pinned on the fly"
     assert row["predicted_ms"] == pytest.approx(10.0 + 0.020 + 2**28 / (link * 1e9) * 1e3 + 5.0)
     small = t.Params(experiments=("copies",), memories=("pageable",), directions=("d2h",), sizes_kib=(4,))
     rates[("d2h", 4096)] = {"pin_ms": 0.1, "unpin_ms": 0.05, "cpu_copy_out_gbps": 9.0}
-    row = t.predict_with(small, H100, {("d2h", "pinned"): 20.0, ("d2h", "pageable"): 25.0}, rates)[0]
+    row = model.predict_with(small, H100, {("d2h", "pinned"): 20.0, ("d2h", "pageable"): 25.0}, rates)[0]
     assert row["model_route"] == "staged"  # 4 KiB: locking alone costs more than staging the whole copy
     assert row["predicted_ms"] == pytest.approx(0.025 + 4096 / (link * 1e9) * 1e3 + 4096 / 9e9 * 1e3)
     del rates[("d2h", 2**28)]["pin_ms"]  # not measured (no CUDA): the staged route at the copy-out rate
-    row = t.predict_with(p, H100, {("d2h", "pinned"): 20.0}, rates)[0]
+    row = model.predict_with(p, H100, {("d2h", "pinned"): 20.0}, rates)[0]
     assert row["model_route"] == "staged" and row["model_bandwidth_gbps"] == 9.0
 
 
@@ -216,10 +218,10 @@ def test_hand_staging_is_a_two_stage_pipeline_by_hand():
     cpu = [b / 10e9 * 1e3 for b in (2 * mib, 2 * mib, mib)]
     engine = [0.010 + b / 50e9 * 1e3 for b in (2 * mib, 2 * mib, mib)]
     expected = cpu[0] + max(cpu[1], engine[0]) + max(cpu[2], engine[1]) + engine[2]
-    assert t.hand_staging_ms(5 * mib, 10.0, 50.0, 10.0, piece=2 * mib) == pytest.approx(expected)
+    assert model.hand_staging_ms(5 * mib, 10.0, 50.0, 10.0, piece=2 * mib) == pytest.approx(expected)
     # one piece: nothing overlaps; a slow link instead of a slow CPU sets the steps
-    assert t.hand_staging_ms(mib, 10.0, 50.0, 10.0) == pytest.approx(mib / 10e9 * 1e3 + 0.010 + mib / 50e9 * 1e3)
-    slow_link = t.hand_staging_ms(8 * mib, 100.0, 5.0, 0.0, piece=2 * mib)
+    assert model.hand_staging_ms(mib, 10.0, 50.0, 10.0) == pytest.approx(mib / 10e9 * 1e3 + 0.010 + mib / 50e9 * 1e3)
+    slow_link = model.hand_staging_ms(8 * mib, 100.0, 5.0, 0.0, piece=2 * mib)
     assert slow_link == pytest.approx(2 * mib / 100e9 * 1e3 + 4 * (2 * mib / 5e9 * 1e3))
 
 
@@ -228,26 +230,26 @@ def test_hand_staging_model_uses_the_probe_measured_beside_it():
              "schedule": "by hand", "measured_ms": 1.5, "cpu_read_gbps": 11.0, "cpu_l2_bytes": 2**21},
             {"experiment": "staging", "direction": "h2d", "memory": "pageable", "size_bytes": 16 * 2**20,
              "schedule": "driver", "driver_ms": 1.2}]
-    rates = t.measured_host_rates(rows)
+    rates = model.measured_host_rates(rows)
     assert list(rates) == [("hand", 16 * 2**20)] and rates[("hand", 16 * 2**20)]["cpu_read_gbps"] == 11.0
     p = t.Params(experiments=("staging",), staging_mib=(16,))
-    (row,) = t.predict_with(p, H100, {("h2d", "pinned"): 12.0}, {"host_copy_gbps": 9.0, **rates})
+    (row,) = model.predict_with(p, H100, {("h2d", "pinned"): 12.0}, {"host_copy_gbps": 9.0, **rates})
     assert row["schedule"] == "by hand" and row["model_bandwidth_gbps"] == 11.0
-    link = t.link_for(H100)["pcie_gbps"]
-    assert row["predicted_ms"] == pytest.approx(t.hand_staging_ms(16 * 2**20, 11.0, link, 12.0))
+    link = model.link_for(H100)["pcie_gbps"]
+    assert row["predicted_ms"] == pytest.approx(model.hand_staging_ms(16 * 2**20, 11.0, link, 12.0))
     # before any run of this size: the one host memcpy rate
-    (row,) = t.predict_with(p, H100, {}, {"host_copy_gbps": 9.0})
+    (row,) = model.predict_with(p, H100, {}, {"host_copy_gbps": 9.0})
     assert row["model_bandwidth_gbps"] == 9.0
 
 
 def test_staging_sizes_that_do_not_fit_are_refused():
     small = gpu.Target("4 GB GPU", "small", 40, 0, 4 * 10**9, "7.5", H100.ceilings, None, live=False)
     with pytest.raises(ParamError, match="does not fit"):
-        t.check(t.Params(experiments=("staging",), staging_mib=(4096,)), small)
+        measure.check(t.Params(experiments=("staging",), staging_mib=(4096,)), small)
 
 
 def test_host_memcpy_rate_is_measured():
-    assert t.host_copy_gbps(8 * 2**20) > 0.1
+    assert measure.host_copy_gbps(8 * 2**20) > 0.1
 
 
 def test_page_renders_without_a_gpu():
@@ -273,14 +275,14 @@ def test_real_copies_are_checked_and_timed():
 
 
 def test_lesson_latency_is_fitted_to_the_recorded_run_or_said_to_be_assumed():
-    from labs.collectives import recorded_rows
+    from labs.transfers.model import recorded_rows
 
     rows = recorded_rows(t.LAB.name, H100.key)
     assert rows, "an H100 run of this lab is recorded"
-    fitted = t.fitted_latency_us(H100, rows, t.measured_host_rates(rows))[("h2d", "pinned")]
-    numbers = t.lesson_numbers(H100)
+    fitted = model.fitted_latency_us(H100, rows, model.measured_host_rates(rows))[("h2d", "pinned")]
+    numbers = model.lesson_numbers(H100)
     assert numbers["latency_us"] == f"{fitted:.0f}" and "fitted" in numbers["latency_source"]
     t4 = gpu.datasheet_target(next(s for s in gpu.DATASHEET if s.name == "T4"))
     assert not recorded_rows(t.LAB.name, t4.key)
-    numbers = t.lesson_numbers(t4)
-    assert numbers["latency_us"] == f"{t.ASSUMED_LATENCY_US:.0f}" and "assumed" in numbers["latency_source"]
+    numbers = model.lesson_numbers(t4)
+    assert numbers["latency_us"] == f"{model.ASSUMED_LATENCY_US:.0f}" and "assumed" in numbers["latency_source"]

@@ -20,12 +20,12 @@ def points(params) -> list[dict]:
 
 
 def prepare(params, point):
-    from labs import attention
+    from labs.attention.measure import impl_fn
     from labs.engine import timing
 
     shape = (params.batch, params.heads, point["seq_len"], point["head_dim"])
     q, k, v = (timing.random_tensor(shape, point["dtype"]) for _ in range(3))
-    fn = attention._impl_fn(point["impl"], point["causal"])
+    fn = impl_fn(point["impl"], point["causal"])
 
     def forward():
         with torch.no_grad():
@@ -35,11 +35,11 @@ def prepare(params, point):
 
 def model(params, point, predicted, target) -> dict:
     """The lab's HBM bytes; naive attention is one kernel per PyTorch op, ours one kernel (forward)."""
-    from labs import attention
+    from labs.attention.model import Shape, naive_ops
 
-    shape = attention.Shape(params.batch, params.heads, point["seq_len"], point["seq_len"], point["head_dim"],
+    shape = Shape(params.batch, params.heads, point["seq_len"], point["seq_len"], point["head_dim"],
                             point["causal"], point["dtype"])
-    kernels = len(attention.naive_ops(shape, point["mode"])) if point["impl"] == "naive" else 1
+    kernels = len(naive_ops(shape, point["mode"])) if point["impl"] == "naive" else 1
     return {"dram_bytes": predicted.get("predicted_hbm_bytes"), "kernels": kernels}
 
 

@@ -64,7 +64,6 @@ def tile_counts(lq: int, lk: int, block_m: int, block_n: int, causal: bool) -> d
     return {"full": full, "masked": masked, "skipped": n_m * n_n - full - masked, "tiles": n_m * n_n}
 
 
-
 # ---------------------------------------------------------------------------------------------
 # Tile sizes by GPU
 # ---------------------------------------------------------------------------------------------

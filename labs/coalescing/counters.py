@@ -9,6 +9,9 @@ from __future__ import annotations
 import torch
 import triton
 
+from labs.coalescing.kernels import WALK_SEG, strided_read, transpose, walk
+from labs.coalescing.model import GRANULE_BYTES, fetched_bytes_per_element, stride_elements
+from labs.engine import timing
 from labs.engine.counters import Adapter
 
 
@@ -24,22 +27,19 @@ def points(params) -> list[dict]:
 
 
 def prepare(params, point):
-    from labs import coalescing
-    from labs.engine import timing
-
     variant = point["variant"]
     if point["experiment"] == "stride":
         stride = int(variant.split()[1])
         x = timing.random_tensor((params.size_mib * 2**20 // 4,), "fp32")
         y = torch.empty(triton.cdiv(x.numel(), stride), device=x.device)
-        return lambda: coalescing.strided_read(x, stride, y)
+        return lambda: strided_read(x, stride, y)
     x = timing.random_tensor((params.matrix_n,) * 2, "fp32")
     if point["experiment"] == "walk":
         along_rows = variant == "row walk"
-        y = coalescing.walk(x, along_rows)
-        return lambda: coalescing.walk(x, along_rows, y)
+        y = walk(x, along_rows)
+        return lambda: walk(x, along_rows, y)
     y = torch.empty_like(x)
-    return lambda: coalescing.transpose(x, variant, y)
+    return lambda: transpose(x, variant, y)
 
 
 OUTPUTS_PER_VECTOR = 4  # Triton lays the strided read's block out as 4 consecutive outputs per thread (one 16-byte store)
@@ -64,18 +64,16 @@ def stride_load_sectors(elements: int, stride: int) -> float:
 def model(params, point, predicted, target) -> dict:
     """DRAM bytes from the lab's model (reads in 64-byte granules, writes contiguous), split into reads and
     writes so a learner sees which side moves more than the model; the L1's sectors from the layout."""
-    from labs import coalescing
-
     n, variant = params.matrix_n, point["variant"]
     if point["experiment"] == "stride":
         stride = int(variant.split()[1])
-        elements = coalescing.stride_elements(params, stride)
-        read = elements * coalescing.fetched_bytes_per_element(stride, fetch=coalescing.GRANULE_BYTES)
+        elements = stride_elements(params, stride)
+        read = elements * fetched_bytes_per_element(stride, fetch=GRANULE_BYTES)
         return {"dram_bytes": predicted.get("fetched_bytes"), "dram_read_bytes": read, "dram_write_bytes": 4 * elements,
                 "sectors_per_request": stride_sectors_per_request(stride),
                 "load_sectors": stride_load_sectors(elements, stride)}
     if point["experiment"] == "walk":
-        out_bytes = 4 * n * triton.cdiv(n, coalescing.WALK_SEG)  # the segment sums written back
+        out_bytes = 4 * n * triton.cdiv(n, WALK_SEG)  # the segment sums written back
         return {"dram_bytes": 4 * n * n + out_bytes, "dram_read_bytes": 4 * n * n, "dram_write_bytes": out_bytes,
                 "sectors_per_request": predicted.get("sectors_per_warp_load"),
                 "load_sectors": n * n * predicted.get("sectors_per_warp_load", 0) / 32}
@@ -86,5 +84,5 @@ def model(params, point, predicted, target) -> dict:
 
 
 COUNTERS = Adapter(("dram", "sectors", "shared"), points, prepare, model,
-                          ("dram_bytes", "dram_read_bytes", "dram_write_bytes", "load_sectors",
-                           "sectors_per_request", "shared_wavefronts_per_load", "bank_conflicts"))
+                   ("dram_bytes", "dram_read_bytes", "dram_write_bytes", "load_sectors",
+                    "sectors_per_request", "shared_wavefronts_per_load", "bank_conflicts"))

@@ -1,4 +1,4 @@
-// Torch bindings for labs/cuda/transpose.cu (passed to load_inline as its C++ source).
+// Torch bindings for transpose.cu (passed to load_inline as its C++ source).
 // Checks the tensors, launches on torch's current stream and turns a failed launch into an error.
 
 #include <c10/cuda/CUDAStream.h>
@@ -7,7 +7,6 @@
 int transpose_naive_launch(const float* in, float* out, int rows, int cols, void* stream);
 int transpose_tiled_launch(const float* in, float* out, int rows, int cols, int tile, int rows_per_block, int pad,
                            void* stream);
-int64_t l2_fetch_granularity_bytes(int64_t set_bytes);
 
 static void check_args(const torch::Tensor& in, const torch::Tensor& out) {
   TORCH_CHECK(in.is_cuda() && out.is_cuda(), "transpose: tensors must be on the GPU");
@@ -34,11 +33,4 @@ void transpose_tiled(torch::Tensor in, torch::Tensor out, int64_t tile, int64_t 
   check_launch(transpose_tiled_launch(in.data_ptr<float>(), out.data_ptr<float>(), in.size(0), in.size(1), tile,
                                       rows_per_block, pad ? 1 : 0, at::cuda::getCurrentCUDAStream().stream()),
                "transpose_tiled");
-}
-
-int64_t l2_fetch_granularity(int64_t set_bytes) {
-  int64_t value = l2_fetch_granularity_bytes(set_bytes);
-  TORCH_CHECK(value >= 0, "cudaDeviceSetLimit/GetLimit(cudaLimitMaxL2FetchGranularity) failed: ",
-              cudaGetErrorString((cudaError_t)(-value)));
-  return value;
 }

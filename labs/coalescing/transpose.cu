@@ -1,4 +1,4 @@
-// Matrix transpose, three rungs of a ladder (used by labs/coalescing.py).
+// Matrix transpose, three rungs of a ladder (loaded by labs/coalescing/kernels.py).
 //
 //   out (cols x rows) = in (rows x cols)^T, fp32, both row-major.
 //
@@ -16,7 +16,7 @@
 // or shared-memory cycles (bank conflicts).
 
 // Plain CUDA, no torch headers (so nvcc builds it in seconds): launchers take raw pointers and a
-// stream and return the launch status. labs/cuda/transpose.cpp wraps them for torch tensors.
+// stream and return the launch status. transpose.cpp wraps them for torch tensors.
 
 #include <cuda_runtime.h>
 #include <cstdint>
@@ -95,16 +95,4 @@ int transpose_tiled_launch(const float* in, float* out, int rows, int cols, int 
   ROOFLINE_TILED(64, 32)
 #undef ROOFLINE_TILED
   return -1;
-}
-
-// The L2 fetch granularity limit (bytes): how much the L2 may fetch from DRAM on a miss. A value > 0
-// sets it first (a hint to the driver). Returns the value in force, or -(CUDA error code).
-int64_t l2_fetch_granularity_bytes(int64_t set_bytes) {
-  if (set_bytes > 0) {
-    cudaError_t err = cudaDeviceSetLimit(cudaLimitMaxL2FetchGranularity, (size_t)set_bytes);
-    if (err != cudaSuccess) return -(int64_t)err;
-  }
-  size_t value = 0;
-  cudaError_t err = cudaDeviceGetLimit(&value, cudaLimitMaxL2FetchGranularity);
-  return err == cudaSuccess ? (int64_t)value : -(int64_t)err;
 }

@@ -27,43 +27,21 @@ The bus bandwidth is the link (what the copy engines move to the next GPU) or NC
 slower: NCCL moves every byte with the SMs, and a collective whose kernel reads and
 writes k bytes per byte sent reaches 4 / k of the rate of NCCL's own send/recv exchange (which reads and
 writes 4). The textbook model with the datasheet's NVLink figure is kept beside it (textbook_* columns).
+
+The package: model.py (the ring, NCCL's protocols and kernels, the layer steps: pure), measure.py (the torchrun
+launcher and the rows), worker.py (what each GPU's process runs).
 """
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import tempfile
-import threading
 from dataclasses import dataclass
 
-from labs.engine.gpu import GB, MiB, ROOT, Target, links_for
+from labs.engine.gpu import MiB, Target
 from labs.engine.lab import Headline, Lab
-from labs.engine.params import ParamError, param
-
-OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
-LAYER_STEPS = ("dp", "tp")
-KIB = 1024
-# The host's cost of issuing one collective from Python before a run has measured it: an order of magnitude
-# (torch's bookkeeping and a kernel launch). Every live run replaces it with its own smallest message's time.
-ASSUMED_HOST_US = 20.0
-# The GPUs' own time for a small collective before a run has measured it (a kernel and one handshake).
-ASSUMED_GPU_US = 10.0
-SMALL_MESSAGE_BYTES = 64 * KIB  # a size at or below this measures the latency terms
-# NCCL's two protocols here (its log: LL for small messages, Simple for large; LL128 never picked). LL writes
-# every 8 bytes as 4 bytes of data and a 4-byte flag that the receiver polls, so it carries data at half the
-# rate; Simple moves whole chunks at the full rate but synchronises through memory fences and costs more per
-# call. A message whose loop time is at least GPU_BOUND_RATIO x the host's time per call is limited by the GPUs:
-# the smallest such message, less its bytes at the bus bandwidth, gives Simple's fixed cost.
-LL_DATA_SHARE = 0.5
-GPU_BOUND_RATIO = 2.0
-PEER_COPY_BYTES = 256 * MiB
-# NVLink multicast is never used: it can take a shared host's GPUs out of service (the device notes).
-SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
-ELEMENTWISE_BYTES_PER_FF = {"forward": 10, "backward": 24}  # the MLP's SiLU, product and split, per token x d_ff
-LAUNCH_TIMEOUT_S = 600
+from labs.engine.params import from_dict, param
+from labs.collectives import measure, model
+from labs.collectives.model import LAYER_STEPS, NAME, OPS
+from labs.collectives.model import recorded_rows  # noqa: F401 - the attention and inference labs read recordings
 
 
 @dataclass(frozen=True)
@@ -79,458 +57,21 @@ class Params:
     d_ff: int = param(14336, "MLP hidden size (three d_model x d_ff matrices)", min=8, max=131072)
 
 
-# ---------------------------------------------------------------------------------------------
-# The model
-# ---------------------------------------------------------------------------------------------
-def ring_factor(op: str, n: int) -> float:
-    """Bytes each GPU sends on its busiest link, as a fraction of S (the nccl-tests bus-bandwidth factors).
-
-    all-reduce = reduce-scatter + all-gather: 2(n-1)/n; each half alone: (n-1)/n; a pipelined broadcast: 1.
-    """
-    if n < 1:
-        raise ParamError("a collective needs at least one GPU.")
-    return {"all_reduce": 2 * (n - 1) / n, "all_gather": (n - 1) / n, "reduce_scatter": (n - 1) / n,
-            "broadcast": 1.0 if n > 1 else 0.0}[op]
-
-
-def collective_ms(op: str, nbytes: float, n: int, link_gbps: float, latency_us: float) -> float:
-    """The textbook alpha-beta model: t = alpha + factor(op, n) x S / B."""
-    return latency_us * 1e-3 + ring_factor(op, n) * nbytes / (link_gbps * 1e9) * 1e3
-
-
-def bus_gbps(op: str, nbytes: float, n: int, ms: float) -> float:
-    """Bus bandwidth: the rate on the busiest link that this time implies (factor x S / t)."""
-    return ring_factor(op, n) * nbytes / (ms * 1e-3) / 1e9 if ms > 0 else 0.0
-
-
-# NCCL moves data with its own kernels: one thread block per channel reads each chunk from memory and writes it
-# into the next GPU's staging buffer (a send), or reads it from its own staging buffer and writes it to the
-# output (a receive); reductions read two inputs. Bytes read plus written on one GPU, per primitive and per
-# byte of the chunk (ring algorithm, Simple protocol, buffers not registered with NCCL):
-PRIMITIVE_SM_BYTES = {"send": 2, "recv": 2, "copy_send": 3, "recv_copy_send": 3, "recv_reduce_send": 3,
-                      "recv_reduce_copy": 3, "recv_reduce_copy_send": 4}
-EXCHANGE_SM_BYTES = 4  # a send/recv exchange: each GPU sends (2) and receives (2) every byte
-
-
-def ring_primitives(op: str, n: int) -> list:
-    """The primitives one GPU runs per chunk of a ring collective over n GPUs (NCCL's ring kernels)."""
-    middle = max(n - 2, 0)
-    if op == "all_reduce":
-        return ["send"] + ["recv_reduce_send"] * middle + ["recv_reduce_copy_send"] + \
-            ["recv_copy_send"] * middle + ["recv"]
-    if op == "all_gather":  # out of place: the GPU's own part is copied to the output as it is sent
-        return ["copy_send"] + ["recv_copy_send"] * middle + ["recv"]
-    if op == "reduce_scatter":
-        return ["send"] + ["recv_reduce_send"] * middle + ["recv_reduce_copy"]
-    if op == "broadcast":  # in place; the busiest GPU: the root sends, a middle GPU receives and forwards
-        return ["recv_copy_send"] if n > 2 else ["send"]
-    raise ValueError(f"unknown collective {op!r}")
-
-
-def sm_bytes_per_link_byte(op: str, n: int) -> float:
-    """Bytes one GPU's NCCL kernel reads and writes for every byte it sends over the link."""
-    if n < 2:
-        return 0.0
-    steps = ring_primitives(op, n)
-    sends = sum(1 for s in steps if s.endswith("send"))
-    return sum(PRIMITIVE_SM_BYTES[s] for s in steps) / sends
-
-
-def nccl_bus_gbps(op: str, n: int, link_gbps: float, exchange_gbps=None) -> float:
-    """The bus bandwidth a collective can reach: the link, or NCCL's kernels, whichever is slower.
-
-    NCCL's kernels move bytes through memory at the rate its send/recv exchange shows (EXCHANGE_SM_BYTES per
-    byte sent); a collective whose kernel reads and writes k bytes per byte sent reaches that rate x 4 / k.
-    Without a measured exchange, the link alone.
-    """
-    if not exchange_gbps or n < 2:
-        return link_gbps
-    return min(link_gbps, EXCHANGE_SM_BYTES * exchange_gbps / sm_bytes_per_link_byte(op, n))
-
-
-def protocol_ms(op: str, nbytes: float, n: int, bus: float, gpu_us: float, simple_us=None) -> tuple:
-    """(GPU time of one call, protocol): the busiest link's bytes at the bus bandwidth plus a fixed cost.
-
-    With Simple's fixed cost measured, NCCL's choice between its protocols: LL (the small message's latency
-    gpu_us, data at LL_DATA_SHARE of the bus bandwidth) or Simple (simple_us, the full bus bandwidth),
-    whichever is faster, as NCCL's tuner picks it. Without it, one protocol: gpu_us at the full bandwidth."""
-    link_bytes = ring_factor(op, n) * nbytes
-    if simple_us is None:
-        return gpu_us * 1e-3 + link_bytes / (bus * 1e9) * 1e3, "-"
-    ll = gpu_us * 1e-3 + link_bytes / (LL_DATA_SHARE * bus * 1e9) * 1e3
-    simple = simple_us * 1e-3 + link_bytes / (bus * 1e9) * 1e3
-    return (ll, "LL") if ll <= simple else (simple, "Simple")
-
-
-def loop_ms(op: str, nbytes: float, n: int, bus: float, host_us: float, gpu_us: float, simple_us=None) -> float:
-    """One call in a loop of back-to-back calls: the slower of the host issuing it (host_us) and the GPUs
-    running it (a fixed cost plus the busiest link's bytes at the bus bandwidth, protocol_ms)."""
-    return max(host_us * 1e-3, protocol_ms(op, nbytes, n, bus, gpu_us, simple_us)[0])
-
-
-def link_for(target: Target) -> dict:
-    """B: NVLink per direction from the datasheet, else the PCIe link per direction."""
-    from labs.transfers import link_for as pcie_link
-
-    links = links_for(target.datasheet)
-    if links and links.nvlink_gbps:
-        return {"link": "NVLink", "link_gbps": links.nvlink_per_direction_gbps,
-                "link_source": f"datasheet: {links.source} (half of it per direction)"}
-    pcie = pcie_link(target)
-    return {"link": f"PCIe Gen{pcie['pcie_gen']} x{pcie['pcie_lanes']}", "link_gbps": pcie["pcie_gbps"],
-            "link_source": pcie["link_source"]}
-
-
-def world_size(p: Params, target: Target) -> int:
-    """GPUs the run uses: all of this machine's; a model of a datasheet GPU, or of a lone GPU, assumes two."""
-    if p.gpus:
-        return p.gpus
-    if target.live:
-        import torch
-
-        return max(torch.cuda.device_count(), 2)
-    return 2
-
-
-def message_bytes(size_kib: int, n: int, dtype: str) -> int:
-    """The buffer the workers really use: a whole number of elements per GPU (as the worker rounds it)."""
-    elem = 2 if dtype == "bf16" else 4
-    return max(n, size_kib * KIB // elem // n * n) * elem
-
-
-# ---------------------------------------------------------------------------------------------
-# The model's terms: measured in the run (or read from a recorded run of this GPU kind), else datasheet
-# ---------------------------------------------------------------------------------------------
-def latencies_us(rows: list, experiment: str = "collective") -> dict:
-    """Each collective's smallest message time, if small enough to be all latency, in microseconds."""
-    out = {}
-    for r in sorted((r for r in rows if r["experiment"] == experiment), key=lambda r: r["size_bytes"]):
-        if r["op"] not in out and r["size_bytes"] <= SMALL_MESSAGE_BYTES:
-            out[r["op"]] = 1e3 * r["measured_ms"]
-    return out
-
-
-def model_terms(rows: list, target: Target) -> dict:
-    """Everything the model needs, from measured rows where they exist:
-
-    - host_us[op]: the smallest message's time in a loop of calls (the host issues each call);
-    - gpu_us[op]: the same message replayed from a CUDA graph (the GPUs' own latency);
-    - link_gbps[pattern]: what the copy engines moved to the next GPU, one GPU alone ("one direction") and
-      all GPUs at once ("all at once"); the datasheet's figure per direction where not measured;
-    - exchange_gbps: NCCL's send/recv exchange per direction (None if not measured);
-    - simple_us[op]: Simple's fixed cost, from the smallest message the GPUs clearly limit (simple_latency_us).
-    """
-    sheet = link_for(target)
-    peer = {r["op"]: r["measured_gbps"] for r in rows if r["experiment"] == "peer_copy" and r.get("measured_gbps")}
-    exchange = [r["measured_gbps"] for r in rows if r["experiment"] == "nccl_p2p" and r.get("measured_gbps")]
-    measured = bool(peer or exchange)
-    terms = {
-        "host_us": latencies_us(rows), "gpu_us": latencies_us(rows, "collective_gpu"),
-        "link_gbps": {pattern: peer.get(pattern, sheet["link_gbps"]) for pattern in ("one direction", "all at once")},
-        "exchange_gbps": max(exchange) if exchange else None,
-        "datasheet_gbps": sheet["link_gbps"],
-        "source": "the recorded run of this GPU kind" if measured
-        else "the datasheet and assumed latencies (no recorded run of this GPU kind yet)",
-    }
-    found = {op: simple_latency_us(rows, op, terms) for op in OPS}
-    return terms | {"simple_us": {op: us for op, us in found.items() if us is not None}}
-
-
-def simple_latency_us(rows: list, op: str, terms: dict):
-    """Simple's fixed cost for `op`, in microseconds: the smallest message whose loop time is at least
-    GPU_BOUND_RATIO x the host's time per call (so the GPUs, not the host, set its pace), less its busiest
-    link's bytes at the bus bandwidth. None where no such message was measured."""
-    host = terms["host_us"].get(op)
-    measured = sorted((r for r in rows if r["experiment"] == "collective" and r["op"] == op
-                       and r["size_bytes"] > SMALL_MESSAGE_BYTES), key=lambda r: r["size_bytes"])
-    if host is None or not measured:
-        return None
-    n = measured[0].get("gpus", 2)
-    for r in measured:
-        if 1e3 * r["measured_ms"] >= GPU_BOUND_RATIO * host:
-            us = 1e3 * r["measured_ms"] - ring_factor(op, n) * r["size_bytes"] / (op_bus_gbps(op, n, terms) * 1e3)
-            return us if us > 0 else None
-    return None
-
-
-def op_bus_gbps(op: str, n: int, terms: dict) -> float:
-    """The bus bandwidth the model uses for `op`: a broadcast uses one direction of each link, the others
-    both directions at once."""
-    link = terms["link_gbps"]["one direction" if op == "broadcast" else "all at once"]
-    return nccl_bus_gbps(op, n, link, terms["exchange_gbps"])
-
-
-def op_ms(op: str, nbytes: float, n: int, terms: dict) -> float:
-    host = terms["host_us"].get(op, ASSUMED_HOST_US)
-    gpu = terms["gpu_us"].get(op, min(host, ASSUMED_GPU_US))
-    return loop_ms(op, nbytes, n, op_bus_gbps(op, n, terms), host, gpu, terms.get("simple_us", {}).get(op))
-
-
-def collective_row(op: str, nbytes: int, n: int, terms: dict) -> dict:
-    ms = op_ms(op, nbytes, n, terms)
-    host = terms["host_us"].get(op, ASSUMED_HOST_US)
-    simple = terms.get("simple_us", {}).get(op)
-    _, protocol = protocol_ms(op, nbytes, n, op_bus_gbps(op, n, terms),
-                              terms["gpu_us"].get(op, min(host, ASSUMED_GPU_US)), simple)
-    textbook = collective_ms(op, nbytes, n, terms["datasheet_gbps"], host)
-    return {"experiment": "collective", "op": op, "size_bytes": nbytes, "gpus": n, "step": "-", "tokens": 0,
-            "predicted_ms": ms, "predicted_busbw_gbps": bus_gbps(op, nbytes, n, ms),
-            "predicted_algbw_gbps": nbytes / (ms * 1e-3) / 1e9, "model_bus_gbps": op_bus_gbps(op, n, terms),
-            "model_host_us": host, "model_gpu_us": terms["gpu_us"].get(op, min(host, ASSUMED_GPU_US)),
-            "model_simple_us": simple, "model_protocol": protocol,
-            "sm_bytes_per_link_byte": sm_bytes_per_link_byte(op, n),
-            "textbook_ms": textbook, "textbook_busbw_gbps": bus_gbps(op, nbytes, n, textbook)}
-
-
-def layer_flops(tokens: int, d: int, ff: int) -> dict:
-    """Matmul FLOPs of the gated MLP: forward 3 matmuls of 2 T d ff; backward twice that (inputs and weights)."""
-    forward = 6 * tokens * d * ff
-    return {"forward": forward, "backward": 2 * forward}
-
-
-def compute_ms(tokens: int, d: int, ff: int, shards: int, target: Target, dtype: str) -> dict:
-    """Forward and backward time of one GPU's share: matmuls at the matmul ceiling, elementwise at copy speed."""
-    rate = (target.ceilings.matmul_tflops.get(dtype) or target.ceilings.fma_tflops) * 1e12
-    elem = 2 if dtype == "bf16" else 4
-    out = {}
-    for phase, flops in layer_flops(tokens, d, ff).items():
-        nbytes = ELEMENTWISE_BYTES_PER_FF[phase] * tokens * ff / shards * elem / 2
-        out[phase] = (flops / shards / rate + nbytes / (target.ceilings.copy_tbps * 1e12)) * 1e3
-    return out
-
-
-def overlap_ms(ready_ms: list, comm_ms: list) -> float:
-    """When the last all-reduce ends, if each starts once its gradient is ready and the previous one is done."""
-    end = 0.0
-    for ready, comm in zip(ready_ms, comm_ms):
-        end = max(end, ready) + comm
-    return end
-
-
-def dp_rows(p: Params, tokens: int, n: int, target: Target, terms: dict) -> list:
-    d, ff = p.d_model, p.d_ff
-    elem = 2 if p.dtype == "bf16" else 4
-    t = compute_ms(tokens, d, ff, 1, target, p.dtype)
-    grads = [ff * d * elem, 2 * d * ff * elem]  # produced in this order by backward: Wdown, then [Wg | Wu]
-    comm = [op_ms("all_reduce", g, n, terms) for g in grads]
-    compute = t["forward"] + t["backward"]
-    ready = [t["forward"] + t["backward"] / 3, compute]  # Wdown's gradient comes after its own matmuls
-    times = {"compute": compute, "communication": sum(comm), "serial": compute + sum(comm),
-             "overlapped": max(compute, overlap_ms(ready, comm))}
-    return [layer_row("dp", step, ms, tokens, n) for step, ms in times.items()]
-
-
-def tp_rows(p: Params, tokens: int, n: int, target: Target, terms: dict) -> list:
-    elem = 2 if p.dtype == "bf16" else 4
-    t = compute_ms(tokens, p.d_model, p.d_ff, n, target, p.dtype)
-    comm = 2 * op_ms("all_reduce", tokens * p.d_model * elem, n, terms)
-    compute = t["forward"] + t["backward"]
-    times = {"compute": compute, "communication": comm, "serial": compute + comm}
-    return [layer_row("tp", step, ms, tokens, n) for step, ms in times.items()]
-
-
-def layer_row(kind: str, step: str, ms: float, tokens: int, n: int) -> dict:
-    return {"experiment": kind, "op": "-", "size_bytes": 0, "gpus": n, "step": step, "tokens": tokens,
-            "predicted_ms": ms}
-
-
-def predict_with(p: Params, target: Target, n: int, terms: dict) -> list:
-    rows = [collective_row(op, message_bytes(s, n, p.dtype), n, terms) for op in p.ops for s in sorted(p.sizes_kib)]
-    for tokens in p.layer_tokens:
-        if "dp" in p.layer_steps:
-            rows += dp_rows(p, tokens, n, target, terms)
-        if "tp" in p.layer_steps:
-            rows += tp_rows(p, tokens, n, target, terms)
-    return rows
-
-
 def predict(p: Params, target: Target) -> list:
-    """Before a run: the terms from a recorded run of this GPU kind and GPU count if there is one, else the
-    datasheet's link and assumed latencies."""
-    n = world_size(p, target)
-    return predict_with(p, target, n, model_terms(recorded_rows(LAB.name, target.key, n), target))
+    """The model (model.predict) for the GPUs a run here would use: all of this machine's, or p.gpus."""
+    return model.predict(p, target, measure.world_size(p, target))
 
 
 def repredict(recording: dict, target: Target) -> list:
-    """The model of a recorded run with the terms that run measured (scripts/repredict.py)."""
-    from labs.engine.params import from_dict
-
+    """The model of a recorded run with the terms that run measured."""
     p = from_dict(Params, recording["params"])
     rows = [r for r in recording["rows"] if r.get("measured_ms") is not None]
     n = rows[0]["gpus"] if rows else 2
-    return predict_with(p, target, n, model_terms(rows, target))
-
-
-def recorded_rows(lab: str, gpu_key: str, gpus: int = 0) -> list:
-    """Measured rows of the newest committed recording of `lab` on this GPU kind (and GPU count, if given)."""
-    from labs.engine.results import list_recorded
-
-    for result in list_recorded(lab):
-        if result.meta.get("gpu", {}).get("key") == gpu_key:
-            rows = [r for r in result.rows if r.get("measured_ms") is not None]
-            return [r for r in rows if not gpus or r.get("gpus") == gpus]
-    return []
-
-
-# ---------------------------------------------------------------------------------------------
-# The launcher: torchrun, one process per GPU
-# ---------------------------------------------------------------------------------------------
-def worker_spec(p: Params, n: int) -> dict:
-    return {"ops": list(p.ops), "sizes_bytes": [message_bytes(s, n, p.dtype) for s in p.sizes_kib],
-            "dtype": p.dtype, "layer_steps": list(p.layer_steps), "layer_tokens": list(p.layer_tokens),
-            "d_model": p.d_model, "d_ff": p.d_ff, "peer_copy_bytes": PEER_COPY_BYTES}
-
-
-def child_env() -> dict:
-    """The children's environment: ours, the repository importable, NVLink multicast forced off."""
-    env = dict(os.environ) | SAFE_ENV
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH", "")]))
-    env.setdefault("OMP_NUM_THREADS", "1")
-    return env
-
-
-def launch(spec: dict, n: int, progress=lambda f, m: None, timeout_s: float = LAUNCH_TIMEOUT_S):
-    """Run the worker on `n` processes with torchrun; yield its rows as they arrive.
-
-    Raises RuntimeError with the tail of the workers' errors if any process fails.
-    """
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1", f"--nproc-per-node={n}",
-           "-m", "labs.collectives.worker", json.dumps(spec)]
-    with tempfile.TemporaryFile(mode="w+") as errors:
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=child_env(), stdout=subprocess.PIPE, stderr=errors, text=True)
-        watchdog = threading.Timer(timeout_s, proc.kill)  # a hung worker must not hold the GPU lock forever
-        watchdog.start()
-        try:
-            for line in proc.stdout:
-                kind, _, payload = line.rstrip("\n").partition(" ")
-                if kind == "ROW":
-                    yield json.loads(payload)
-                elif kind == "PROGRESS":
-                    fraction, _, message = payload.partition(" ")
-                    progress(float(fraction), message)
-            proc.wait(timeout=timeout_s)
-        finally:
-            watchdog.cancel()
-            if proc.poll() is None:  # stopped early (time limit, error): take the workers down with us
-                proc.kill()
-                proc.wait()
-        if proc.returncode != 0:
-            errors.seek(0)
-            tail = "\n".join(errors.read().strip().splitlines()[-12:])
-            raise RuntimeError(f"the {n} worker processes failed (torchrun exit {proc.returncode}):\n{tail}")
-
-
-# ---------------------------------------------------------------------------------------------
-# The measurement
-# ---------------------------------------------------------------------------------------------
-def check(p: Params, target: Target) -> None:
-    """A multi-GPU lab needs at least two GPUs, and only as many as there are."""
-    if not target.live:
-        return
-    import torch
-
-    have = torch.cuda.device_count()
-    n = p.gpus or have
-    if have < 2 or n < 2:
-        raise ParamError(f"This lab needs two or more GPUs in one machine; this one has {have}. The model and the "
-                         "recorded runs of a two-GPU machine are shown instead.")
-    if n > have:
-        raise ParamError(f"gpus = {n}, but this machine has {have} GPUs. Choose gpus <= {have} (0 uses them all).")
-    if "tp" in p.layer_steps and p.d_ff % n:
-        raise ParamError(f"d_ff = {p.d_ff} does not split evenly over {n} GPUs (tensor parallelism); "
-                         f"choose a multiple of {n}.")
-    largest = max(message_bytes(s, n, p.dtype) for s in p.sizes_kib)
-    free = torch.cuda.mem_get_info()[0]
-    if 2.5 * largest > free:
-        raise ParamError(f"The largest message ({largest / GB:.1f} GB) needs about {2.5 * largest / GB:.1f} GB per "
-                         f"GPU; {free / GB:.1f} GB are free. Choose smaller sizes.")
-
-
-def with_rates(row: dict, datasheet_gbps: float) -> dict:
-    if row["experiment"] in ("collective", "collective_gpu"):
-        ms, n = row["measured_ms"], row["gpus"]
-        row["measured_busbw_gbps"] = bus_gbps(row["op"], row["size_bytes"], n, ms)
-        row["measured_algbw_gbps"] = row["size_bytes"] / (ms * 1e-3) / 1e9
-    elif row.get("measured_gbps"):  # the probes: how much of the datasheet's link they reached
-        row["datasheet_link_gbps"] = datasheet_gbps
-        row["of_datasheet_pct"] = 100 * row["measured_gbps"] / datasheet_gbps
-    return row
-
-
-def run_rows(p: Params, target: Target, n: int, progress):
-    """Launch the workers; yield every measured row with the model made from this run's own probes."""
-    datasheet = link_for(target)["link_gbps"]
-    measured = [with_rates(r, datasheet) for r in launch(worker_spec(p, n), n, progress)]
-    terms = model_terms(measured, target)
-    model = {key_of(r): r for r in predict_with(p, target, n, terms)}
-    for r in measured:
-        yield model.get(key_of(r), {}) | r
-    yield terms_message(terms, n)
-
-
-def terms_message(terms: dict, n: int) -> str:
-    link = terms["link_gbps"]
-    text = (f"Measured in this run: the copy engines moved {link['one direction']:.0f} GB/s to the next GPU alone "
-            f"and {link['all at once']:.0f} GB/s with every GPU copying at once (datasheet: "
-            f"{terms['datasheet_gbps']:.0f} GB/s per direction).")
-    if terms["exchange_gbps"]:
-        buses = ", ".join(f"{op.replace('_', '-')} {op_bus_gbps(op, n, terms):.0f}" for op in OPS)
-        text += (f" NCCL's send/recv exchange moved {terms['exchange_gbps']:.0f} GB/s each way, so the model's "
-                 f"bus bandwidths are {buses} GB/s.")
-    if terms.get("simple_us"):
-        fixed = ", ".join(f"{op.replace('_', '-')} {us:.0f}" for op, us in terms["simple_us"].items())
-        text += (f" NCCL's Simple protocol costs per call, from the smallest message the GPUs limit: {fixed} us "
-                 "(the small LL message: " + ", ".join(f"{us:.0f}" for us in terms["gpu_us"].values()) + " us).")
-    return text
-
-
-def key_of(row: dict) -> tuple:
-    return tuple(row.get(k) for k in ("experiment", "op", "size_bytes", "gpus", "step", "tokens"))
-
-
-def measure(p: Params, target: Target, progress):
-    n = world_size(p, target)
-    progress(0.0, f"starting {n} processes (torchrun, NCCL)")
-    yield from run_rows(p, target, n, progress)
-    progress(1.0, "done")
-
-
-# ---------------------------------------------------------------------------------------------
-def lesson_numbers(target: Target) -> dict:
-    link = link_for(target)
-    n = 2
-    terms = model_terms(recorded_rows(LAB.name, target.key, n), target)
-    host = terms["host_us"].get("all_reduce", ASSUMED_HOST_US)
-    big = collective_ms("all_reduce", GB, n, link["link_gbps"], host)
-    half = host * 1e-6 * link["link_gbps"] * 1e9 / ring_factor("all_reduce", n)
-    grads_7b = 7e9 * 2
-    k = {op: sm_bytes_per_link_byte(op, n) for op in OPS}
-    exchange = terms["exchange_gbps"]
-    return {
-        "gpu": target.name,
-        "link": link["link"],
-        "link_gbps": f"{link['link_gbps']:.0f}",
-        "link_source": link["link_source"],
-        "latency_us": f"{host:.0f}",
-        "gpu_latency_us": f"{terms['gpu_us'].get('all_reduce', ASSUMED_GPU_US):.0f}",
-        "simple_latency_us": f"{terms['simple_us']['all_reduce']:.0f}" if "all_reduce" in terms["simple_us"]
-        else "(not measured yet)",
-        "terms_source": terms["source"],
-        "gb_allreduce_ms": f"{big:.2f}",
-        "half_bw_mb": f"{half / 1e6:.1f}",
-        "grads_7b_ms_2": f"{collective_ms('all_reduce', grads_7b, 2, link['link_gbps'], 0):.0f}",
-        "grads_7b_ms_8": f"{collective_ms('all_reduce', grads_7b, 8, link['link_gbps'], 0):.0f}",
-        "k_ar": f"{k['all_reduce']:.0f}", "k_ag": f"{k['all_gather']:.0f}", "k_rs": f"{k['reduce_scatter']:.0f}",
-        "k_bc": f"{k['broadcast']:.0f}", "k_ar_8": f"{sm_bytes_per_link_byte('all_reduce', 8):.2f}",
-        "copy_gbps": f"{terms['link_gbps']['all at once']:.0f}",
-        "exchange_gbps": f"{exchange:.0f}" if exchange else "(not measured yet)",
-        "bus_ar": f"{op_bus_gbps('all_reduce', n, terms):.0f}", "bus_ag": f"{op_bus_gbps('all_gather', n, terms):.0f}",
-        "bus_bc": f"{op_bus_gbps('broadcast', n, terms):.0f}",
-    }
+    return model.predict_with(p, target, n, model.model_terms(rows, target))
 
 
 LAB = Lab(
-    name="collectives",
+    name=NAME,
     title="Collectives and parallelism",
     summary="All-reduce, all-gather, reduce-scatter and broadcast from 1 KiB to 1 GiB over NVLink against the "
             "ring model, then one layer's data-parallel and tensor-parallel steps: compute against communication.",
@@ -538,12 +79,12 @@ LAB = Lab(
            "data-parallelism", "tensor-parallelism", "pipeline-parallelism"),
     Params=Params,
     predict=predict,
-    measure=measure,
+    measure=measure.measure,
     key=("experiment", "op", "size_bytes", "gpus", "step", "tokens"),
     metric="ms",
     order=72,
-    check=check,
-    lesson_numbers=lesson_numbers,
+    check=measure.check,
+    lesson_numbers=model.lesson_numbers,
     headline=Headline("What bus bandwidth (GB/s) will a 1 GiB bf16 all-reduce reach over two GPUs?", "GB/s",
                       {"experiment": "collective", "op": "all_reduce", "size_bytes": 1024 * MiB}, "busbw_gbps"),
 )

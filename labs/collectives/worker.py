@@ -1,4 +1,4 @@
-"""What each GPU's process runs for the collectives lab (started by torchrun from labs/collectives.py).
+"""What each GPU's process runs for the collectives lab (started by torchrun from labs/collectives/measure.py).
 
 One process per GPU, joined in one torch.distributed group (NCCL on GPUs, gloo on CPUs). Every rank runs
 the same sequence of calls (a collective waits until every rank has called it), checks each operation

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import torch
 
+from labs.divergence.kernels import branches
+from labs.divergence.measure import grid_input
+from labs.divergence.model import FMAS_PER_TRIP, trips_for
 from labs.engine.counters import Adapter
 
 
@@ -18,12 +21,10 @@ def points(params) -> list[dict]:
 
 
 def prepare(params, point):
-    from labs import divergence
-
-    ta, tb = divergence.trips_for(params, point["cost_ratio"], divergence.FMAS_PER_TRIP)
-    x = divergence.grid_input(params.threads)
+    ta, tb = trips_for(params, point["cost_ratio"], FMAS_PER_TRIP)
+    x = grid_input(params.threads)
     y = torch.empty(params.threads, device="cuda")
-    return lambda: divergence.branches(x, point["g"], ta, tb, y)
+    return lambda: branches(x, point["g"], ta, tb, y)
 
 
 def model(params, point, predicted, target) -> dict:
@@ -33,4 +34,4 @@ def model(params, point, predicted, target) -> dict:
 
 
 COUNTERS = Adapter(("dram", "branch"), points, prepare, model,
-                          ("threads_per_warp_instruction", "branch_uniformity_pct"))
+                   ("threads_per_warp_instruction", "branch_uniformity_pct"))

@@ -1,4 +1,4 @@
-// Warp divergence and data-dependent work: the CUDA C++ kernels of labs/divergence.py.
+// Warp divergence and data-dependent work: the CUDA C++ kernels of the divergence lab (loaded by labs/divergence/kernels.py).
 //
 // Every thread reads one element x, runs a long chain of fused multiply-adds on it in registers and
 // writes one result. The chains are compute-bound by design (thousands of FMAs per 8 bytes moved), so

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
+from labs.engine.params import ParamError
+
 ROOT = Path(__file__).resolve().parents[2]  # the repository
 RECORDED_DIR = ROOT / "content" / "recorded"
 
@@ -131,6 +133,7 @@ class SmShape:
     registers: int = 65536  # 32-bit registers
     smem_per_sm_kib: int = 0  # the most shared memory one SM can give all its blocks, KiB
     l1_smem_kib: int = 0  # L1 and shared memory together, KiB
+    sfu_lanes: int = 16  # special-function lanes (exp, reciprocal, sin, ...)
 
 
 SM_SHAPES = {
@@ -200,6 +203,65 @@ LINKS: dict[str, Links] = {
 
 def links_for(sheet: Optional[Datasheet]) -> Optional[Links]:
     return LINKS.get(sheet.name) if sheet else None
+
+
+# PCI Express raw rate per lane (GT/s) and line-code efficiency, by generation (PCI-SIG base specifications:
+# 8b/10b for generations 1 and 2, 128b/130b for 3 to 5). Per direction, x16 Gen5 = 32 x 16 x 128/130 / 8 = 63 GB/s.
+PCIE_GTPS = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0}
+PCIE_CODE = {1: 0.8, 2: 0.8, 3: 128 / 130, 4: 128 / 130, 5: 128 / 130}
+
+# ---------------------------------------------------------------------------------------------
+# The PCIe link between host and GPU: generation and lanes from the GPU or its datasheet
+# ---------------------------------------------------------------------------------------------
+# Data travels in transaction-layer packets: at most MAX_PAYLOAD bytes of data each, plus framing, a sequence
+# number, a 4-dword header (64-bit addresses) and a CRC (PCI Express base specification: 4 + 2 + 16 + 4 bytes).
+# 256 bytes is the payload size data-centre GPUs and their root ports commonly settle on (lspci shows MaxPayload).
+PCIE_MAX_PAYLOAD_BYTES = 256
+PCIE_PACKET_OVERHEAD_BYTES = 26
+
+
+def pcie_packet_efficiency(payload_bytes: int = PCIE_MAX_PAYLOAD_BYTES) -> float:
+    """The share of the link's bytes that are data, with full packets."""
+    return payload_bytes / (payload_bytes + PCIE_PACKET_OVERHEAD_BYTES)
+
+
+def pcie_gbps(gen: int, lanes: int) -> float:
+    """Bandwidth per direction of a PCIe link, GB/s (10^9 bytes/s), after line coding."""
+    if gen not in PCIE_GTPS:
+        raise ParamError(f"PCIe generation {gen} is not modelled (known: {', '.join(map(str, PCIE_GTPS))}).")
+    return PCIE_GTPS[gen] * lanes * PCIE_CODE[gen] / 8
+
+
+@functools.lru_cache(maxsize=1)
+def reported_link() -> tuple:
+    """(generation, lanes) that the attached GPU's link reports through nvidia-smi, or (None, None).
+
+    The maximum the GPU and the slot both support: an idle link drops to a lower generation to save power,
+    so the current reading understates what a copy gets.
+    """
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=pcie.link.gen.max,pcie.link.width.max",
+                              "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=5)
+        gen, width = (int(v) for v in out.stdout.strip().splitlines()[0].split(", "))
+        return gen, width
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return None, None
+
+
+def link_for(target: Target) -> dict:
+    """The PCIe link a model of this GPU uses: what the live GPU reports, else its datasheet."""
+    gen, lanes, source = None, None, ""
+    if target.live:
+        gen, lanes = reported_link()
+        source = "reported by the GPU (nvidia-smi)"
+    links = links_for(target.datasheet)
+    if (gen is None or gen not in PCIE_GTPS) and links:
+        gen, lanes, source = links.pcie_gen, links.pcie_lanes, f"datasheet: {links.source}"
+    if gen is None or gen not in PCIE_GTPS:
+        gen, lanes, source = 4, 16, "unknown GPU: assumed PCIe Gen4 x16"
+    line = pcie_gbps(gen, lanes)
+    return {"pcie_gen": gen, "pcie_lanes": lanes, "pcie_line_gbps": line,
+            "pcie_gbps": line * pcie_packet_efficiency(), "link_source": source}
 
 
 def datasheet_for(name: str) -> Optional[Datasheet]:
@@ -360,9 +422,14 @@ class Ceilings:
                    source="datasheet", gpu=sheet.name)
 
 
-def _cache_dir() -> Path:
+def cache_dir(kind: str) -> Path:
+    """This machine's folder for what is measured once per GPU (ROOFLINE_CACHE, else ~/.cache/roofline)."""
     base = os.environ.get("ROOFLINE_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "roofline")
-    return Path(base) / "ceilings"
+    return Path(base) / kind
+
+
+def _cache_dir() -> Path:
+    return cache_dir("ceilings")
 
 
 def ceilings_cache_path(gpu_key: str) -> Path:

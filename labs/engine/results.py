@@ -253,3 +253,12 @@ def normalised(result: Result, metric: str) -> Result:
                     row[col] = row[col] / best
     copy.meta["normalised_by"] = best
     return copy
+
+
+def recorded_rows(lab: str, gpu_key: str, gpus: int = 0) -> list:
+    """Measured rows of the newest committed recording of `lab` on this GPU kind (and GPU count, if given)."""
+    for result in list_recorded(lab):
+        if result.meta.get("gpu", {}).get("key") == gpu_key:
+            rows = [r for r in result.rows if r.get("measured_ms") is not None]
+            return [r for r in rows if not gpus or r.get("gpus") == gpus]
+    return []

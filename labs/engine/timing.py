@@ -115,6 +115,82 @@ def time_ms_clean_l2(fn, warmup_ms: float = 25, rep_ms: float = 60) -> float:
     return float(times[len(times) // 2])
 
 
+FLUSH_WRITE_BYTES = 256 * 2**20  # what triton's do_bench (time_ms) writes to empty the L2 before each call
+
+
+def time_with_host_ms(fn, warmup_ms: float = 25, rep_ms: float = 100, max_reps: int = 2000,
+                      wait_for_flush: bool = False) -> tuple[float, float]:
+    """(GPU ms, CPU ms) of one call of `fn`: the medians, over the same calls, of the time between CUDA events
+    around each call and of the CPU's time inside it.
+
+    The calls are timed as time_ms (triton's do_bench) times them: a 256 MiB write empties the L2 before
+    each, events on either side. Measuring the CPU's time in the very same calls, rather than in a separate loop,
+    matters where the CPU is the floor: on a shared host the CPU's speed drifts by a third between two loops a
+    second apart (measured on the GPU hosts, an experiment since dropped), so a floor measured apart from the timed calls
+    cannot be trusted to 15 %.
+
+    Without `wait_for_flush` (do_bench's way, the attention lab's timer) the CPU prepares each call while the write
+    runs, and its clock runs between the two events' recording. With it, the CPU waits for the write before it
+    starts the call (see time_step).
+    """
+    timed = time_step(lambda mark: fn(), warmup_ms, rep_ms, max_reps, wait_for_flush)
+    return timed["gpu_ms"], timed["host_ms"]
+
+
+def time_step(step, warmup_ms: float = 25, rep_ms: float = 100, max_reps: int = 2000,
+              wait_for_flush: bool = True) -> dict:
+    """The GPU's and the CPU's time of one call of `step(mark)`, medians over the same calls:
+    {"gpu_ms": between the CUDA events around each call, "host_ms": the CPU's time, "marks_ms": [the CPU's time
+    from the start of its window to each mark() the step made, in order]}.
+
+    With `wait_for_flush`, the CPU waits for the L2-clearing write to finish before each call, so the GPU is idle
+    when the clock starts and the CPU gets no head start on any GPU. The GPU then sees all of the CPU's lead-in,
+    and the CPU's clock must cover everything the events can: it runs from before the start event is recorded to
+    after the end event is recorded. (Read between the two records, it missed the records themselves and the
+    Python around them, and CPU-bound steps came out 11-13 % above it on both an H100 and an H200.)
+    Without the wait (see time_with_host_ms) the clock runs between the two records, as it always has there.
+    """
+    flush = torch.empty(FLUSH_WRITE_BYTES // 4, dtype=torch.int32, device="cuda")
+    idle = lambda: None  # noqa: E731 - mark() outside the timed calls
+    step(idle)
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(5):
+        flush.zero_()
+        step(idle)
+    end.record()
+    torch.cuda.synchronize()
+    estimate = max(start.elapsed_time(end) / 5, 1e-3)
+    for _ in range(max(1, int(warmup_ms / estimate))):
+        step(idle)
+    n = max(5, min(max_reps, int(rep_ms / estimate)))
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+    host, marks = [], []
+    for i in range(n):
+        stamps = []
+        flush.zero_()
+        if wait_for_flush:
+            torch.cuda.synchronize()  # the GPU is idle when the clock starts: no head start for the CPU
+            t0 = time.perf_counter()  # before the start event: the CPU's window covers the events'
+            starts[i].record()
+        else:
+            starts[i].record()
+            t0 = time.perf_counter()
+        step(lambda: stamps.append(time.perf_counter()))
+        if not wait_for_flush:
+            host.append(time.perf_counter() - t0)
+        ends[i].record()
+        if wait_for_flush:
+            host.append(time.perf_counter() - t0)
+        marks.append([t - t0 for t in stamps])
+    torch.cuda.synchronize()
+    gpu_ms = statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+    per_mark = [statistics.median(m[j] for m in marks) * 1e3 for j in range(min(len(m) for m in marks))]
+    return {"gpu_ms": float(gpu_ms), "host_ms": statistics.median(host) * 1e3, "marks_ms": per_mark}
+
+
 def graph_time_ms(fn: Callable[[], object], timer: Callable = time_ms) -> float:
     """Time of one call of `fn` captured in a CUDA graph (for work dominated by launch cost)."""
     stream = torch.cuda.Stream()

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import torch
 
+from labs.engine import timing
 from labs.engine.counters import Adapter
+from labs.fusion.kernels import affine_chain, chain_eager, sin2_cos2, sincos_eager
+from labs.fusion.measure import try_compile
 
 
 def points(params) -> list[dict]:
@@ -25,25 +28,22 @@ def points(params) -> list[dict]:
 
 
 def prepare(params, point):
-    from labs import fusion
-    from labs.engine import timing
-
     n = point["size_mib"] * 2**20 // 4
     x = timing.random_tensor((n,), "fp32")
     if point["experiment"] == "chain":
         ops = point["ops"]
         if point["variant"] == "eager":
-            return lambda: fusion.chain_eager(x, ops)
+            return lambda: chain_eager(x, ops)
         y = torch.empty_like(x)
-        return lambda: fusion.affine_chain(x, ops, y)
+        return lambda: affine_chain(x, ops, y)
     if point["variant"] == "compiled":
-        compiled, note = fusion.try_compile(fusion.sincos_eager, x)
+        compiled, note = try_compile(sincos_eager, x)
         if compiled is None:
             raise RuntimeError(f"torch.compile is unavailable: {note}")
         return lambda: compiled(x)
     if point["variant"] == "triton":
-        return lambda: fusion.sin2_cos2(x)
-    return lambda: fusion.sincos_eager(x)
+        return lambda: sin2_cos2(x)
+    return lambda: sincos_eager(x)
 
 
 def model(params, point, predicted, target) -> dict:

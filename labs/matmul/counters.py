@@ -18,25 +18,26 @@ def points(params) -> list[dict]:
 
 
 def prepare(params, point):
-    from labs import matmul
+    from labs.matmul.configs import config_for
+    from labs.matmul.kernels import cublas_matmul, operands, out_dtype, triton_matmul
 
     n, dtype = point["n"], point["dtype"]
-    a, b = matmul.operands(n, n, n, dtype)
-    out = torch.empty((n, n), device=a.device, dtype=matmul.out_dtype(dtype))
+    a, b = operands(n, n, n, dtype)
+    out = torch.empty((n, n), device=a.device, dtype=out_dtype(dtype))
     if point["kernel"] == "cublas":
-        return lambda: matmul.cublas_matmul(a, b, dtype, None if dtype == "fp8" else out)
-    config = matmul.config_for(params, dtype)
-    return lambda: matmul.triton_matmul(a, b, dtype, out, config, params.tma, params.autotune)
+        return lambda: cublas_matmul(a, b, dtype, None if dtype == "fp8" else out)
+    config = config_for(params, dtype)
+    return lambda: triton_matmul(a, b, dtype, out, config, params.tma, params.autotune)
 
 
 def model(params, point, predicted, target) -> dict:
     """The tile model's DRAM bytes (Triton's row); for cuBLAS, whose tiles the lab does not model, each
     matrix moved once. Tensor-pipe share: the model's TFLOP/s over the datasheet's dense peak."""
-    from labs import matmul
     from labs.engine import timing
+    from labs.matmul.configs import out_bytes
 
     n, dtype = point["n"], point["dtype"]
-    once = 2 * n * n * timing.element_bytes(dtype) + n * n * matmul.out_bytes(dtype)
+    once = 2 * n * n * timing.element_bytes(dtype) + n * n * out_bytes(dtype)
     peak = target.datasheet.matmul_tflops(dtype) if target.datasheet else None
     rate = predicted.get("predicted_tflops") if point["kernel"] == "triton" else None
     return {"dram_bytes": predicted.get("dram_bytes") if point["kernel"] == "triton" else once,

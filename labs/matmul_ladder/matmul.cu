@@ -1,4 +1,4 @@
-// The first two rungs of the matmul ladder, in plain CUDA C++ (built by labs/matmul_ladder.py).
+// The first two rungs of the matmul ladder, in plain CUDA C++ (built by labs/matmul_ladder/kernels.py).
 //
 //   C[M, N] = A[M, K] @ B[K, N], all row-major, inputs float / half / bfloat16, FP32 arithmetic on the
 //   CUDA cores (no tensor cores), the result rounded to the input type once at the end.
@@ -138,7 +138,7 @@ void matmul_tiled(torch::Tensor a, torch::Tensor b, torch::Tensor c, int64_t til
 // memory for BM x BN x BK FMAs (each value feeds 128). Global loads are 128-bit vectors where the row
 // length allows it; the next slice is fetched into registers while the current one is multiplied, and
 // shared memory holds two slices (double buffering), so there is one barrier per slice.
-// Measured on an H100 (scripts/hopper_gpu.py --warp-variants, N = 4096 fp32): BK = 8 reached 45.9 TFLOP/s,
+// Measured on an H100 (one-off runs, not recorded; N = 4096 fp32): BK = 8 reached 45.9 TFLOP/s,
 // BK = 16 37.3 (its 16 prefetched floats push the thread past 128 registers: spills); padding the rows of
 // the transposed A tile by 4 floats did not help at BK = 8 (43.7); 2 blocks per SM beat 1 (45.9 vs 39.4).
 #ifndef WARPTILE_BK_FP32

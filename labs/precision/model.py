@@ -1,7 +1,8 @@
 """Lower precision's napkin math: a memory-bound kernel's time is its bytes over the copy bandwidth, and a
 running sum's error is a random walk of roundings that grows like sqrt(K).
 
-Pure arithmetic on the parameters and the GPU's facts (labs.engine.gpu.Target): no torch.cuda, no kernel.
+Pure arithmetic on the parameters and the GPU's facts (labs.engine.gpu.Target): it never touches the GPU
+and launches no kernel.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""How Nsight Compute counts this lab (DRAM bytes, FP32 FLOPs and the FMA pipe's share for the roofline's kernel): the counter spec the engine asks for.
+"""How Nsight Compute counts this lab (DRAM bytes, FP32 FLOPs and the FMA pipe's share for the roofline's
+kernel): the counter spec the engine asks for.
 
 `points` picks the rows counted by default, `prepare` builds one point's inputs on the GPU and returns the
 launch to count, `model` gives the model's value of each compared quantity (labs/engine/counters.py runs them).

@@ -14,7 +14,8 @@ CHECK_ELEMENTS = 1_000_003  # an odd size: the last program is partly masked
 
 
 def reference(x: torch.Tensor, flops_per_element: int) -> torch.Tensor:
-    """The chain in float64, closed form: after an optional y = a*x, F FMAs give y_F = a^F y_0 + b (1 - a^F) / (1 - a)."""
+    """The chain in float64, in closed form: after an optional y = a*x, F FMAs give
+    y_F = a^F y_0 + b (1 - a^F) / (1 - a)."""
     fmas, extra_mul = divmod(flops_per_element, 2)
     y0 = x.to(torch.float64) * (A if extra_mul else 1.0)
     a_f = A**fmas

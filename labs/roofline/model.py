@@ -1,6 +1,7 @@
 """The roofline's napkin math: attainable FLOP/s = min(peak FLOP/s, intensity x bandwidth).
 
-Pure arithmetic on the parameters and the GPU's ceilings (labs.engine.gpu.Target): no torch.cuda, no kernel.
+Pure arithmetic on the parameters and the GPU's ceilings (labs.engine.gpu.Target): it never touches the
+GPU and launches no kernel.
 Each element costs one read and one write; F FLOPs on it give an intensity of F / bytes. Below the ridge
 (peak / bandwidth) the time is bytes / bandwidth; above it, FLOPs / peak.
 """

@@ -19,6 +19,7 @@ from labs.transfers.model import HAND_BUFFERS, HAND_PIECE_BYTES
 
 
 def host_buffer(nbytes: int, pinned: bool) -> torch.Tensor:
+    """A host buffer of nbytes (fp32 elements): pinned (page-locked, the copy engine reads it directly) or pageable."""
     return torch.empty(nbytes // 4, dtype=torch.float32, pin_memory=pinned)
 
 

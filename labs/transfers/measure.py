@@ -100,11 +100,6 @@ def _waited_seconds(fn) -> float:
     return time.perf_counter() - started
 
 
-def paired_ms(copy, probe=None, rounds: int = ROUNDS, timer=None) -> tuple:
-    """(ms per copy, the probe's figures) for one copy and its probe timed in turns (see timed_in_turns)."""
-    return timed_in_turns({0: (copy, probe)}, rounds, timer)[0]
-
-
 def timed_in_turns(pairs: dict, rounds: int = ROUNDS, timer=None, progress=None) -> dict:
     """{key: (ms per copy, the probe's figures)} for several copies, each with its CPU probe or None, timed
     in turns: every copy once (then its probe), then every copy again, `rounds` times; each keeps its fastest.
@@ -176,12 +171,6 @@ def staging_probe(host: torch.Tensor):
         return {name: repeats * buf.size / _seconds(fn) / 1e9 for name, fn in passes} | pin_times(host, reps=1)
 
     return once
-
-
-def staging_rates(host: torch.Tensor, rounds: int = ROUNDS) -> dict:
-    """The staging probe's best figures of a few rounds on this buffer (its contents are overwritten)."""
-    probe = staging_probe(host)
-    return fastest([probe() for _ in range(rounds)])
 
 
 def pin_times(host: torch.Tensor, reps: int = 3) -> dict:

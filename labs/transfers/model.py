@@ -3,7 +3,7 @@ The transfers lab's model: a copy costs a fixed latency plus its bytes over the 
 (for pageable memory) the CPU thread that stages it; two streams hide a copy behind compute.
 
 Pure arithmetic on the Params, the GPU's datasheet and figures a run measured (read back from the run's rows or
-from the recorded run of this GPU kind). Nothing here touches torch.cuda or launches a copy.
+from the recorded run of this GPU kind). Nothing here needs a GPU or launches a copy.
 
 The PCIe link's facts (generation x lanes -> GB/s per direction, packet overhead, the link the GPU reports) live
 here too; the collectives lab imports them from here (its link for GPUs without NVLink).
@@ -11,12 +11,12 @@ here too; the collectives lab imports them from here (its link for GPUs without 
 
 from __future__ import annotations
 
-import functools
 import re
 import statistics
-import subprocess
 
-from labs.engine.gpu import MiB, Target, links_for
+from labs.engine.gpu import (PCIE_CODE, PCIE_GTPS, PCIE_MAX_PAYLOAD_BYTES, PCIE_PACKET_OVERHEAD_BYTES,  # noqa: F401
+                             MiB, Target, link_for, links_for, pcie_gbps, pcie_packet_efficiency, reported_link)
+from labs.engine.results import recorded_rows  # noqa: F401  (the collectives, attention and inference labs use it)
 from labs.engine.params import ParamError, from_dict
 
 NAME = "transfers"  # the lab's name: its recordings are content/recorded/<gpu>/transfers.json
@@ -25,11 +25,6 @@ GiB_BYTES = 1024 * MiB
 EXPERIMENTS = ("copies", "overlap", "staging")
 DIRECTIONS = ("h2d", "d2h")
 MEMORIES = ("pinned", "pageable")
-
-# PCI Express raw rate per lane (GT/s) and line-code efficiency, by generation (PCI-SIG base specifications:
-# 8b/10b for generations 1 and 2, 128b/130b for 3 to 5). Per direction, x16 Gen5 = 32 x 16 x 128/130 / 8 = 63 GB/s.
-PCIE_GTPS = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0}
-PCIE_CODE = {1: 0.8, 2: 0.8, 3: 128 / 130, 4: 128 / 130, 5: 128 / 130}
 
 # The fixed cost of one copy before any live run has measured it: an order of magnitude (a DMA set-up and
 # a driver call), drawn as "assumed". Every live run replaces it with the time of its own smallest copy.
@@ -46,75 +41,11 @@ STAGING_BYTES = 2 * MiB
 # One CPU core's own (L2) cache where the run cannot read it from the OS: 2 MiB, the per-core L2 of the Xeon
 # server hosts the recorded runs came from (lscpu there: 2 MiB per core). Every live run reads its own.
 ASSUMED_CPU_L2_BYTES = 2 * MiB
+
 MATMUL_N = 4096  # the overlap experiment's compute: bf16 4096^3 matmuls (compute-bound, ~0.2 ms each on an H100)
 # Staging by hand: the pieces are the probe's ring size, so the probe measures exactly the CPU half of each step.
 HAND_PIECE_BYTES = STAGING_BYTES
 HAND_BUFFERS = 2  # double buffering: the CPU fills one buffer while the copy engine empties the other
-
-
-# ---------------------------------------------------------------------------------------------
-# The PCIe link
-# ---------------------------------------------------------------------------------------------
-# Data travels in transaction-layer packets: at most MAX_PAYLOAD bytes of data each, plus framing, a sequence
-# number, a 4-dword header (64-bit addresses) and a CRC (PCI Express base specification: 4 + 2 + 16 + 4 bytes).
-# 256 bytes is the payload size data-centre GPUs and their root ports commonly settle on (lspci shows MaxPayload).
-PCIE_MAX_PAYLOAD_BYTES = 256
-PCIE_PACKET_OVERHEAD_BYTES = 26
-
-
-def pcie_packet_efficiency(payload_bytes: int = PCIE_MAX_PAYLOAD_BYTES) -> float:
-    """The share of the link's bytes that are data, with full packets."""
-    return payload_bytes / (payload_bytes + PCIE_PACKET_OVERHEAD_BYTES)
-
-
-def pcie_gbps(gen: int, lanes: int) -> float:
-    """Bandwidth per direction of a PCIe link, GB/s (10^9 bytes/s), after line coding."""
-    if gen not in PCIE_GTPS:
-        raise ParamError(f"PCIe generation {gen} is not modelled (known: {', '.join(map(str, PCIE_GTPS))}).")
-    return PCIE_GTPS[gen] * lanes * PCIE_CODE[gen] / 8
-
-
-@functools.lru_cache(maxsize=1)
-def reported_link() -> tuple:
-    """(generation, lanes) that the attached GPU's link reports through nvidia-smi, or (None, None).
-
-    The maximum the GPU and the slot both support: an idle link drops to a lower generation to save power,
-    so the current reading understates what a copy gets.
-    """
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=pcie.link.gen.max,pcie.link.width.max",
-                              "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=5)
-        gen, width = (int(v) for v in out.stdout.strip().splitlines()[0].split(", "))
-        return gen, width
-    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
-        return None, None
-
-
-def link_for(target: Target) -> dict:
-    """The PCIe link a model of this GPU uses: what the live GPU reports, else its datasheet."""
-    gen, lanes, source = None, None, ""
-    if target.live:
-        gen, lanes = reported_link()
-        source = "reported by the GPU (nvidia-smi)"
-    links = links_for(target.datasheet)
-    if (gen is None or gen not in PCIE_GTPS) and links:
-        gen, lanes, source = links.pcie_gen, links.pcie_lanes, f"datasheet: {links.source}"
-    if gen is None or gen not in PCIE_GTPS:
-        gen, lanes, source = 4, 16, "unknown GPU: assumed PCIe Gen4 x16"
-    line = pcie_gbps(gen, lanes)
-    return {"pcie_gen": gen, "pcie_lanes": lanes, "pcie_line_gbps": line,
-            "pcie_gbps": line * pcie_packet_efficiency(), "link_source": source}
-
-
-def recorded_rows(lab: str, gpu_key: str, gpus: int = 0) -> list:
-    """Measured rows of the newest committed recording of `lab` on this GPU kind (and GPU count, if given)."""
-    from labs.engine.results import list_recorded
-
-    for result in list_recorded(lab):
-        if result.meta.get("gpu", {}).get("key") == gpu_key:
-            rows = [r for r in result.rows if r.get("measured_ms") is not None]
-            return [r for r in rows if not gpus or r.get("gpus") == gpus]
-    return []
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,525 @@
+"""The model of the attention lab: FLOPs, exponentials, bytes, memory and time, for our kernels and naive attention.
+
+Pure arithmetic on the parameters and the GPU's facts (labs.engine.gpu): no torch.cuda, no kernel launched, no
+kernels module imported, so it predicts for any GPU of the datasheet on a machine without one. Our kernels are
+predicted with the very tiles they launch with (tiles.tiles_for).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+from labs.attention.tiles import HEAD_DIMS, FlashConfig, Tiles, lq_pad, tile_counts, tiles_for
+from labs.engine.gpu import Target, sm_shape
+from labs.engine.params import param
+
+IMPLS = ("naive", "ours", "sdpa-flash", "sdpa-cudnn", "sdpa-efficient")
+MODES = ("fwd", "fwd+bwd")
+MASKS = ("full", "causal")
+# special-function units (exp2, log2, rcp): 16 per SM per clock on every compute capability from 7.0 on (CUDA C
+# Programming Guide, arithmetic instruction throughput), against the SM's FP32 lanes (labs.engine.gpu.sm_shape:
+# 64 on V100, T4 and A100, 128 on every later GPU). The exp rate is the measured FMA rate times their ratio.
+SFUS_PER_SM = 16
+
+
+def _sum_clamped(t0: int, t1: int, hi: int) -> int:
+    """sum over t = t0..t1 of min(max(t, 0), hi)."""
+    if t1 < t0:
+        return 0
+    a, b = max(t0, 1), min(t1, hi)
+    total = (a + b) * (b - a + 1) // 2 if b >= a else 0
+    return total + max(0, t1 - max(t0, hi + 1) + 1) * hi
+
+
+def visible_pairs(lq: int, lk: int, causal: bool) -> int:
+    """(query, key) pairs whose score counts: Lq*Lk, or about half of it with the causal mask."""
+    if not causal:
+        return lq * lk
+    return _sum_clamped(lk - lq + 1, lk, lk)  # query i sees clamp(i + Lk - Lq + 1, 0, Lk) keys
+
+
+def attention_flops(mode: str, b: int, h: int, lq: int, lk: int, d: int, causal: bool) -> float:
+    """The conventional count: 4*B*H*pairs*d forward (QK^T and PV), 2.5 times that backward."""
+    fwd = 4.0 * b * h * visible_pairs(lq, lk, causal) * d
+    return fwd if mode == "fwd" else 3.5 * fwd
+
+
+def exp_rate(target: Target) -> float:
+    """Exponentials per second: the FP32 lane rate (half the FMA FLOP rate) times the SFU share."""
+    ratio = SFUS_PER_SM / sm_shape(str(target.compute_capability)).fp32_lanes
+    return target.ceilings.fma_tflops * 1e12 / 2 * ratio
+
+
+def matmul_rate(target: Target, dtype: str) -> float:
+    rates = target.ceilings.matmul_tflops
+    return (rates.get(dtype) or rates.get("fp16") or target.ceilings.fma_tflops) * 1e12
+
+
+def _nbytes(dtype: str) -> int:
+    return {"fp32": 4, "fp16": 2, "bf16": 2}[dtype]
+
+
+@dataclass(frozen=True)
+class Shape:
+    b: int
+    h: int
+    lq: int
+    lk: int
+    d: int
+    causal: bool
+    dtype: str
+
+    @property
+    def e(self) -> int:
+        return _nbytes(self.dtype)
+
+    @property
+    def q_bytes(self) -> int:  # also dO, O, dQ
+        return self.b * self.h * self.lq * self.d * self.e
+
+    @property
+    def kv_bytes(self) -> int:  # one of K, V, dK, dV
+        return self.b * self.h * self.lk * self.d * self.e
+
+    @property
+    def s_bytes(self) -> int:  # one (B, H, Lq, Lk) matrix in the input dtype
+        return self.b * self.h * self.lq * self.lk * self.e
+
+    @property
+    def lse_bytes(self) -> int:  # one float32 per query, rows padded to LSE_ALIGN
+        return self.b * self.h * lq_pad(self.lq) * 4
+
+
+def _cc(target: Target) -> tuple:
+    try:
+        return tuple(int(x) for x in str(target.compute_capability).split(".")[:2])
+    except ValueError:
+        return (9, 0)
+
+
+def _tile_elements(shape: Shape, t: Tiles) -> int:
+    """Scores computed by the tensor cores: every visited tile in full (masked diagonal tiles included)."""
+    c = tile_counts(shape.lq, shape.lk, t.block_m, t.block_n, shape.causal)
+    return shape.b * shape.h * (c["full"] + c["masked"]) * t.block_m * t.block_n
+
+
+def _kernel_time(mma_flops: float, exps: float, hbm_bytes: float, shape: Shape, target: Target) -> dict:
+    """One kernel: tensor-core time plus exponential time (they do not overlap in this schedule),
+    or the memory time if that is longer."""
+    mma_s = mma_flops / matmul_rate(target, shape.dtype)
+    exp_s = exps / exp_rate(target)
+    mem_s = hbm_bytes / (target.ceilings.copy_tbps * 1e12)
+    return {"mma_s": mma_s, "exp_s": exp_s, "mem_s": mem_s, "s": max(mma_s + exp_s, mem_s)}
+
+
+def _kv_rereads(shape: Shape, t: Tiles, target: Target) -> tuple[float, float]:
+    """(bytes of K and V the query tiles request, bytes that reach HBM).
+
+    Every query tile streams the K and V rows it sees. Consecutive programs work on the same head, so
+    the L2 serves the repeats when the heads in flight fit in it; then K and V come from HBM once.
+    """
+    elems = _tile_elements(shape, t)
+    requested = 2 * elems / t.block_m * shape.d * shape.e  # each visited tile loads BLOCK_N rows of K and of V
+    q_tiles = -(-shape.lq // t.block_m)
+    heads_in_flight = max(1, -(-target.sm_count // q_tiles))
+    fits = heads_in_flight * 2 * shape.lk * shape.d * shape.e <= target.l2_bytes
+    return requested, (2 * shape.kv_bytes if fits else requested)
+
+
+def planned_config(shape: Shape, mode: str, target: Target) -> FlashConfig:
+    """The tiles our kernels take for this point on `target` (what kernels.default_config picks on that GPU)."""
+    return tiles_for(shape.d, shape.dtype, _cc(target), causal=shape.causal, seq_len=shape.lq,
+                     batch_heads=shape.b * shape.h, sm_count=target.sm_count, mode=mode)
+
+
+def flash_model(shape: Shape, mode: str, target: Target, cfg: Optional[FlashConfig] = None) -> dict:
+    """Predicted time, HBM bytes and peak memory of our kernels, with the tiles they pick for this point on `target`
+    (tiles_for: by head dim, mask, mode and how much work there is against the SMs)."""
+    cfg = cfg or planned_config(shape, mode, target)
+    d = shape.d
+    elems = _tile_elements(shape, cfg.fwd)
+    requested, kv_hbm = _kv_rereads(shape, cfg.fwd, target)
+    fwd_bytes = 2 * shape.q_bytes + kv_hbm + shape.lse_bytes  # Q in, O out, K and V, lse out
+    k_fwd = _kernel_time(2 * 2 * d * elems, elems, fwd_bytes, shape, target)
+    out = {"predicted_hbm_bytes": fwd_bytes, "predicted_l2_request_bytes": requested + 2 * shape.q_bytes,
+           "predicted_mma_ms": k_fwd["mma_s"] * 1e3, "predicted_exp_ms": k_fwd["exp_s"] * 1e3,
+           "predicted_mem_ms": k_fwd["mem_s"] * 1e3, "predicted_ms": k_fwd["s"] * 1e3,
+           "predicted_peak_bytes": shape.q_bytes + shape.lse_bytes}
+    if mode == "fwd":
+        return out
+    e_kv = _tile_elements(shape, cfg.dkdv)
+    _, kv_hbm_b = _kv_rereads(shape, cfg.dkdv, target)
+    kv_bytes = 2 * shape.q_bytes + 2 * shape.kv_bytes * 2 + 2 * shape.lse_bytes  # Q, dO; K, V in, dK, dV out
+    k_kv = _kernel_time(4 * 2 * d * e_kv, e_kv, kv_bytes, shape, target)  # S^T, dV, dP^T, dK
+    # the dQ kernel runs first and also writes delta = rowsum(dO * O) and lse2 for the dK/dV kernel
+    prep_bytes = 2 * shape.q_bytes + 3 * shape.lse_bytes  # reads O, dO and lse; writes delta and lse2
+    e_q = _tile_elements(shape, cfg.dq)
+    q_bytes = 2 * shape.q_bytes + kv_hbm_b + prep_bytes  # Q in, dQ out, K and V, O, dO and lse
+    k_q = _kernel_time(3 * 2 * d * e_q, e_q, q_bytes, shape, target)  # S, dP, dQ
+    t_s = k_kv["s"] + k_q["s"]
+    mma_s, exp_s = k_kv["mma_s"] + k_q["mma_s"], k_kv["exp_s"] + k_q["exp_s"]
+    hbm = fwd_bytes + kv_bytes + q_bytes
+    out.update({"predicted_ms": (k_fwd["s"] + t_s) * 1e3, "predicted_hbm_bytes": hbm,
+                "predicted_mma_ms": (k_fwd["mma_s"] + mma_s) * 1e3, "predicted_exp_ms": (k_fwd["exp_s"] + exp_s) * 1e3,
+                "predicted_peak_bytes": flash_peak_bytes(shape, mode)})
+    return out
+
+
+def flash_peak_bytes(shape: Shape, mode: str) -> int:
+    """Memory our kernels allocate beyond the inputs (and dO): grows as N, never N^2."""
+    fwd = shape.q_bytes + shape.lse_bytes  # O and the log-sum-exp
+    if mode == "fwd":
+        return fwd
+    return fwd + 2 * shape.lse_bytes + shape.q_bytes + 2 * shape.kv_bytes  # delta, lse2, dQ, dK, dV
+
+
+# PyTorch's own kernels that naive attention runs over the N x N matrices, and the rate each streams them at.
+# Read from torch's kernels (torch.profiler on an H100): the matrix multiplies, the
+# softmax backward, the product dP * P before it and the copies run near the copy rate; the softmax forward (one
+# thread block or one warp per row, several passes over the row) and masked_fill with the (N, N) mask broadcast
+# over batch and heads (a generic strided kernel: one 2-byte element per access, index arithmetic for each) do
+# not. Their rates are probed in every run (NAIVE_PROBES, on a slice of rows) and fall back to the copy rate.
+NAIVE_PROBES = ("softmax", "softmax-causal", "masked-fill")
+NAIVE_PROBE_BYTES = 512 * 2**20  # each probe streams a (heads', N, N) slice of about this many bytes
+
+
+def naive_ops(shape: Shape, mode: str) -> list[dict]:
+    """The kernels of naive attention with their FLOPs, bytes (read + written) and the kernel class whose rate
+    they run at: "matmul" (the roofline), "copy", or one of NAIVE_PROBES."""
+    q, kv, s, mm = shape.q_bytes, shape.kv_bytes, shape.s_bytes, 2.0 * shape.b * shape.h * shape.lq * shape.lk * shape.d
+    mask = shape.lq * shape.lk  # one bool per (query, key)
+    softmax = "softmax-causal" if shape.causal else "softmax"  # rows that end in -inf run slower (measured)
+    ops = [{"op": "q * scale", "flops": 0, "bytes": 2 * q, "kernel": "copy"},
+           {"op": "S = Q K^T", "flops": mm, "bytes": q + kv + s, "kernel": "matmul"}]
+    if shape.causal:
+        ops += [{"op": "mask = ~(j <= i)", "flops": 0, "bytes": 3 * mask, "kernel": "copy"},
+                {"op": "S.masked_fill_(mask, -inf)", "flops": 0, "bytes": 2 * s, "kernel": "masked-fill"}]
+    ops += [{"op": "P = softmax(S)", "flops": 0, "bytes": 2 * s, "kernel": softmax},
+            {"op": "O = P V", "flops": mm, "bytes": s + kv + q, "kernel": "matmul"}]
+    if mode == "fwd":
+        return ops
+    ops += [{"op": "dP = dO V^T", "flops": mm, "bytes": q + kv + s, "kernel": "matmul"},
+            {"op": "dV = P^T dO", "flops": mm, "bytes": s + q + kv, "kernel": "matmul"},
+            {"op": "dP * P", "flops": 0, "bytes": 3 * s, "kernel": "copy"},  # torch's softmax backward forms it first
+            {"op": "dS = dP * P - P * rowsum(dP * P)", "flops": 0, "bytes": 3 * s, "kernel": "copy"}]
+    if shape.causal:  # masked_fill's backward is out of place: a copy of dS, then masked_fill_ on the copy
+        ops += [{"op": "dS.clone()", "flops": 0, "bytes": 2 * s, "kernel": "copy"},
+                {"op": "dS.masked_fill_(mask, 0)", "flops": 0, "bytes": 2 * s, "kernel": "masked-fill"}]
+    ops += [{"op": "dQ = dS K", "flops": mm, "bytes": s + kv + q, "kernel": "matmul"},
+            {"op": "dK = dS^T Q", "flops": mm, "bytes": s + q + kv, "kernel": "matmul"},
+            {"op": "dq * scale", "flops": 0, "bytes": 2 * q, "kernel": "copy"}]
+    return ops
+
+
+def naive_peak_bytes(shape: Shape, mode: str) -> int:
+    """Memory naive attention allocates beyond its inputs.
+
+    Forward (no autograd record): S and P, both alive while the softmax reads one and writes the other.
+    Forward and backward: the peak is in the softmax's backward pass, where P (saved), dP, dS and the
+    temporary dP * P that PyTorch's CUDA softmax backward forms first are alive together: four N x N
+    matrices, beside q * scale (saved), the output and dV; and the causal mask (one byte per pair).
+    """
+    if mode == "fwd":
+        return 2 * shape.s_bytes
+    mask = shape.lq * shape.lk if shape.causal else 0
+    return 4 * shape.s_bytes + 2 * shape.q_bytes + shape.kv_bytes + mask
+
+
+def naive_rates_for(rates: Optional[dict], n: int, dtype: str) -> dict:
+    """{probe kernel: TB/s} for row length n from probed rates keyed (kernel, n, dtype); a row length the run did
+    not probe takes the nearest one probed (the kernel torch picks changes with the row length)."""
+    out = {}
+    for kernel in NAIVE_PROBES:
+        known = [(abs(math.log(m / n)), tbps) for (k, m, t), tbps in (rates or {}).items()
+                 if k == kernel and t == dtype and tbps]
+        if known:
+            out[kernel] = min(known)[1]
+    return out
+
+
+def naive_model(shape: Shape, mode: str, target: Target, rates: Optional[dict] = None) -> dict:
+    """Each kernel on its own roofline; the kernels in `rates` ({probe kernel: TB/s}) at their probed rate."""
+    ops = naive_ops(shape, mode)
+    peak, bw = matmul_rate(target, shape.dtype), target.ceilings.copy_tbps * 1e12
+    rates = rates or {}
+
+    def seconds(o):
+        rate = rates.get(o["kernel"], 0) * 1e12 or bw
+        return max(o["flops"] / peak, o["bytes"] / rate)
+
+    return {"predicted_ms": sum(seconds(o) for o in ops) * 1e3, "predicted_hbm_bytes": sum(o["bytes"] for o in ops),
+            "predicted_mma_ms": sum(o["flops"] for o in ops) / peak * 1e3,
+            "predicted_mem_ms": sum(o["bytes"] for o in ops) / bw * 1e3,
+            "predicted_probed_ms": sum(seconds(o) for o in ops if o["kernel"] in rates) * 1e3,
+            "predicted_peak_bytes": naive_peak_bytes(shape, mode)}
+
+
+# ---------------------------------------------------------------------------------------------
+# The lab's parameters and the prediction of every point
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Params:
+    seq_lens: tuple = param((1024, 2048, 4096, 8192, 16384), "sequence lengths N (queries = keys)", unit="tokens",
+                            min=1, max=262144)
+    head_dims: tuple = param((64, 128), "head dimension d", choices=HEAD_DIMS)
+    masks: tuple = param(("full", "causal"), "attention masks", choices=MASKS)
+    dtypes: tuple = param(("bf16",), "input dtype (accumulation is fp32)", choices=("bf16", "fp16", "fp32"))
+    impls: tuple = param(IMPLS, "implementations", choices=IMPLS)
+    modes: tuple = param(MODES, "forward alone, or forward and backward", choices=MODES)
+    batch: int = param(4, "batch size B", min=1, max=1024)
+    heads: int = param(16, "heads H", min=1, max=1024)
+
+
+KEY = ("impl", "mode", "causal", "dtype", "head_dim", "seq_len")  # the columns that name a point (LAB.key)
+
+
+def _shape(params: Params, n: int, d: int, mask: str, dtype: str) -> Shape:
+    return Shape(params.batch, params.heads, n, n, d, mask == "causal", dtype)
+
+
+def _row_key(impl, mode, mask, dtype, d, n) -> dict:
+    return {"impl": impl, "mode": mode, "causal": mask == "causal", "dtype": dtype, "head_dim": d, "seq_len": n}
+
+
+def predict(params: Params, target: Target, naive_rates: Optional[dict] = None) -> list[dict]:
+    """The model of every point. naive_rates: probed rates of torch's kernels keyed (kernel, N, dtype) in TB/s;
+    by default those of the newest recording of this GPU kind (the copy rate where there is none)."""
+    if naive_rates is None and "naive" in params.impls:
+        naive_rates = recorded_naive_rates(target.key)
+    rows = []
+    for dtype in params.dtypes:
+        for d in params.head_dims:
+            for mask in params.masks:
+                for n in params.seq_lens:
+                    shape = _shape(params, n, d, mask, dtype)
+                    for mode in params.modes:
+                        flops = attention_flops(mode, shape.b, shape.h, n, n, d, shape.causal)
+                        for impl in ("naive", "ours"):
+                            if impl not in params.impls:
+                                continue
+                            if impl == "naive":
+                                m = naive_model(shape, mode, target, naive_rates_for(naive_rates, n, dtype))
+                            else:
+                                m = flash_model(shape, mode, target)
+                            rows.append(_row_key(impl, mode, mask, dtype, d, n) | {"flops": flops} | m |
+                                        {"predicted_tflops": flops / (m["predicted_ms"] * 1e-3) / 1e12})
+    return rows
+
+
+PROBE_IMPL = "naive-probe"  # the `impl` of the rows that carry a probed rate (mode = the probed kernel)
+
+
+def probed_naive_rates(rows: list) -> dict:
+    """{(kernel, N, dtype): TB/s} from the probe rows of a run."""
+    return {(r["mode"], r["seq_len"], r["dtype"]): r["measured_tbps"] for r in rows
+            if isinstance(r, dict) and r.get("impl") == PROBE_IMPL and r.get("measured_tbps")}
+
+
+@functools.lru_cache(maxsize=16)
+def _recorded_naive_rates(gpu_key: str) -> tuple:
+    from labs.engine.results import list_recorded
+
+    for result in list_recorded("attention"):  # newest first
+        if result.meta.get("gpu", {}).get("key") == gpu_key:
+            rows = [r for r in result.rows if r.get("measured_ms") is not None]
+            return tuple(probed_naive_rates(rows).items())
+    return ()
+
+
+def recorded_naive_rates(gpu_key: str) -> dict:
+    """The probed rates of the newest committed recording of this GPU kind (read once a process)."""
+    return dict(_recorded_naive_rates(gpu_key))
+
+
+# ---------------------------------------------------------------------------------------------
+# Memory: every point's peak is predicted before it runs, and what would not fit is skipped
+# ---------------------------------------------------------------------------------------------
+# Memory a timed point needs beyond its own tensors: triton's do_bench allocates 256 MB to clear the L2,
+# and a share of free memory stays reserved for the CUDA libraries' workspaces (cuBLAS, cuDNN plans).
+TIMER_BYTES = 256 * 10**6
+FREE_SHARE = 0.8  # on an 80 GB H100, naive N = 16384 (68.7 GB) passed a 0.9 test and then ran out of memory
+LIBRARY_PEAK_FACTOR = 2  # the SDPA backends keep float32 copies and workspaces: measured 1.0-2.0x ours
+
+
+def point_peak_bytes(impl: str, shape: Shape, mode: str) -> int:
+    """Memory one point allocates beyond its inputs while it runs: the models above for naive and ours;
+    for a library backend, twice ours (a bound, so a point is never refused for it on a GPU that fits)."""
+    if impl == "naive":
+        return naive_peak_bytes(shape, mode)
+    peak = flash_peak_bytes(shape, mode)
+    return peak if impl == "ours" else LIBRARY_PEAK_FACTOR * peak
+
+
+def fits(need_bytes: int, free_bytes: int) -> bool:
+    """Will a point that allocates need_bytes (plus the timer's buffer) run in free_bytes of free memory?"""
+    return need_bytes + TIMER_BYTES <= FREE_SHARE * free_bytes
+
+
+def skip_note(impl: str, need_bytes: int, free_bytes: int) -> str:
+    """Why a point does not run, in the terms of fits(): what it needs against the share of free memory a point
+    may use (the rest stays with the CUDA libraries' workspaces)."""
+    what = "its N x N matrices" if impl == "naive" else "outputs"
+    return (f"skipped: {impl} would need {need_bytes / 1e9:.1f} GB ({what} and workspace) plus "
+            f"{TIMER_BYTES / 1e9:.2f} GB for the timer; of the {free_bytes / 1e9:.1f} GB free a point may use "
+            f"{100 * FREE_SHARE:.0f} % ({FREE_SHARE * free_bytes / 1e9:.1f} GB), the rest is left to the CUDA "
+            "libraries' workspaces")
+
+
+def plan_points(params: "Params", free_bytes: int) -> list[dict]:
+    """Every point of a run with its predicted peak memory and whether it fits, decided before anything is
+    allocated. free_bytes: the device's free memory before the inputs (Q, K, V, dO) of the largest N."""
+    plan = []
+    for dtype in params.dtypes:
+        for d in params.head_dims:
+            for n in params.seq_lens:
+                inputs = 4 * _shape(params, n, d, "full", dtype).q_bytes  # Q, K, V and dO of this N
+                for mask in params.masks:
+                    shape = _shape(params, n, d, mask, dtype)
+                    for impl in params.impls:
+                        for mode in params.modes:
+                            need = point_peak_bytes(impl, shape, mode)
+                            plan.append(_row_key(impl, mode, mask, dtype, d, n) |
+                                        {"peak_bytes": need, "fits": fits(need, free_bytes - inputs)})
+    return plan
+
+
+# ---------------------------------------------------------------------------------------------
+# Short calls: the CPU's time per call as a floor
+# ---------------------------------------------------------------------------------------------
+HOST_FLOOR_BELOW_MS = 2.0  # the CPU's time per call is measured only where the GPU model is shorter than this
+
+HOST_FLOOR_IMPLS = ("ours", "naive")  # launched from Python (ours) or op by op through autograd (naive)
+
+
+def _needs_host_floor(shape: Shape, mode: str, target: Target, impl: str = "ours") -> bool:
+    """Short calls only: a launch costs tens of microseconds, it cannot be what limits a call of milliseconds.
+    Naive attention launches a dozen or two of torch's kernels per call (its forward and, through autograd, its
+    backward), so a short one can wait on the CPU just as ours does."""
+    model = flash_model(shape, mode, target) if impl == "ours" else naive_model(shape, mode, target)
+    return model["predicted_ms"] <= HOST_FLOOR_BELOW_MS
+
+
+TIMER_FLUSH_BYTES = 256 * 2**20  # what the lab's timer (as do_bench) writes per call
+
+
+def timer_flush_ms(target: Target) -> float:
+    """How long the timer's L2-clearing write takes: its bytes at the measured copy rate (0.09 ms on an H100,
+    0.06 ms on an H200)."""
+    return TIMER_FLUSH_BYTES / (target.ceilings.copy_tbps * 1e12) * 1e3
+
+
+def host_floor_row(row: dict, shape: Shape, mode: str, host_ms: float, target: Target) -> dict:
+    """`row` predicted with a measured CPU time per call (what repredict redoes offline for a recording).
+
+    The floor is the CPU's whole time per call, and the model the larger of that and the GPU's time. (A finer floor,
+    the CPU's time less the timer's L2-clearing write plus the last kernel's time, was measured and dropped: with
+    the GPU model's optimistic times for these short kernels it left fewer points within 15 %, see the lesson.)"""
+    return _with_host_floor(row, flash_model(shape, mode, target), shape, mode, host_ms)
+
+
+def naive_host_floor_row(row: dict, shape: Shape, mode: str, host_ms: float, target: Target, rates: dict) -> dict:
+    """The same floor for naive attention, over its GPU model with the rates the run probed."""
+    model = naive_model(shape, mode, target, naive_rates_for(rates, shape.lq, shape.dtype))
+    return _with_host_floor(row, model, shape, mode, host_ms)
+
+
+def _with_host_floor(row: dict, model: dict, shape: Shape, mode: str, host_ms: float) -> dict:
+    gpu_ms = model["predicted_ms"]
+    floor_ms = host_ms
+    ms = max(gpu_ms, floor_ms)
+    flops = attention_flops(mode, shape.b, shape.h, shape.lq, shape.lk, shape.d, shape.causal)
+    return row | {"host_ms": host_ms, "gpu_model_ms": gpu_ms, "predicted_ms": ms,
+                  "predicted_tflops": flops / (ms * 1e-3) / 1e12, "limited_by": "CPU" if floor_ms > gpu_ms else "GPU"}
+
+
+def repredict(recording: dict, target: Target) -> list[dict]:
+    """The model of a recorded run (the engine's re-prediction hook): naive attention with the rates that run
+    probed, the short points with the CPU times it measured."""
+    from labs.engine.params import from_dict
+
+    params = from_dict(Params, recording["params"])
+    host = {tuple(r.get(k) for k in KEY): r["host_ms"] for r in recording["rows"] if r.get("host_ms") is not None}
+    rates = probed_naive_rates(recording["rows"])
+    rows = []
+    for row in predict(params, target, rates or None):
+        key = tuple(row.get(k) for k in KEY)
+        if key in host:
+            shape = _shape(params, row["seq_len"], row["head_dim"], "causal" if row["causal"] else "full", row["dtype"])
+            row = naive_host_floor_row(row, shape, row["mode"], host[key], target, rates) if row["impl"] == "naive" \
+                else host_floor_row(row, shape, row["mode"], host[key], target)
+        rows.append(row)
+    return rows
+
+
+def naive_prediction(shape: Shape, mode: str, target: Target, rates: dict) -> dict:
+    m = naive_model(shape, mode, target, naive_rates_for(rates, shape.lq, shape.dtype))
+    flops = attention_flops(mode, shape.b, shape.h, shape.lq, shape.lk, shape.d, shape.causal)
+    return m | {"predicted_tflops": flops / (m["predicted_ms"] * 1e-3) / 1e12}
+
+
+def _tflops(shape: Shape, m: dict, mode: str = "fwd") -> float:
+    flops = attention_flops(mode, shape.b, shape.h, shape.lq, shape.lk, shape.d, shape.causal)
+    return flops / (m["predicted_ms"] * 1e-3) / 1e12
+
+
+# Issue 15's bars for our FlashAttention: at least this share of each library's speed, from this sequence length
+# (or at exactly it), at every head dim, mask and mode the lab runs
+LIBRARY_TARGETS = {"sdpa-cudnn": (0.95, lambda n: n >= 2048), "sdpa-flash": (0.9, lambda n: n == 1024)}
+LIBRARY_NAMES = {"sdpa-cudnn": "cuDNN (SDPA)", "sdpa-flash": "FlashAttention (SDPA)"}
+
+
+def library_ratios(rows: list) -> list[dict]:
+    """Our kernels against SDPA's cuDNN and flash backends in the same run, one row per (mode, mask, head dim,
+    N, library) where both were timed: the library's time over ours (1.0 = as fast), with the target where the
+    issue sets one (labs/repredict.py gathers these for the scorecard)."""
+    times = {}
+    for r in rows:
+        if r.get("measured_ms") and r.get("impl") in ("ours", *LIBRARY_TARGETS) and r.get("mode") in MODES:
+            times[(r["mode"], bool(r["causal"]), r["dtype"], r["head_dim"], r["seq_len"], r["impl"])] = r["measured_ms"]
+    out = []
+    for (mode, causal, dtype, d, n, impl), library in sorted(times.items()):
+        ours = times.get((mode, causal, dtype, d, n, "ours"))
+        if impl == "ours" or not ours:
+            continue
+        bar, applies = LIBRARY_TARGETS[impl]
+        out.append({"case": f"{mode} {'causal' if causal else 'full'} {dtype} d = {d} N = {n}", "ours": "ours (Triton)",
+                    "library": LIBRARY_NAMES[impl], "speed_ratio": library / ours, "target": bar if applies(n) else None})
+    return out
+
+
+def lesson_numbers(target: Target) -> dict:
+    c = target.ceilings
+    mm = matmul_rate(target, "bf16")
+    ex = exp_rate(target)
+    shape64 = Shape(4, 16, 8192, 8192, 64, False, "bf16")
+    shape128 = Shape(4, 16, 8192, 8192, 128, False, "bf16")
+    f64 = flash_model(shape64, "fwd", target)
+    f128 = flash_model(shape128, "fwd", target)
+    big = Shape(4, 16, 16384, 16384, 64, False, "bf16")
+    return {
+        "gpu": target.name,
+        "ceilings_source": target.describe_ceilings(),
+        "bf16_matmul_tflops": f"{mm / 1e12:.0f}",
+        "exp_per_s": f"{ex / 1e12:.2f}",
+        "mma_per_exp": f"{mm / ex:.0f}",
+        "exp_share_d64_pct": f"{100 * f64['predicted_exp_ms'] / f64['predicted_ms']:.0f}",
+        "exp_share_d128_pct": f"{100 * f128['predicted_exp_ms'] / f128['predicted_ms']:.0f}",
+        "predicted_d64_tflops": f"{_tflops(shape64, f64):.0f}",
+        "predicted_d128_tflops": f"{_tflops(shape128, f128):.0f}",
+        "s_gb_16k": f"{big.s_bytes / 1e9:.1f}",
+        "naive_fwd_gb_16k": f"{naive_peak_bytes(big, 'fwd') / 1e9:.1f}",
+        "naive_train_gb_16k": f"{naive_peak_bytes(big, 'fwd+bwd') / 1e9:.1f}",
+        "flash_fwd_mb_16k": f"{flash_peak_bytes(big, 'fwd') / 1e6:.0f}",
+        "memory_gb": f"{target.memory_bytes / 1e9:.0f}",
+        "block_m_d64": str(tiles_for(64, "bf16", _cc(target)).fwd.block_m),
+        "kv_requested_gb_8k": f"{(f64['predicted_l2_request_bytes'] - 2 * shape64.q_bytes) / 1e9:.1f}",
+        "kv_once_mb_8k": f"{2 * shape64.kv_bytes / 1e6:.0f}",
+        "l2_mb": f"{target.l2_bytes / 1e6:.0f}",
+        "copy_tbps": f"{c.copy_tbps:.2f}",
+        "timer_flush_ms": f"{timer_flush_ms(target):.2f}",
+        "ridge_bf16": f"{mm / (c.copy_tbps * 1e12):.0f}",
+    }
+
