@@ -153,9 +153,9 @@ def test_predict_takes_the_lower_of_dram_and_l1():
     # transposes: unpadded tile 256 B per 35 clocks; padded DRAM-bound; naive and torch bound by the L2's
     # 64-byte request slots: 8 useful bytes per element over 2 + 4/64 slots (a partial-sector write costs two)
     # and 1 + 4/64 slots (a read of its own sector)
-    from labs import hopper
+    from labs.hierarchy.model import l2_tbps
 
-    l2 = hopper.l2_tbps(H200)[0]
+    l2 = l2_tbps(H200)[0]
     assert by["tiled"]["predicted_tbps"] == pytest.approx(l1 * 256 / 35)
     assert by["naive"]["predicted_tbps"] == pytest.approx(l2 * 8 / ((2 + 4 / 64) * 64))
     assert by["naive"]["bound"] == by["torch"]["bound"] == "L2 requests"

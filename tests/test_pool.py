@@ -199,7 +199,7 @@ def test_an_unreachable_scheduler_is_a_message_not_a_crash(monkeypatch):
 
 def test_the_embedded_default_needs_no_dask():
     """Without ROOFLINE_CLUSTER the runner is the one-process, one-lock runner: Dask is never imported."""
-    code = ("import sys; from labs import runner, pool, cache; "
+    code = ("import sys; from labs.engine import runner, pool, cache; "
             "assert runner.cluster_address() is None; assert runner.waiting_message(2) == "
             "'Waiting for the GPU: 2 run(s) ahead of yours.'; print(sorted(m for m in sys.modules if m.split('.')[0] "
             "in ('dask', 'distributed')))")

@@ -42,7 +42,7 @@ def escapes():
     """One worker tries three escapes and reports what happened (one sandbox start instead of three):
     a network connection, reading a file of the repository, listing the other runs' folders."""
     other = sandbox._new_workdir(None)  # another learner's run folder, present on the host
-    repo_file = sandbox.REPO / "labs" / "runner.py"
+    repo_file = sandbox.REPO / "labs" / "engine" / "runner.py"
     assert repo_file.exists()
     body = f"""report = []
 try:

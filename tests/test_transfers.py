@@ -3,7 +3,7 @@
 import pytest
 
 from tests.conftest import render_page
-from labs.engine import gpu
+from labs.engine import gpu, links
 from labs import transfers as t
 from labs.transfers import measure, model
 from labs.engine.params import ParamError
@@ -22,10 +22,11 @@ def test_pcie_bandwidth_from_generation_and_lanes():
 
 def test_every_datasheet_gpu_names_its_links_and_source():
     for sheet in gpu.DATASHEET:
-        links = gpu.links_for(sheet)
-        assert links is not None and links.source and links.pcie_gen in model.PCIE_GTPS and links.pcie_lanes == 16
-    assert gpu.links_for(gpu.datasheet_by_name("H100 SXM")).nvlink_per_direction_gbps == 450
-    assert gpu.links_for(gpu.datasheet_by_name("L4")).nvlink_gbps is None
+        row_links = links.links_for(sheet)
+        assert row_links is not None and row_links.source and row_links.pcie_gen in model.PCIE_GTPS \
+            and row_links.pcie_lanes == 16
+    assert links.links_for(gpu.datasheet_by_name("H100 SXM")).nvlink_per_direction_gbps == 450
+    assert links.links_for(gpu.datasheet_by_name("L4")).nvlink_gbps is None
 
 
 def test_alpha_beta_copy_by_hand():

@@ -229,14 +229,12 @@ def _time_point(run, with_host: bool = False):
     """(peak bytes, median ms, CPU ms per call or None) of one point, or None if it ran out of memory: a point
     the prediction let through must not end the sweep (the allocator's fragmentation and the libraries'
     workspaces are not in the model), so its tensors are released and the next point runs. with_host: the
-    CPU's time is measured inside the timed calls themselves (recompute.time_with_host_ms)."""
-    from labs.recompute import time_with_host_ms
-
+    CPU's time is measured inside the timed calls themselves (timing.time_with_host_ms)."""
     try:
         run()  # compile, cuDNN plans, cuBLAS workspace: before the memory baseline
         peak, first_ms = _peak_and_ms(run)
         if with_host:
-            return (peak, *time_with_host_ms(run, warmup_ms=SHORT_WARMUP_MS, rep_ms=SHORT_REP_MS))
+            return (peak, *timing.time_with_host_ms(run, warmup_ms=SHORT_WARMUP_MS, rep_ms=SHORT_REP_MS))
         if first_ms >= LONG_CALL_MS:
             times = sorted([first_ms] + [_event_ms(run) for _ in range(LONG_CALL_REPS - 1)])
             return peak, times[len(times) // 2], None

@@ -1,6 +1,6 @@
 """The model of the attention lab: FLOPs, exponentials, bytes, memory and time, for our kernels and naive attention.
 
-Pure arithmetic on the parameters and the GPU's facts (labs.engine.gpu): no torch.cuda, no kernel launched, no
+Pure arithmetic on the parameters and the GPU's facts (labs.engine.gpu): no CUDA call, no kernel launched, no
 kernels module imported, so it predicts for any GPU of the datasheet on a machine without one. Our kernels are
 predicted with the very tiles they launch with (tiles.tiles_for).
 """
@@ -15,14 +15,11 @@ from typing import Optional
 from labs.attention.tiles import HEAD_DIMS, FlashConfig, Tiles, lq_pad, tile_counts, tiles_for
 from labs.engine.gpu import Target, sm_shape
 from labs.engine.params import param
+from labs.engine.results import recorded_rows
 
 IMPLS = ("naive", "ours", "sdpa-flash", "sdpa-cudnn", "sdpa-efficient")
 MODES = ("fwd", "fwd+bwd")
 MASKS = ("full", "causal")
-# special-function units (exp2, log2, rcp): 16 per SM per clock on every compute capability from 7.0 on (CUDA C
-# Programming Guide, arithmetic instruction throughput), against the SM's FP32 lanes (labs.engine.gpu.sm_shape:
-# 64 on V100, T4 and A100, 128 on every later GPU). The exp rate is the measured FMA rate times their ratio.
-SFUS_PER_SM = 16
 
 
 def _sum_clamped(t0: int, t1: int, hi: int) -> int:
@@ -48,8 +45,11 @@ def attention_flops(mode: str, b: int, h: int, lq: int, lk: int, d: int, causal:
 
 
 def exp_rate(target: Target) -> float:
-    """Exponentials per second: the FP32 lane rate (half the FMA FLOP rate) times the SFU share."""
-    ratio = SFUS_PER_SM / sm_shape(str(target.compute_capability)).fp32_lanes
+    """Exponentials per second: the FP32 lane rate (half the FMA FLOP rate) times the SFU share: the SM's
+    special-function lanes (exp2, log2, rcp) over its FP32 lanes, from labs.engine.gpu.sm_shape (16 against 64 on
+    V100, T4 and A100, against 128 on every later GPU)."""
+    sm = sm_shape(str(target.compute_capability))
+    ratio = sm.sfu_lanes / sm.fp32_lanes
     return target.ceilings.fma_tflops * 1e12 / 2 * ratio
 
 
@@ -320,13 +320,7 @@ def probed_naive_rates(rows: list) -> dict:
 
 @functools.lru_cache(maxsize=16)
 def _recorded_naive_rates(gpu_key: str) -> tuple:
-    from labs.engine.results import list_recorded
-
-    for result in list_recorded("attention"):  # newest first
-        if result.meta.get("gpu", {}).get("key") == gpu_key:
-            rows = [r for r in result.rows if r.get("measured_ms") is not None]
-            return tuple(probed_naive_rates(rows).items())
-    return ()
+    return tuple(probed_naive_rates(recorded_rows("attention", gpu_key)).items())
 
 
 def recorded_naive_rates(gpu_key: str) -> dict:

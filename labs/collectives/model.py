@@ -10,7 +10,8 @@ link (labs/transfers/model.py).
 
 from __future__ import annotations
 
-from labs.engine.gpu import GB, Target, links_for
+from labs.engine.gpu import GB, Target
+from labs.engine.links import links_for
 from labs.engine.params import ParamError
 from labs.transfers.model import link_for as pcie_link
 from labs.transfers.model import recorded_rows

@@ -469,13 +469,12 @@ def count(lab_name: str, params=None, points: Optional[list] = None, progress=la
     Returns a Result whose rows compare modelled and counted quantities. Raises ParamError for bad
     input and CountersUnavailable when counters cannot be read here.
     """
-    from labs import get_lab
     from labs.engine import gpu
     from labs.engine import runner
     from labs.engine import params as params_mod
     from labs.engine.results import Result, run_metadata
 
-    lab, adapter = get_lab(lab_name), adapter_for(lab_name)
+    lab, adapter = registry.get_lab(lab_name), adapter_for(lab_name)
     params = params_mod.validate(params if params is not None else lab.default_params())
     reason = why_unavailable()
     if reason:

@@ -39,7 +39,6 @@ from labs.engine.params import from_dict, param
 import labs.hopper.model as model
 import labs.hopper.measure as measuring  # the module (labs.hopper.measure stays the submodule, not the function)
 from labs.hopper.model import DTYPES, STEP_NAMES, lesson_numbers
-from labs.matmul.model import l2_tbps  # noqa: F401  (the coalescing lab reads the L2 bandwidth here)
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
+from labs.engine.gpu import device_sm_count
 from labs.engine.params import ParamError
 from labs.hopper.model import Switches, tile_order
 
@@ -123,9 +124,7 @@ def order_table(order: str, tiles_m: int, tiles_n: int, device) -> torch.Tensor:
 
 
 def sm_count(device) -> int:
-    if getattr(device, "type", str(device)) == "cuda":
-        return torch.cuda.get_device_properties(device).multi_processor_count
-    return 3  # the CPU interpreter: a few programs, so each walks several tiles
+    return device_sm_count(device, in_interpreter=3)  # on the CPU: a few programs, so each walks several tiles
 
 
 def prepare(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, sw: Switches,

@@ -1,6 +1,6 @@
 """The model of the inference lab: the roofline of each piece of a decode step, plus a measured fixed cost per kernel.
 
-Pure arithmetic on the parameters and the GPU's facts (labs.engine.gpu): no torch.cuda, no kernel launched, no
+Pure arithmetic on the parameters and the GPU's facts (labs.engine.gpu): no CUDA call, no kernel launched, no
 kernels module imported. A GEMM is its bytes at the copy rate or its FLOPs at the matmul rate, whichever is
 longer; decode attention is the bytes of the KV cache; a block's decode step is the sum of its pieces; every
 kernel adds its fixed cost (launch, first trip to memory, completion).
@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from labs.engine import timing
 from labs.engine.gpu import MB, Target
 from labs.engine.params import ParamError, param
+from labs.engine.results import recorded_rows
 from labs.inference.launch import ATTN, SKINNY_MAX_M, next_pow2, skinny_launches
 
 
@@ -268,21 +269,11 @@ def attention_row(kernel: str, batch: int, context: int, p: Params, target: Targ
     return row
 
 
-def _recorded_rows(gpu_key: str) -> list:
-    """Measured rows of the newest committed recording of this lab on this GPU kind."""
-    from labs.engine.results import list_recorded
-
-    for result in list_recorded("inference"):  # newest first
-        if result.meta.get("gpu", {}).get("key") == gpu_key:
-            return [r for r in result.rows if r.get("measured_ms") is not None]
-    return []
-
-
 @functools.lru_cache(maxsize=16)
 def recorded_block_gbps(gpu_key: str) -> float | None:
     """The SDPA block rate from the newest recording of this GPU kind, if it has the probe (read once a process:
     the committed recordings do not change under a running app)."""
-    for r in _recorded_rows(gpu_key):
+    for r in recorded_rows("inference", gpu_key):
         if r.get("experiment") == "probe" and r.get("kernel") == "sdpa-block":
             return r.get("measured_gbps")
     return None
@@ -290,7 +281,7 @@ def recorded_block_gbps(gpu_key: str) -> float | None:
 
 @functools.lru_cache(maxsize=16)
 def _recorded_fixed(gpu_key: str) -> tuple:
-    return tuple(probed_fixed_ms(_recorded_rows(gpu_key)).items())
+    return tuple(probed_fixed_ms(recorded_rows("inference", gpu_key)).items())
 
 
 def probed_fixed_ms(rows: list) -> dict:

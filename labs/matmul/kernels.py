@@ -25,6 +25,7 @@ import triton
 import triton.language as tl
 
 from labs.engine import timing
+from labs.engine.gpu import device_sm_count
 import labs.matmul.configs as configs
 from labs.matmul.configs import (AUTOTUNE_CONFIGS, DEFAULT_CONFIGS, EDGE_COL_TILE, EDGE_ROW_TILE, KMAJOR_B,
                                  ROW_TAIL_TILE, TileConfig, blocks_per_sm, edge_interior, row_tail_rows,
@@ -294,9 +295,7 @@ _SCRATCH: dict = {}
 
 
 def sm_count_of(device) -> int:
-    if getattr(device, "type", str(device)) != "cuda":
-        return 4  # the CPU interpreter: a few programs, so that tiles are shared out among them
-    return torch.cuda.get_device_properties(device).multi_processor_count
+    return device_sm_count(device, in_interpreter=4)  # on the CPU: a few programs, so tiles are shared out
 
 
 def triton_matmul(a: torch.Tensor, b: torch.Tensor, dtype: str, out: Optional[torch.Tensor] = None,

@@ -3,8 +3,8 @@ Matmul model: the napkin math behind the wavy plot
 ==================================================
 
 predict(params, target) for the Triton kernel at every size of the sweep: pure arithmetic on the Params, the tile
-configs (labs/matmul/configs.py) and the GPU's facts and measured ceilings (labs/engine/gpu.py). It never touches
-torch.cuda and never launches a kernel: the page, the workbench and the tests call it on any machine.
+configs (labs/matmul/configs.py) and the GPU's facts and measured ceilings (labs/engine/gpu.py). It never asks the
+GPU anything and never launches a kernel: the page, the workbench and the tests call it on any machine.
 
 time = max(compute, memory) + a floor, where
 - compute = the busiest SM's tiles x K steps x clocks per step (tensor cores at the measured rate per SM, or
@@ -21,22 +21,16 @@ import math
 from typing import Optional
 
 from labs.engine import timing
-from labs.engine.gpu import KERNEL_LAUNCH_US, Target, sm_shape
+from labs.engine.gpu import (KERNEL_LAUNCH_US, L1_BYTES_PER_CLOCK, LSU_INSTR_PER_CLOCK, Target,  # noqa: F401
+                             clock_hz, sm_shape)
+from labs.hierarchy.model import l2_tbps  # noqa: F401  (the L2 plateau that lab measures)
 import labs.matmul.configs as configs
 from labs.matmul.configs import (EDGE_COL_TILE, EDGE_ROW_TILE, ROW_TAIL_TILE, TileConfig, blocks_per_sm,
                                  config_for, edge_interior, load_path, out_bytes, parse_label, pow2_dividing,
                                  row_tail_rows, streamk_plan)
 
-L1_BYTES_PER_CLOCK = 128  # one SM's L1/shared memory moves 128 bytes (one wavefront) per clock
-LSU_INSTR_PER_CLOCK = 1.0  # one warp-wide load/store instruction issued per clock per SM
 LAYOUT_BYTES_PER_THREAD = 16  # Triton's load layout gives each thread 16 consecutive bytes of a row
 FIXED_US = KERNEL_LAUNCH_US  # per launch: the kernel's start, the first tiles' trip from memory, the last store
-
-
-def clock_hz(target: Target) -> float:
-    """The SM clock the FMA ceiling implies: FMA TFLOP/s = SMs x lanes x 2 FLOPs x clock."""
-    shape = sm_shape(target.compute_capability)
-    return target.ceilings.fma_tflops * 1e12 / (target.sm_count * 2 * shape.fp32_lanes)
 
 
 def matmul_flop_per_clock(target: Target, dtype: str) -> Optional[float]:
@@ -404,15 +398,3 @@ def bytes_needed(n: int, dtype: str) -> int:
     return 2 * n * n * timing.element_bytes(dtype) + n * n * out_bytes(dtype) + 256 * 2**20
 
 
-def l2_tbps(target: Target) -> tuple:
-    """(L2 bandwidth, where it comes from): the memory-hierarchy lab's measured plateau for this GPU, else the
-    published estimate of ~2.5x the DRAM bandwidth. A GPU fact (the ladder, the Hopper lab and the coalescing lab
-    read it); it lives here until the engine's GPU facts hold it."""
-    from labs.glossary import L2_OVER_HBM
-    from labs.hierarchy.model import levels
-
-    lv = levels(target)
-    if lv.l2_tbps:
-        return lv.l2_tbps, f"L2 {lv.l2_tbps:.1f} TB/s ({lv.source})"
-    est = L2_OVER_HBM * target.ceilings.copy_tbps
-    return est, f"L2 ~{est:.1f} TB/s (estimate: {L2_OVER_HBM}x DRAM; run the Memory hierarchy lab to measure it)"

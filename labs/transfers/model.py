@@ -14,8 +14,9 @@ from __future__ import annotations
 import re
 import statistics
 
-from labs.engine.gpu import (PCIE_CODE, PCIE_GTPS, PCIE_MAX_PAYLOAD_BYTES, PCIE_PACKET_OVERHEAD_BYTES,  # noqa: F401
-                             MiB, Target, link_for, links_for, pcie_gbps, pcie_packet_efficiency, reported_link)
+from labs.engine.gpu import MiB, Target
+from labs.engine.links import (PCIE_CODE, PCIE_GTPS, PCIE_MAX_PAYLOAD_BYTES, PCIE_PACKET_OVERHEAD_BYTES,  # noqa: F401
+                               link_for, links_for, pcie_gbps, pcie_packet_efficiency, reported_link)
 from labs.engine.results import recorded_rows  # noqa: F401  (the collectives, attention and inference labs use it)
 from labs.engine.params import ParamError, from_dict
 
