@@ -75,6 +75,8 @@ def cmd_run(args) -> int:
     worst = result.max_abs_error_pct()
     if worst is not None:
         print(f"largest |model error|: {worst:.1f}%", file=sys.stderr)
+    if result.steadiness():
+        print(result.steadiness(), file=sys.stderr)
     return 0
 
 

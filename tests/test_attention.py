@@ -575,9 +575,11 @@ def test_default_run_checks_every_configuration_it_times(key):
 
 
 @pytest.mark.parametrize("key", ["nvidia-h100-80gb-hbm3", "nvidia-h200"])
-def test_timing_the_default_run_costs_under_20_seconds_of_calls(key):
-    """The timer's rules against the recorded call times: 31 s with the old rules (2 warm calls, do_bench with
-    10 ms of warm-up and 50 ms of timing for every point), ~15 s now; compiles, checks and plans come on top."""
+def test_timing_the_default_run_costs_under_25_seconds_of_calls(key):
+    """The timer's rules against the recorded call times: 31 s with the first rules (2 warm calls, do_bench with
+    10 ms of warm-up and 50 ms of timing for every point), ~15 s with 3 long calls a point, 21-23 s with the
+    engine's timing rule (5 independent repeats behind every point, their spread kept); compiles, checks and plans
+    come on top."""
     recording = _recording(key)
     flush_ms = Me.FLUSH_BYTES / (recording["meta"]["ceilings"]["copy_tbps"] * 1e12) * 1e3
     total_ms, long_points = 0.0, 0
@@ -589,13 +591,13 @@ def test_timing_the_default_run_costs_under_20_seconds_of_calls(key):
         total_ms += ms
         long_points += row["measured_ms"] >= Me.LONG_CALL_MS
     assert long_points >= 30  # the sweep's long end is where the calls were spent
-    assert total_ms < 20_000, f"{total_ms / 1e3:.1f} s"
+    assert total_ms < 25_000, f"{total_ms / 1e3:.1f} s"
 
 
 def test_timer_cost_hand_numbers():
-    assert Me.timer_cost(100.0, 0.1) == (4, pytest.approx(100 + 3 * 100.1))  # warm call, then a median of 3
-    calls, ms = Me.timer_cost(0.9, 0.1)  # do_bench: 5 estimates, 5 warm-up calls, 25 timed calls
-    assert calls == 2 + 1 + 5 + 5 + 25 and ms == pytest.approx(2 * 0.9 + 0.1 + 0.9 + 5 * 1.0 + 5 * 0.9 + 25 * 1.0)
+    assert Me.timer_cost(100.0, 0.1) == (6, pytest.approx(100 + 5 * 100.1))  # warm call, then a median of 5
+    calls, ms = Me.timer_cost(0.9, 0.1)  # 5 do_bench repeats: 1 + 5 estimates each, 5 + 4 x 1 warm-up, 5 x 5 timed
+    assert calls == 2 + 5 * 6 + 9 + 25 and ms == pytest.approx(2 * 0.9 + 0.1 + 5 * (0.9 + 5 * 1.0) + 9 * 0.9 + 25 * 1.0)
     assert Me.timer_cost(0.1, 0.1, host_ms=0.5)[1] > Me.timer_cost(0.1, 0.1)[1]  # a CPU-bound call costs its CPU
 
 

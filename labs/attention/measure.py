@@ -176,7 +176,7 @@ def _runner(fn, mode: str, q, k, v, do):
 # flushed before each call) with SHORT_WARMUP_MS of warm-up and SHORT_REP_MS of timed calls: 25 samples or more
 # of any call under a millisecond.
 LONG_CALL_MS = 5.0
-LONG_CALL_REPS = 3
+LONG_CALL_REPS = timing.REPEATS  # the timing rule's repeats: their spread is kept with the point
 SHORT_WARMUP_MS, SHORT_REP_MS = 5, 25
 FLUSH_BYTES = 256 * 2**20  # what do_bench writes to empty the L2 (TIMER_BYTES accounts for it)
 
@@ -186,10 +186,14 @@ def timer_cost(call_ms: float, flush_ms: float, host_ms: float = 0.0) -> tuple[i
     host_ms on the CPU, and an L2 flush of flush_ms: a bound on a run's time that needs no GPU."""
     if call_ms >= LONG_CALL_MS:
         return 1 + LONG_CALL_REPS, call_ms + LONG_CALL_REPS * (call_ms + flush_ms)
-    step = call_ms + flush_ms  # do_bench: one call, 5 to estimate, then the warm-up and the timed calls
-    warm, rep = max(1, int(SHORT_WARMUP_MS / step)), max(1, int(SHORT_REP_MS / step))
-    calls = 2 + 1 + 5 + warm + rep
-    return calls, 2 * call_ms + flush_ms + call_ms + 5 * step + warm * max(call_ms, host_ms) + rep * max(step, host_ms)
+    step = call_ms + flush_ms
+    # timing.time_ms: REPEATS do_bench calls, each one call and 5 to estimate, then its warm-up (the first
+    # SHORT_WARMUP_MS, the later ones 1 ms) and its share of SHORT_REP_MS (at least 5 ms) of timed calls
+    warm = max(1, int(SHORT_WARMUP_MS / step)) + (timing.REPEATS - 1) * max(1, int(1 / step))
+    rep = timing.REPEATS * max(1, int(max(SHORT_REP_MS / timing.REPEATS, 5) / step))
+    calls = 2 + timing.REPEATS * (1 + 5) + warm + rep
+    return calls, (2 * call_ms + flush_ms + timing.REPEATS * (call_ms + 5 * step) + warm * max(call_ms, host_ms)
+                   + rep * max(step, host_ms))
 
 
 def _flush_l2() -> None:
@@ -237,6 +241,7 @@ def _time_point(run, with_host: bool = False):
             return (peak, *timing.time_with_host_ms(run, warmup_ms=SHORT_WARMUP_MS, rep_ms=SHORT_REP_MS))
         if first_ms >= LONG_CALL_MS:
             times = sorted([first_ms] + [_event_ms(run) for _ in range(LONG_CALL_REPS - 1)])
+            timing.record_samples(times)  # each long call is one independent repeat
             return peak, times[len(times) // 2], None
         return peak, timing.time_ms(run, warmup_ms=SHORT_WARMUP_MS, rep_ms=SHORT_REP_MS), None
     except torch.cuda.OutOfMemoryError:

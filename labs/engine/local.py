@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from typing import Callable, Optional
 
 from labs.engine import gpu as gpu_mod
+from labs.engine import timing
 from labs.engine.lab import Lab, Progress, noop_progress
 from labs.engine.params import to_dict
 from labs.engine.results import Result, merge_rows, run_metadata
@@ -129,8 +130,12 @@ def _measure_rows(lab: Lab, params, target, progress: Progress, time_limit_s: fl
         progress(fraction, message)
 
     try:
-        for row in lab.measure(params, target, guarded):
-            (notes if isinstance(row, str) else rows).append(row)
+        with timing.collecting() as timed:  # what each row's measurement timed gives the row its spread
+            for row in lab.measure(params, target, guarded):
+                if isinstance(row, str):
+                    notes.append(row)
+                else:
+                    rows.append(timing.row_spread(row, timed.take()))
     except RunTimedOut:
         return rows, notes + [f"The run passed its time limit of {time_limit_s:.0f} s after {len(rows)} measured points; "
                       "what was measured is kept. Try fewer or smaller points."], False

@@ -68,6 +68,24 @@ class Result:
         return {"schema": SCHEMA_VERSION, "lab": self.lab, "params": self.params, "rows": self.rows,
                 "meta": self.meta, "messages": self.messages, "complete": self.complete}
 
+    def unsteady_rows(self) -> list:
+        """Measured points whose repeats stayed further apart than the timing rule allows, after re-measuring."""
+        return [r for r in self.rows if r.get("unsteady")]
+
+    def steadiness(self) -> str:
+        """One sentence on the spread of the measured points ('' when nothing was timed)."""
+        timed = [r for r in self.rows if r.get("spread_pct") is not None]
+        if not timed:
+            return ""
+        unsteady = self.unsteady_rows()
+        widest = max(r["spread_pct"] for r in timed)
+        text = (f"{len(timed)} timed points, each the median of at least {min(r['repeats'] for r in timed)} repeats; "
+                f"widest spread (p10 to p90) {widest:.1f} % of the median.")
+        if unsteady:
+            text += (f" {len(unsteady)} stayed unsteady after re-measuring (spread over the rule's limit): treat "
+                     f"their error with care.")
+        return text
+
     def to_json(self) -> str:
         return json.dumps(_finite(self.to_dict()), indent=1) + "\n"
 

@@ -1,15 +1,24 @@
-"""Timing and correctness helpers shared by every lab.
+"""Timing and correctness helpers shared by every lab: the one timing rule.
 
-One timing function (`time_ms`, the median of `triton.testing.do_bench`, which flushes the L2
-between runs), one for launch-bound work (`graph_time_ms`, CUDA-graph replays), rate helpers,
-and the float64 correctness check every kernel passes before it is timed.
+The rule: every timed point is the median of REPEATS independent timings (each one a do_bench median over its
+own calls, the L2 flushed before each call); their spread (p10 to p90, in % of the median) is kept with the
+point. A point whose spread is wider than STEADY_PCT is measured again, a whole new set of repeats, at most
+MAX_ROUNDS times; one that stays unsteady keeps its steadiest set and is flagged `unsteady`, never averaged
+in silently. `time_ms` applies it to kernels, `graph_time_ms` to CUDA-graph replays (launch-bound work),
+`time_step` to steps whose CPU time matters too, `per_call_us` to back-to-back calls; timers of host-side
+work (copies between host and GPU) hand their samples to `record_samples`. Whatever a lab's measurement
+timed for one row is attached to that row by the runner (`repeats`, `spread_pct`, `unsteady`).
+
+Also here: rate helpers and the float64 correctness check every kernel passes before it is timed.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import statistics
 import time
+from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 import torch
@@ -72,11 +81,126 @@ def check_close(out: torch.Tensor, ref: torch.Tensor, dtype: str, what: str, tol
     return err
 
 
+REPEATS = 5  # independent timings behind every point
+STEADY_PCT = 10.0  # a point whose p10-p90 spread is wider than this (% of its median) is measured again
+MAX_ROUNDS = 3  # rounds of REPEATS at most; a point still unsteady after them is flagged
+
+
+def spread_pct(samples: list) -> float:
+    """(p90 - p10) / median of the samples, in % (linear interpolation between the sorted samples)."""
+    ordered = sorted(samples)
+    if len(ordered) < 2:
+        return 0.0
+
+    def quantile(q):
+        pos = q * (len(ordered) - 1)
+        lo = int(pos)
+        hi = min(lo + 1, len(ordered) - 1)
+        return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+    middle = statistics.median(ordered)
+    return 100.0 * (quantile(0.9) - quantile(0.1)) / middle if middle > 0 else 0.0
+
+
+@dataclass
+class Timing:
+    """One timed point: the independent timings behind it and what the rule made of them."""
+
+    samples_ms: list
+    rounds: int = 1  # rounds of repeats it took (more than one: it was measured again)
+    payloads: list = field(default_factory=list)  # what each repeat measured beside its time (time_step: CPU times)
+
+    @property
+    def median_ms(self) -> float:
+        return float(statistics.median(self.samples_ms))
+
+    @property
+    def repeats(self) -> int:
+        return len(self.samples_ms)
+
+    @property
+    def spread_pct(self) -> float:
+        return spread_pct(self.samples_ms)
+
+    @property
+    def steady(self) -> bool:
+        return self.spread_pct <= STEADY_PCT
+
+
+@dataclass
+class _Collector:
+    timings: list = field(default_factory=list)
+
+    def take(self) -> list:
+        taken, self.timings = self.timings, []
+        return taken
+
+
+_COLLECTOR: contextvars.ContextVar = contextvars.ContextVar("roofline_timings", default=None)
+
+
+@contextlib.contextmanager
+def collecting():
+    """Collect every Timing made inside the block (the runner takes them row by row)."""
+    collector = _Collector()
+    token = _COLLECTOR.set(collector)
+    try:
+        yield collector
+    finally:
+        _COLLECTOR.reset(token)
+
+
+def record(timing: Timing) -> Timing:
+    collector = _COLLECTOR.get()
+    if collector is not None:
+        collector.timings.append(timing)
+    return timing
+
+
+def record_samples(samples_ms: list) -> Timing:
+    """For a timer of its own (host copies, a torchrun worker): hand its independent samples to the rule's record."""
+    return record(Timing(list(samples_ms)))
+
+
+def repeated(once: Callable[[], object], repeats: int = REPEATS) -> Timing:
+    """The rule: `once()` gives one independent timing (ms, or (ms, what else it measured)); REPEATS of them,
+    measured again while unsteady. The steadiest set is kept (with what else was measured, as `.payloads`)."""
+    best = None
+    for rounds in range(1, MAX_ROUNDS + 1):
+        results = [once() for _ in range(repeats)]
+        pairs = [r if isinstance(r, tuple) else (r, None) for r in results]
+        timing = Timing([float(ms) for ms, _ in pairs], rounds)
+        timing.payloads = [extra for _, extra in pairs]
+        if best is None or timing.spread_pct < best.spread_pct:
+            best = timing
+        if timing.steady:
+            break
+    best.rounds = rounds
+    return record(best)
+
+
+def row_spread(row: dict, timings: list) -> dict:
+    """The row with the spread of what was timed for it: the fewest repeats, the widest spread, any unsteady."""
+    if not timings or "spread_pct" in row:
+        return row
+    return {**row, "repeats": min(t.repeats for t in timings),
+            "spread_pct": round(max(t.spread_pct for t in timings), 2),
+            "unsteady": any(not t.steady for t in timings)}
+
+
 def time_ms(fn: Callable[[], object], warmup_ms: float = 25, rep_ms: float = 100) -> float:
-    """Median time of one call of `fn`, in ms (triton's do_bench: warm-up, L2 flush, CUDA events)."""
+    """Median time of one call of `fn`, in ms, by the rule: REPEATS do_bench medians (warm-up once, L2 flushed
+    before every call, CUDA events around it), each over rep_ms / REPEATS of calls."""
     import triton.testing
 
-    return float(triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median"))
+    warm = [warmup_ms]
+
+    def once() -> float:
+        ms = triton.testing.do_bench(fn, warmup=warm[0], rep=max(rep_ms / REPEATS, 5), return_mode="median")
+        warm[0] = 1  # warm after the first repeat: the later ones only re-estimate
+        return float(ms)
+
+    return repeated(once).median_ms
 
 
 FLUSH_BYTES = 512 * 2**20  # larger than any L2 so far
@@ -102,17 +226,20 @@ def time_ms_clean_l2(fn, warmup_ms: float = 25, rep_ms: float = 60) -> float:
     estimate = start.elapsed_time(end) / 5
     for _ in range(max(1, int(warmup_ms / estimate))):
         fn()
-    n = min(2000, max(5, int(rep_ms / estimate)))
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
-    for i in range(n):
-        flush.sum()
-        starts[i].record()
-        fn()
-        ends[i].record()
-    torch.cuda.synchronize()
-    times = sorted(s.elapsed_time(e) for s, e in zip(starts, ends))
-    return float(times[len(times) // 2])
+    n = min(2000 // REPEATS, max(1, int(rep_ms / REPEATS / estimate)))  # calls per repeat
+
+    def once() -> float:  # one repeat: the median of n calls, each after the read that empties the L2
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+        for i in range(n):
+            flush.sum()
+            starts[i].record()
+            fn()
+            ends[i].record()
+        torch.cuda.synchronize()
+        return float(statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends)))
+
+    return repeated(once).median_ms
 
 
 FLUSH_WRITE_BYTES = 256 * 2**20  # what triton's do_bench (time_ms) writes to empty the L2 before each call
@@ -164,31 +291,39 @@ def time_step(step, warmup_ms: float = 25, rep_ms: float = 100, max_reps: int = 
     estimate = max(start.elapsed_time(end) / 5, 1e-3)
     for _ in range(max(1, int(warmup_ms / estimate))):
         step(idle)
-    n = max(5, min(max_reps, int(rep_ms / estimate)))
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
-    host, marks = [], []
-    for i in range(n):
-        stamps = []
-        flush.zero_()
-        if wait_for_flush:
-            torch.cuda.synchronize()  # the GPU is idle when the clock starts: no head start for the CPU
-            t0 = time.perf_counter()  # before the start event: the CPU's window covers the events'
-            starts[i].record()
-        else:
-            starts[i].record()
-            t0 = time.perf_counter()
-        step(lambda: stamps.append(time.perf_counter()))
-        if not wait_for_flush:
-            host.append(time.perf_counter() - t0)
-        ends[i].record()
-        if wait_for_flush:
-            host.append(time.perf_counter() - t0)
-        marks.append([t - t0 for t in stamps])
-    torch.cuda.synchronize()
-    gpu_ms = statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
-    per_mark = [statistics.median(m[j] for m in marks) * 1e3 for j in range(min(len(m) for m in marks))]
-    return {"gpu_ms": float(gpu_ms), "host_ms": statistics.median(host) * 1e3, "marks_ms": per_mark}
+    n = max(1, min(max_reps // REPEATS, int(rep_ms / REPEATS / estimate)))  # calls per repeat
+
+    def once():  # one repeat: n calls, the GPU's and the CPU's medians over them
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+        host, marks = [], []
+        for i in range(n):
+            stamps = []
+            flush.zero_()
+            if wait_for_flush:
+                torch.cuda.synchronize()  # the GPU is idle when the clock starts: no head start for the CPU
+                t0 = time.perf_counter()  # before the start event: the CPU's window covers the events'
+                starts[i].record()
+            else:
+                starts[i].record()
+                t0 = time.perf_counter()
+            step(lambda: stamps.append(time.perf_counter()))
+            if not wait_for_flush:
+                host.append(time.perf_counter() - t0)
+            ends[i].record()
+            if wait_for_flush:
+                host.append(time.perf_counter() - t0)
+            marks.append([t - t0 for t in stamps])
+        torch.cuda.synchronize()
+        gpu_ms = statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+        per_mark = [statistics.median(m[j] for m in marks) * 1e3 for j in range(min(len(m) for m in marks))]
+        return float(gpu_ms), (statistics.median(host) * 1e3, per_mark)
+
+    timing = repeated(once)
+    host_ms = statistics.median(host for host, _ in timing.payloads)
+    marks = [marks for _, marks in timing.payloads]
+    per_mark = [statistics.median(m[j] for m in marks) for j in range(min(len(m) for m in marks))]
+    return {"gpu_ms": timing.median_ms, "host_ms": host_ms, "marks_ms": per_mark}
 
 
 def graph_time_ms(fn: Callable[[], object], timer: Callable = time_ms) -> float:
@@ -256,4 +391,5 @@ def per_call_us(fn, budget_ms: float = 20.0, batches: int = 5, warmup_ms: float 
             fn()
         sync()
         samples.append((time.perf_counter() - t0) / reps)
+    record_samples([t * 1e3 for t in samples])  # the batches are this timer's independent repeats
     return statistics.median(samples) * 1e6
