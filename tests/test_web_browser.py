@@ -28,18 +28,19 @@ HOST = "evil.example"
 LINK = f"[Session expired: log in here](https://{HOST}/login)"
 IMAGE = f"![t](http://{HOST}/x.png)"
 HTML = f"<img src=http://{HOST}/y.png>"
-ALL = f"{LINK} {IMAGE} {HTML} www.{HOST} <https://{HOST}/a>"
+ALL = f":material/home: $x^2$ me@{HOST} {LINK} {IMAGE} {HTML} www.{HOST} <https://{HOST}/a>"
 NINES = "9" * 400
 HOSTILE_LINKS = {
     "glossary": f"glossary?term={quote(LINK)}",
     "glossary-image": f"glossary?term={quote(IMAGE)}",
+    "glossary-all": f"glossary?term={quote(ALL)}",
     "workbench": f"workbench?exercise={quote(ALL)}",
     "roofline": f"roofline?size_mib={quote(NINES)}&dtypes={quote(ALL)}&flops_per_element={quote(IMAGE)}"
                 f"&mode={quote(IMAGE)}&predict={quote(LINK)}",
     "transfers": f"transfers?{'&'.join(f'{k}={quote(v)}' for k, v in (('size_mib', NINES), ('mode', ALL)))}",
     "home": f"?mode={quote(ALL)}&predict=NaN",
 }
-TITLES = {"glossary": "Glossary", "glossary-image": "Glossary", "workbench": "Kernel workbench", "roofline": "Roofline",
+TITLES = {"glossary": "Glossary", "glossary-image": "Glossary", "glossary-all": "Glossary", "workbench": "Kernel workbench", "roofline": "Roofline",
           "transfers": "Host transfers", "home": "Roofline"}
 MiB = 1024 * 1024
 # The workbench's code editor (the streamlit-code-editor component) loads its font from Google on every visit,
@@ -97,8 +98,13 @@ def test_a_hostile_link_requests_nothing_from_another_host(served, browser, name
     assert not elsewhere, elsewhere
     assert not markup_to_the_host(page), markup_to_the_host(page)
     assert page.locator("[data-testid='stException']").count() == 0
+    # in the alerts that quote the link: text only (no icon, no formula, no mail link, no element at all)
+    quoting = page.eval_on_selector_all("[data-testid='stAlert']", f"""els => els
+        .filter(e => e.innerText.includes('{HOST.split(".")[0]}')).map(e => e.querySelector('p').innerHTML)""")
+    assert not [html for html in quoting if "<" in html], quoting
     if name.startswith("glossary"):
-        assert page.get_by_text("Session expired" if name == "glossary" else "![t]", exact=False).count() > 0  # as text
+        shown = {"glossary": "Session expired", "glossary-image": "![t]", "glossary-all": "$x^2$ me"}[name]
+        assert page.get_by_text(shown, exact=False).count() > 0  # as text
     context.close()
 
 

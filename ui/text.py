@@ -51,9 +51,10 @@ def lesson(lab_name: str, numbers: dict) -> str:
 # '-', '+' and '=' open one only at the start of a line (lists, rules, headings)
 _ANYWHERE = re.compile(r"([\\`*_{}\[\]()!<>#|~$:@&.])")
 _AT_START = re.compile(r"^([-+=])")
-# GFM turns web and e-mail addresses into links after the escapes are resolved (https://..., www...., a@b.c):
-# an invisible word joiner (U+2060) inside each such address keeps it text
-_ADDRESS = re.compile(r"(?i)(:)(?=/)|(www)(?=\.)|(@)")
+# Some constructs are found in the text after the escapes are resolved: GFM's web and e-mail addresses
+# (https://..., www...., a@b.c) and Streamlit's :material/icons:. An invisible word joiner (U+2060) after
+# every ':' that is not followed by a space, after 'www' and after '@' keeps them text.
+_ADDRESS = re.compile(r"(?i)(:)(?=\S)|(www)(?=\.)|(@)")
 _JOINER = "\u2060"
 
 

@@ -180,6 +180,7 @@ def run_metadata(kind: str, info: Optional[GpuInfo], target=None) -> dict:
 # ------------------------------------------------------------------------------------------------
 MAX_UPLOAD_BYTES = 5_000_000  # also .streamlit/config.toml's server.maxUploadSize (in MB), which the server enforces
 MAX_UPLOAD_ROWS = 2_000  # per file; a recording has at most a few hundred
+MAX_UPLOAD_CELLS = 50_000  # values in all rows of a file (a recording: under 10,000); bounds the validation's time
 MAX_TEXT_CHARS = 4_000  # one text field (a PTX excerpt is the longest Roofline writes)
 MAX_NUMBER = 2.0 ** 63  # larger numbers are no measurement; they overflow float formatting on the pages
 MAX_DEPTH = 6  # nesting of objects and lists (a recording nests 5 deep)
@@ -210,7 +211,7 @@ UPLOAD_SCHEMA = {
         "params": {"type": "object", "maxProperties": 64, "propertyNames": _NAME,
                    "additionalProperties": {"anyOf": [_SCALAR, {"type": "array", "maxItems": 256, "items": _SCALAR}]}},
         "rows": {"type": "array", "maxItems": MAX_UPLOAD_ROWS, "items": {
-            "type": "object", "maxProperties": 128, "propertyNames": _NAME,
+            "type": "object", "maxProperties": 96, "propertyNames": _NAME,
             "patternProperties": {_UNIT_COLUMN: {"type": ["number", "null"]}}, "additionalProperties": _SCALAR}},
         "meta": {"type": "object", "maxProperties": 64, "propertyNames": _NAME, "properties": {
             "kind": {"enum": list(KINDS)},
@@ -267,6 +268,11 @@ def parse_untrusted(text: str, csv_format: bool) -> "Result":
                          f"{str(exc)[:120]}).") from None
     _require(isinstance(data, dict), "a result file holds one JSON object")
     _require(_depth(data) <= MAX_DEPTH + 2, f"it nests deeper than {MAX_DEPTH} levels")
+    rows = data.get("rows")
+    if isinstance(rows, list):
+        _require(len(rows) <= MAX_UPLOAD_ROWS, f"it has more than {MAX_UPLOAD_ROWS:,} rows")
+        cells = sum(len(r) if isinstance(r, dict) else 1 for r in rows)
+        _require(cells <= MAX_UPLOAD_CELLS, f"its rows hold {cells:,} values; at most {MAX_UPLOAD_CELLS:,}")
     error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(UPLOAD_SCHEMA).iter_errors(data))
     if error is not None:
         deepest = _deepest(error)
