@@ -1,10 +1,15 @@
 # Roofline on a CUDA machine:
 #   docker build -t roofline .
 #   docker run --gpus all -p 8501:8501 roofline
-# A GPU pool (README, "A class on a GPU pool"), the same image with another command:
-#   docker run --network host roofline python -m labs.engine.pool scheduler
-#   docker run --gpus all --network host roofline python -m labs.engine.pool worker tcp://SCHEDULER:8786
-#   docker run --network host -e ROOFLINE_CLUSTER=tcp://SCHEDULER:8786 roofline
+# A GPU pool (README, "A class on a GPU pool"), the same image with another command, TLS with certificates
+# made once by `bash scripts/pool_certs.sh ./pool-certs` (README, "Threat model: the web surface and the pool"):
+#   docker run -p 8786:8786 -v $PWD/pool-certs:/certs:ro -e ROOFLINE_POOL_CERTS=/certs roofline \
+#     python -m labs.engine.pool scheduler
+#   docker run --gpus all --network host -v $PWD/pool-certs:/certs:ro -e ROOFLINE_POOL_CERTS=/certs roofline \
+#     python -m labs.engine.pool worker tls://SCHEDULER:8786
+#   docker run -p 8501:8501 -v $PWD/pool-certs:/certs:ro -e ROOFLINE_POOL_CERTS=/certs \
+#     -e ROOFLINE_CLUSTER=tls://SCHEDULER:8786 roofline
+# Only the app's port is exposed: the scheduler's 8786 is published only where the pool is asked for (-p above).
 # The base image carries CUDA PyTorch, nvcc and gcc (Triton compiles with a C compiler at run time;
 # the CUDA C++ labs build with nvcc).
 FROM pytorch/pytorch:2.7.1-cuda12.8-cudnn9-devel
@@ -24,7 +29,7 @@ ENV HOME=/home/roofline \
     TRITON_CACHE_DIR=/home/roofline/.triton \
     STREAMLIT_BROWSER_GATHER_USAGE_STATS=false
 
-EXPOSE 8501 8786
+EXPOSE 8501
 HEALTHCHECK --interval=30s --timeout=5s --start-period=60s \
   CMD curl -fsS http://localhost:8501/_stcore/health || exit 1
 CMD ["streamlit", "run", "app.py", "--server.address=0.0.0.0", "--server.port=8501", "--server.headless=true"]

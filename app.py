@@ -9,7 +9,10 @@ from labs import all_labs
 
 HERE = Path(__file__).resolve().parent
 
-st.set_page_config(page_title="Roofline: GPUs for AI engineers", page_icon=":material/show_chart:", layout="wide")
+# the icon is served by the app itself: a :material/...: page icon is fetched from fonts.gstatic.com, so every
+# visit would tell another host who opened the app, and when
+st.set_page_config(page_title="Roofline: GPUs for AI engineers", page_icon=str(HERE / "content" / "favicon.png"),
+                   layout="wide")
 
 
 def page_if_present(path: str, **kwargs):

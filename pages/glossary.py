@@ -15,7 +15,7 @@ from plotly.subplots import make_subplots  # noqa: E402
 from streamlit.errors import StreamlitAPIException  # noqa: E402
 
 from labs import glossary  # noqa: E402
-from ui import classroom  # noqa: E402
+from ui import classroom, text  # noqa: E402
 
 G = glossary.load()
 ALL = "All sections"
@@ -153,7 +153,7 @@ with left:
 with right:
     entry = G.get(term) if term else None
     if term and entry is None:
-        st.warning(f"There is no entry named '{term}'. Search for it on the left.")
+        st.warning(f"There is no entry named '{text.plain(term, 80)}'. Search for it on the left.")
     if entry is not None:
         sect = glossary.SECTION_BY_SLUG[entry.section]
         st.header(entry.title)

@@ -15,7 +15,7 @@ from labs.engine import gpu as gpu_mod
 from labs.engine.results import list_recorded
 from labs.workbench import EXERCISES, get_exercise, sandbox, store
 from labs.workbench import verdict as verdict_mod
-from ui import charts, text
+from ui import charts, text, visitor
 from ui.lab_page import gpu_status_line
 
 try:  # a real code editor (Ace): Python highlighting, line numbers
@@ -32,14 +32,19 @@ st.markdown(gpu_status_line())
 names = [ex.name for ex in EXERCISES]
 asked = st.query_params.get("exercise", names[0])
 if asked not in names:
-    st.warning(f"There is no exercise {asked!r}; the exercises are: {', '.join(names)}.")
+    st.warning(f"There is no exercise '{text.plain(asked, 80)}'; the exercises are: {', '.join(names)}.")
     asked = names[0]
 chosen = st.selectbox("Exercise", names, index=names.index(asked), format_func=lambda n: get_exercise(n).title)
 ex = get_exercise(chosen)
 st.query_params["exercise"] = ex.name
-token = st.query_params.get("s")
-if not store.valid_token(token):
-    token = store.new_token()
+# the session's token is issued here, never taken from a link: a `?s=` this server did not issue to this
+# browser (someone else's, or a made-up one) would let the link's sender read what this visitor writes
+if "workbench.token" not in st.session_state:
+    linked, browser = st.query_params.get("s"), visitor.browser_id()
+    st.session_state["workbench.token"] = linked if store.owns(linked, browser) else store.issue(browser)
+    if linked and st.session_state["workbench.token"] != linked:
+        st.caption("This link's session was not started in this browser: your work is kept under a new one.")
+token = st.session_state["workbench.token"]
 st.query_params["s"] = token
 saved = store.load(token, ex.name)
 st.caption(f"Share this exercise: `?exercise={ex.name}`. Your code and last verdict stay with this page's "
@@ -144,7 +149,11 @@ def performance_chart(v: dict, rows: list) -> go.Figure:
 def show_verdict(v: dict) -> None:
     st.subheader("Verdict")
     status = v.get("status")
-    (st.success if status == "correct" else st.error)(v.get("message", ""))
+    # the message can carry what the learner's code printed: text, never Markdown; its extra lines as code
+    first, _, rest = str(v.get("message", "")).partition("\n")
+    (st.success if status == "correct" else st.error)(text.plain(first, 500))
+    if rest.strip():
+        st.code(rest, language=None)
     for note in v.get("notes", []):
         st.info(note)
     if v.get("checks"):

@@ -177,7 +177,7 @@ def drive(args) -> int:
     runner_log.unlink(missing_ok=True)
     env = {**os.environ, "ROOFLINE_RUNNER_LOG": str(runner_log), "ROOFLINE_RESULT_CACHE": str(out / f"cache-{tag}")}
     env.pop("ROOFLINE_CLUSTER", None)
-    procs = [start([sys.executable, "-m", "labs.engine.pool", "scheduler", "--port", str(port)], env, out / f"scheduler-{tag}.log")]
+    procs = [start([sys.executable, "-m", "labs.engine.pool", "scheduler", "--host", "127.0.0.1", "--port", str(port)], env, out / f"scheduler-{tag}.log")]
     try:
         which = (["--cpu-workers", str(args.workers)] if args.cpu
                  else ["--gpus", ",".join(str(i) for i in range(args.workers))])

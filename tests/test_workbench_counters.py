@@ -131,7 +131,7 @@ def test_page_shows_measured_bytes_beside_the_model():
                "sandbox": [], "checks": [], "points": rows, "notes": [], "status": "correct", "message": "Correct."}
     wb.attach_counted(rows[0], wb.counted_points(run, [point.label])[point.label], TRANSPOSE, target)
     verdict["counters"] = {"status": "measured", "message": "DRAM bytes read + written, measured by the GPU's counters"}
-    token = store.new_token()
+    token = store.issue()  # the page adopts only a token the server issued (to this browser: none in AppTest)
     store.save(token, "transpose", TRANSPOSE.starter(), verdict)
     at = AppTest.from_file(str(ROOT / "pages" / "workbench.py"), default_timeout=120)
     at.query_params["exercise"], at.query_params["s"] = "transpose", token

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import datetime as _dt
+import hashlib
 import json
 
 import streamlit as st
 
+from labs.engine import results
 from labs.engine.params import ParamError
-from labs.engine.results import Result
-
-MAX_UPLOAD_BYTES = 5_000_000
+from labs.engine.results import MAX_UPLOAD_BYTES, Result
+from ui import text
 
 
 # --- instructor mode ------------------------------------------------------------------------------
@@ -103,7 +106,7 @@ def _score(lab, guess, model_rows, revealed_rows, revealed_label) -> None:
     if predicted is not None:
         parts.append(f"model: **{_number(predicted)} {headline.unit}**")
     if measured is not None:
-        parts.append(f"measured ({revealed_label}): **{_number(measured)} {headline.unit}**")
+        parts.append(f"measured ({text.plain(revealed_label, 120)}): **{_number(measured)} {headline.unit}**")
     st.markdown(" · ".join(parts) if parts else "No answer yet.")
     if guess == "skipped":
         return
@@ -122,28 +125,67 @@ def _score(lab, guess, model_rows, revealed_rows, revealed_label) -> None:
 
 
 # --- compare with an uploaded result file ----------------------------------------------------------
+# The server refuses a file over server.maxUploadSize (.streamlit/config.toml) before it is in memory;
+# each file is parsed once (by its content's hash), and a session holds at most this many files and rows.
+MAX_SESSION_FILES = 8
+MAX_SESSION_ROWS = 8_000
+UPLOADS = "uploads.parsed"  # session state: {lab:sha256 of the file: its Result, or the message why not}
+
+
 def parse_upload(name: str, data: bytes, lab_name: str) -> Result:
     """A learner's result file, validated: JSON or CSV written by Roofline for this lab."""
     if len(data) > MAX_UPLOAD_BYTES:
-        raise ParamError(f"{name} is {len(data) / 1e6:.1f} MB; result files are at most {MAX_UPLOAD_BYTES / 1e6:.0f} MB.")
+        raise ParamError(f"This file is {len(data) / 1e6:.1f} MB; result files are at most "
+                         f"{MAX_UPLOAD_BYTES / 1e6:.0f} MB.")
     try:
-        text = data.decode("utf-8")
+        body = data.decode("utf-8")
     except UnicodeDecodeError:
-        raise ParamError(f"{name} is not a text file; upload the JSON or CSV that Roofline wrote.") from None
-    result = Result.from_csv(text) if name.lower().endswith(".csv") else Result.from_json(text)
+        raise ParamError("This is not a text file; upload the JSON or CSV that Roofline wrote.") from None
+    result = results.parse_untrusted(body, csv_format=name.lower().endswith(".csv"))
     if result.lab != lab_name:
-        raise ParamError(f"{name} is a result of the '{result.lab}' lab, not of '{lab_name}'.")
-    result.meta["uploaded_as"] = name
+        raise ParamError(f"This is a result of the '{result.lab}' lab, not of '{lab_name}'.")
+    result.meta["uploaded_as"] = name[:80]
     return result
+
+
+def _parsed(name: str, data: bytes, lab_name: str):
+    """parse_upload once per file content and lab for this session; later reruns reuse the answer."""
+    cache = st.session_state.setdefault(UPLOADS, {})
+    key = f"{lab_name}:{hashlib.sha256(data).hexdigest()}"
+    if key not in cache:
+        try:
+            cache[key] = parse_upload(name, data, lab_name)
+        except ParamError as exc:
+            cache[key] = str(exc)
+    return key, cache[key]
 
 
 def uploads(lab_name: str) -> list:
     files = st.file_uploader("Compare with result files (JSON or CSV from Roofline's download buttons or CLI)",
-                             type=["json", "csv"], accept_multiple_files=True, key=f"upload:{lab_name}")
+                             type=["json", "csv"], accept_multiple_files=True, key=f"upload:{lab_name}",
+                             max_upload_size=max(1, MAX_UPLOAD_BYTES // 1_000_000))
+    held = st.session_state.setdefault("uploads.held", {})  # lab -> the cache keys of the files its uploader holds
+    held[lab_name] = []
+    cache = st.session_state.setdefault(UPLOADS, {})
     found = []
     for f in files or []:
-        try:
-            found.append(parse_upload(f.name, f.getvalue(), lab_name))
-        except ParamError as exc:
-            st.error(str(exc))
+        if sum(len(keys) for keys in held.values()) >= MAX_SESSION_FILES:
+            st.error(f"{text.plain(f.name, 80)}: not read; one session compares at most {MAX_SESSION_FILES} files "
+                     "(remove some to add others).")
+            continue
+        key, parsed = _parsed(f.name, f.getvalue(), lab_name)
+        if isinstance(parsed, Result):
+            rows = sum(len(cache[k].rows) for keys in held.values() for k in keys if isinstance(cache.get(k), Result))
+            if rows + len(parsed.rows) > MAX_SESSION_ROWS:  # refused once, for as long as the file is held
+                parsed = cache[key] = (f"Not read: one session compares at most {MAX_SESSION_ROWS:,} rows (remove "
+                                       "some files, then upload this one again).")
+        held[lab_name].append(key)
+        if isinstance(parsed, str):
+            st.error(f"{text.plain(f.name, 80)}: {text.plain(parsed, 300)}")
+            continue
+        # a copy: what a page does to it (sorting, a column added) must not reach the next rerun's
+        found.append(dataclasses.replace(parsed, rows=[dict(r) for r in parsed.rows], meta=copy.deepcopy(parsed.meta)))
+    keep = {k for keys in held.values() for k in keys}
+    for key in [k for k in cache if k not in keep]:  # files no uploader holds any more
+        del cache[key]
     return found

@@ -84,8 +84,8 @@ def _initial_values(lab: Lab) -> dict:
     if from_url:
         try:
             values.update(dataclasses.asdict(params_mod.from_strings(lab.Params, from_url)))
-        except params_mod.ParamError as exc:
-            st.warning(f"Ignoring the link's parameters: {exc}")
+        except (params_mod.ParamError, ArithmeticError, ValueError, TypeError) as exc:  # no link takes the page down
+            st.warning(f"Ignoring the link's parameters: {text.plain(exc, 300)}")
     return values
 
 
@@ -160,8 +160,8 @@ class LabPage:
         self.refusal = ""
         try:
             params = params_mod.from_strings(self.lab.Params, values)
-        except params_mod.ParamError as exc:
-            st.error(str(exc))
+        except (params_mod.ParamError, ArithmeticError, ValueError, TypeError) as exc:
+            st.error(text.plain(exc, 300))
             return None
         if self.lab.check and self.target.live:
             try:
@@ -182,8 +182,8 @@ class LabPage:
         params_dict = params_mod.to_dict(params)
         try:
             model = runner.model(self.lab, params, self.target)
-        except params_mod.ParamError as exc:  # e.g. a dtype the chosen GPU has no rate for: the rest still serves
-            st.error(f"The model cannot describe these parameters on the {self.target.name}: {exc}")
+        except (params_mod.ParamError, ArithmeticError) as exc:  # e.g. a dtype the chosen GPU has no rate for
+            st.error(f"The model cannot describe these parameters on the {self.target.name}: {text.plain(exc, 300)}")
             model = Result(self.lab.name, params_dict, [], runner.run_metadata("model", None, self.target))
         panel = st.container()
         self.waiting_for_prediction = classroom.must_predict_first(self.lab, params_dict)
@@ -311,7 +311,8 @@ def model_scores(recorded: list) -> str:
     for r in recorded:
         s = score([row.get("error_pct") for row in r.rows])
         if s["points"]:
-            parts.append(f"{r.meta.get('gpu', {}).get('name', '?')} {s['within_15_pct']:.0f} % of {s['points']} points")
+            parts.append(f"{text.plain(r.meta.get('gpu', {}).get('name', '?'), 80)} {s['within_15_pct']:.0f} % of "
+                         f"{s['points']} points")
     return f"Within 15 % of the model: {'; '.join(parts)} ([model scorecard](scorecard))." if parts else ""
 
 
@@ -319,6 +320,7 @@ def recorded_caption(results: list) -> str:
     parts = []
     for r in results:
         v = r.meta.get("versions", {})
-        parts.append(f"{r.label} (torch {v.get('torch')}, triton {v.get('triton')}, commit {r.meta.get('git_commit') or 'not recorded'})")
+        parts.append(text.plain(f"{r.label} (torch {v.get('torch')}, triton {v.get('triton')}, commit "
+                                f"{r.meta.get('git_commit') or 'not recorded'})", 300))
     return "Recorded: " + "; ".join(parts) if parts else ""
 

@@ -43,3 +43,40 @@ def split_sections(text: str) -> dict:
 
 def lesson(lab_name: str, numbers: dict) -> str:
     return link_terms(fill(read(f"labs/{lab_name}.md"), numbers))
+
+
+# --- visitor-controlled text ------------------------------------------------------------------------
+# the marks that can open a Markdown construct anywhere in a line (links, images, emphasis, code, HTML,
+# entities, tables, strikethrough, Streamlit's :directives: and $math$, autolinked www. / e-mail / URLs);
+# '-', '+' and '=' open one only at the start of a line (lists, rules, headings)
+_ANYWHERE = re.compile(r"([\\`*_{}\[\]()!<>#|~$:@&.])")
+_AT_START = re.compile(r"^([-+=])")
+# Some constructs are found in the text after the escapes are resolved: GFM's web and e-mail addresses
+# (https://..., www...., a@b.c) and Streamlit's :material/icons:. An invisible word joiner (U+2060) after
+# every ':' that is not followed by a space, after 'www' and after '@' keeps them text.
+_ADDRESS = re.compile(r"(?i)(:)(?=\S)|(www)(?=\.)|(@)")
+_JOINER = "\u2060"
+
+
+def plain(value, limit: int = 200) -> str:
+    """Any value a visitor controls (a query parameter, a field of an uploaded file, a name, a line the
+    learner's code printed) as text for a Markdown context: st.markdown, st.caption, st.warning, st.error.
+
+    Markdown (and Streamlit's additions to it: :red[colour], :material/icons:, $LaTeX$, autolinked
+    https://... and www. addresses) would turn `[log in](https://evil.example)` into a link and
+    `![x](http://host/x.png)` into a request the visitor's browser makes. Here every ASCII punctuation mark
+    that can open a construct is backslash-escaped (Markdown shows it as the mark itself); line breaks and
+    control characters become spaces (no headings, lists or tables); the text is cut to `limit` characters.
+    """
+    if isinstance(value, str):
+        s = value
+    else:
+        try:
+            s = str(value)
+        except ValueError:  # an int of more than 4300 digits
+            s = "(a number too large to show)"
+    s = " ".join("".join(ch if ch.isprintable() else " " for ch in s[:limit * 4]).split())
+    if len(s) > limit:
+        s = s[:limit - 1] + "…"
+    s = _ADDRESS.sub(lambda m: m.group(0) + _JOINER, s)
+    return _AT_START.sub(r"\\\1", _ANYWHERE.sub(r"\\\1", s))

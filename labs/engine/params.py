@@ -15,8 +15,12 @@ whose message says what is allowed.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import field
 from typing import Any, Optional
+
+
+MAX_TEXT = 1000  # characters of one parameter's text (a list of sizes included)
 
 
 class ParamError(ValueError):
@@ -67,16 +71,28 @@ def _fmt(x) -> str:
     return f"{x:g}" if isinstance(x, float) else str(x)
 
 
+def _show(value) -> str:
+    """A value for a message, whatever it is: 400 nines, inf and 10 kB of text included."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10 ** 15:
+        return f"a {len(str(abs(value))) if value.bit_length() < 14_000 else 'many'}-digit number"
+    if isinstance(value, float):
+        return f"{value:g}"
+    text = repr(value) if isinstance(value, str) else str(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def _check_value(name: str, value, m: dict, unit: str) -> None:
     if isinstance(value, bool):
         return
     if isinstance(value, (int, float)):
         lo, hi = m.get("min"), m.get("max")
-        if (lo is not None and value < lo) or (hi is not None and value > hi) or value != value:
-            raise ParamError(f"{name} = {value:g}{unit} is out of range: allowed {_fmt(lo)} to {_fmt(hi)}{unit}.")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ParamError(f"{name} = {_show(value)} is out of range: not a finite number.")
+        if (lo is not None and value < lo) or (hi is not None and value > hi):
+            raise ParamError(f"{name} = {_show(value)}{unit} is out of range: allowed {_fmt(lo)} to {_fmt(hi)}{unit}.")
     choices = m.get("choices")
     if choices and value not in choices:
-        raise ParamError(f"{name} = {value!r} is not allowed; choose from {', '.join(map(str, choices))}.")
+        raise ParamError(f"{name} = {_show(value)} is not allowed; choose from {', '.join(map(str, choices))}.")
 
 
 def validate(params) -> Any:
@@ -91,13 +107,15 @@ def validate(params) -> Any:
                 _check_value(f.name, item, m, unit)
         else:
             if type(value) is not type(f.default) and not (isinstance(f.default, float) and isinstance(value, int)):
-                raise ParamError(f"{f.name} must be a {type(f.default).__name__}, not {value!r}.")
+                raise ParamError(f"{f.name} must be a {type(f.default).__name__}, not {_show(value)}.")
             _check_value(f.name, value, m, unit)
     return params
 
 
 def _convert(text: str, like, name: str):
     text = text.strip()
+    if len(text) > MAX_TEXT:  # no parameter needs this much; int() of 5000 digits alone takes a while
+        raise ParamError(f"{name} is {len(text):,} characters long; no parameter needs more than {MAX_TEXT}.")
     try:
         if isinstance(like, bool):
             if text.lower() in ("1", "true", "yes", "on"):
@@ -109,8 +127,8 @@ def _convert(text: str, like, name: str):
             return int(float(text)) if float(text).is_integer() else int(text)
         if isinstance(like, float):
             return float(_fraction(text))
-    except ValueError:
-        raise ParamError(f"{name} = {text!r} is not a {type(like).__name__}.") from None
+    except (ValueError, ZeroDivisionError, OverflowError):  # "abc", "1/0", "1e999" for an int
+        raise ParamError(f"{name} = {_show(text)} is not a {type(like).__name__}.") from None
     return text
 
 
@@ -128,7 +146,7 @@ def from_strings(params_cls, values: dict) -> Any:
     kwargs = {}
     for name, text in values.items():
         if name not in fields:
-            raise ParamError(f"unknown parameter {name!r}; allowed: {', '.join(fields)}.")
+            raise ParamError(f"unknown parameter {_show(name)}; allowed: {', '.join(fields)}.")
         default = fields[name].default
         if isinstance(default, tuple):
             like = default[0] if default else ""

@@ -1,8 +1,17 @@
 """A class on a GPU pool: lab runs served by Dask distributed workers, one worker per GPU.
 
+    bash scripts/pool_certs.sh                                        the pool's TLS certificates (once)
     python -m labs.engine.pool scheduler [--port 8786]               the pool's scheduler (one per class)
-    python -m labs.engine.pool worker tcp://HOST:8786 [--gpus 0,1]   one worker per GPU of this machine
-    ROOFLINE_CLUSTER=tcp://HOST:8786 ./roofline app            app processes send their runs to the pool
+    python -m labs.engine.pool worker tls://HOST:8786 [--gpus 0,1]   one worker per GPU of this machine
+    ROOFLINE_CLUSTER=tls://HOST:8786 ./roofline app            app processes send their runs to the pool
+
+Who may submit. A Dask scheduler runs whatever its clients send, on the GPU workers. So a scheduler that
+listens beyond this machine speaks TLS only (tls://), and Dask checks both ends of every connection
+against the pool's own certificate authority (distributed.Security): a client, worker or app without a
+certificate that CA signed cannot connect, let alone submit. The certificates live in the folder
+ROOFLINE_POOL_CERTS names (default ~/.roofline/pool-certs), made by scripts/pool_certs.sh (openssl).
+Plain tcp:// is for a pool on one machine (127.0.0.1); beyond it only with ROOFLINE_POOL_INSECURE=1 (or
+--insecure), for a private network where everyone who can reach the port may run code on the GPUs.
 
 How a run travels. The app process (runner.run, with ROOFLINE_CLUSTER set) looks the run up in the
 shared result cache (labs/cache.py); on a miss it submits `execute` to the scheduler under a key made
@@ -32,7 +41,9 @@ import sys
 import threading
 import time
 import uuid
+from pathlib import Path
 from typing import Callable, Optional
+from urllib.parse import urlsplit
 
 from labs.engine import cache
 from labs.engine import gpu as gpu_mod
@@ -52,12 +63,66 @@ PROGRESS_EVERY_S = 0.5  # a worker forwards at most one progress message per thi
 CONNECT_TIMEOUT_S = 10
 RETRY_UNREACHABLE_S = 15  # after a failed connection, say so at once for this long (pages render fast)
 DEFAULT_PORT = 8786
+DEFAULT_HOST = "0.0.0.0"  # every interface: beyond this machine, so TLS unless --host 127.0.0.1
+CERTS_ENV = "ROOFLINE_POOL_CERTS"  # the folder of ca.pem, pool.pem, pool-key.pem
+INSECURE_ENV = "ROOFLINE_POOL_INSECURE"  # "1": plain tcp:// beyond this machine (a private network)
+CA_FILE, CERT_FILE, KEY_FILE = "ca.pem", "pool.pem", "pool-key.pem"
 
 _client = None
 _client_address = ""
 _client_lock = threading.Lock()
 _unreachable = (0.0, "")  # (monotonic time until which we do not retry, the reason)
 _last_kinds: dict = {}  # the pool's kinds at the last look, for messages
+
+
+# ---------------------------------------------------------------------------------------------
+# Who may submit: TLS with the pool's certificates beyond this machine
+# ---------------------------------------------------------------------------------------------
+def certs_dir() -> Path:
+    return Path(os.environ.get(CERTS_ENV) or Path.home() / ".roofline" / "pool-certs").expanduser()
+
+
+def cert_files() -> tuple:
+    """(ca.pem, pool.pem, pool-key.pem) of this machine; a ParamError that says how to make them if any is missing."""
+    folder = certs_dir()
+    files = tuple(folder / name for name in (CA_FILE, CERT_FILE, KEY_FILE))
+    missing = [f.name for f in files if not f.is_file()]
+    if missing:
+        raise ParamError(f"The GPU pool speaks TLS beyond this machine and {folder} lacks {', '.join(missing)}. Make the "
+                         f"certificates once with `bash scripts/pool_certs.sh {folder}`, copy ca.pem, pool.pem and "
+                         f"pool-key.pem to every machine of the pool, and point {CERTS_ENV} at that folder.")
+    return tuple(str(f) for f in files)
+
+
+def security():
+    """distributed.Security for tls:// addresses: this machine's certificate, checked against the pool's CA
+    on both ends of every connection (client, scheduler, worker)."""
+    from distributed.security import Security
+
+    ca, cert, key = cert_files()
+    return Security(tls_ca_file=ca, tls_client_cert=cert, tls_client_key=key, tls_scheduler_cert=cert,
+                    tls_scheduler_key=key, tls_worker_cert=cert, tls_worker_key=key, require_encryption=True)
+
+
+def is_local(host: Optional[str]) -> bool:
+    """True for an address only this machine can reach."""
+    host = (host or "").strip("[]").lower()
+    return host == "localhost" or host.startswith("127.") or host == "::1"
+
+
+def security_for(address: str):
+    """The Security a connection to `address` needs (None for plain tcp:// on this machine).
+
+    tls:// gets the pool's certificates; tcp:// beyond this machine is refused unless ROOFLINE_POOL_INSECURE=1:
+    without TLS anyone who reaches the scheduler can run code on its GPU workers."""
+    parts = urlsplit(address if "://" in address else f"tcp://{address}")
+    if parts.scheme == "tls":
+        return security()
+    if parts.scheme in ("tcp", "") and not is_local(parts.hostname) and os.environ.get(INSECURE_ENV) != "1":
+        raise ParamError(f"The GPU pool at {address} would be reached without TLS: whoever reaches a plain tcp:// "
+                         "scheduler can run code on its GPU workers. Use its tls:// address (README, 'Threat model: "
+                         f"the web surface and the pool'), or set {INSECURE_ENV}=1 on a private network you trust.")
+    return None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -75,8 +140,9 @@ def client():
             raise ParamError(reason)
         from distributed import Client
 
+        security = security_for(address)  # a ParamError for plain tcp:// beyond this machine or missing certificates
         try:
-            _client = Client(address, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
+            _client = Client(address, timeout=CONNECT_TIMEOUT_S, set_as_default=False, security=security)
         except (OSError, TimeoutError, ValueError) as exc:
             reason = (f"The GPU pool's scheduler at {address} cannot be reached ({type(exc).__name__}: {exc}). "
                       "Start it with `python -m labs.engine.pool scheduler`, or unset ROOFLINE_CLUSTER to use this "
@@ -382,14 +448,25 @@ def list_gpus() -> list:
     return gpus
 
 
-def scheduler_command(port: int) -> list:
-    return [sys.executable, "-m", "distributed.cli.dask_scheduler", "--port", str(port), "--no-dashboard"]
+def _tls_flags() -> list:
+    ca, cert, key = cert_files()
+    return ["--tls-ca-file", ca, "--tls-cert", cert, "--tls-key", key]
+
+
+def scheduler_command(port: int, host: str = DEFAULT_HOST, tls: Optional[bool] = None) -> list:
+    """The scheduler's command line: TLS with the pool's certificates unless it listens on this machine only
+    (tls=None decides by the host; tls=False beyond this machine is the caller's --insecure)."""
+    tls = not is_local(host) if tls is None else tls
+    command = [sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", host, "--port", str(port),
+               "--no-dashboard"]
+    return command + (["--protocol", "tls", *_tls_flags()] if tls else ["--protocol", "tcp"])
 
 
 def worker_command(address: str, name: str, kind: str) -> list:
-    return [sys.executable, "-m", "distributed.cli.dask_worker", address, "--nthreads", "1", "--nworkers", "1",
-            "--name", name, "--memory-limit", "0", "--no-dashboard", "--preload", "labs.engine.pool",
-            "--resources", f"{GPU_RESOURCE}=1 {KIND_PREFIX}{kind}=1"]
+    command = [sys.executable, "-m", "distributed.cli.dask_worker", address, "--nthreads", "1", "--nworkers", "1",
+               "--name", name, "--memory-limit", "0", "--no-dashboard", "--preload", "labs.engine.pool",
+               "--resources", f"{GPU_RESOURCE}=1 {KIND_PREFIX}{kind}=1"]
+    return command + (_tls_flags() if security_for(address) is not None else [])
 
 
 def start_workers(address: str, gpus: Optional[list] = None, cpu_workers: int = 0) -> list:
@@ -418,15 +495,30 @@ def main(argv=None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     sched = sub.add_parser("scheduler", help="the pool's scheduler (one per class)")
     sched.add_argument("--port", type=int, default=DEFAULT_PORT)
+    sched.add_argument("--host", default=DEFAULT_HOST,
+                       help="interface to listen on (default: all, with TLS); 127.0.0.1: this machine only, plain tcp")
+    sched.add_argument("--insecure", action="store_true",
+                       help=f"plain tcp beyond this machine (a private network you trust; or {INSECURE_ENV}=1)")
     work = sub.add_parser("worker", help="one worker per GPU of this machine")
-    work.add_argument("address", help="the scheduler, e.g. tcp://10.0.0.5:8786")
+    work.add_argument("address", help="the scheduler, e.g. tls://10.0.0.5:8786 (tcp://127.0.0.1:8786 on one machine)")
     work.add_argument("--gpus", help="comma-separated GPU indices (default: every GPU)")
     work.add_argument("--cpu-workers", type=int, default=0, help="GPU-less workers (to try the pool without a GPU)")
+    work.add_argument("--insecure", action="store_true", help="allow a plain tcp:// scheduler beyond this machine")
     args = parser.parse_args(argv)
-    if args.command == "scheduler":
-        return _wait_all([subprocess.Popen(scheduler_command(args.port), env=_env({}))])
-    gpus = [int(i) for i in args.gpus.split(",")] if args.gpus else None
-    procs = start_workers(args.address, gpus, args.cpu_workers)
+    if args.insecure:
+        os.environ[INSECURE_ENV] = "1"
+    insecure = os.environ.get(INSECURE_ENV) == "1"
+    try:
+        if args.command == "scheduler":
+            command = scheduler_command(args.port, args.host, tls=False if insecure else None)
+            scheme = command[command.index("--protocol") + 1]
+            print(f"GPU pool scheduler on {scheme}://{args.host}:{args.port}", file=sys.stderr)
+            return _wait_all([subprocess.Popen(command, env=_env({}))])
+        gpus = [int(i) for i in args.gpus.split(",")] if args.gpus else None
+        procs = start_workers(args.address, gpus, args.cpu_workers)
+    except ParamError as exc:
+        print(exc, file=sys.stderr)
+        return 2
     if not procs:
         print("No GPU found (nvidia-smi lists none); use --cpu-workers N for GPU-less workers.", file=sys.stderr)
         return 2

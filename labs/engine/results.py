@@ -124,7 +124,7 @@ class Result:
         buf.write("# roofline " + json.dumps(_finite(header)) + "\n")
         writer = csv.DictWriter(buf, fieldnames=self.columns, lineterminator="\n")
         writer.writeheader()
-        writer.writerows(self.rows)
+        writer.writerows(_finite(self.rows))
         return buf.getvalue()
 
     @classmethod
@@ -191,6 +191,161 @@ def run_metadata(kind: str, info: Optional[GpuInfo], target=None) -> dict:
     if target is not None:
         meta["ceilings"] = target.ceilings.to_dict()
     return meta
+
+
+# ------------------------------------------------------------------------------------------------
+# Files from outside: a learner's upload, validated by a schema before anything reads it
+# ------------------------------------------------------------------------------------------------
+MAX_UPLOAD_BYTES = 5_000_000  # also .streamlit/config.toml's server.maxUploadSize (in MB), which the server enforces
+MAX_UPLOAD_ROWS = 2_000  # per file; a recording has at most a few hundred
+MAX_UPLOAD_CELLS = 50_000  # values in all rows of a file (a recording: under 10,000); bounds the validation's time
+MAX_TEXT_CHARS = 4_000  # one text field (a PTX excerpt is the longest Roofline writes)
+MAX_NUMBER = 2.0 ** 63  # larger numbers are no measurement; they overflow float formatting on the pages
+MAX_DEPTH = 6  # nesting of objects and lists (a recording nests 5 deep)
+# Text Roofline never writes: HTML, control characters, backslashes, $math$, entities, and the shapes of
+# Markdown links and images, autolinked web and e-mail addresses. A page may put an uploaded string into
+# Markdown (a run's label in a caption), so such text is refused with a message instead of shown.
+_MARKUP = (r"[<>\\$&\x00-\x08\x0b-\x1f\x7f]|\]\s*[(\[:]|!\[|://|www\.|@[A-Za-z0-9-]+\.|javascript:")
+_TEXT = {"type": "string", "maxLength": MAX_TEXT_CHARS, "not": {"type": "string", "pattern": _MARKUP}}
+_NAME = {"type": "string", "pattern": r"^[A-Za-z0-9_. -]{1,64}$"}
+_SCALAR = {"anyOf": [_TEXT, {"type": ["number", "boolean", "null"]}]}
+_UNIT_COLUMN = r"_(pct|ms|us|s|tbps|gbps|tflops|flops|bytes|gb|mib)$"  # a column whose name carries a unit
+
+
+def _any(depth: int) -> dict:
+    """Any JSON of at most `depth` levels, its texts and names held to the rules above."""
+    if depth <= 0:
+        return _SCALAR
+    inner = _any(depth - 1)
+    return {"anyOf": [_SCALAR, {"type": "array", "maxItems": 256, "items": inner},
+                      {"type": "object", "maxProperties": 64, "propertyNames": _NAME, "additionalProperties": inner}]}
+
+
+UPLOAD_SCHEMA = {
+    "type": "object", "required": ["schema", "lab", "params", "rows"], "additionalProperties": False,
+    "properties": {
+        "schema": {"const": SCHEMA_VERSION},
+        "lab": {"type": "string", "pattern": r"^[a-z0-9_-]{1,64}$"},
+        "params": {"type": "object", "maxProperties": 64, "propertyNames": _NAME,
+                   "additionalProperties": {"anyOf": [_SCALAR, {"type": "array", "maxItems": 256, "items": _SCALAR}]}},
+        "rows": {"type": "array", "maxItems": MAX_UPLOAD_ROWS, "items": {
+            "type": "object", "maxProperties": 96, "propertyNames": _NAME,
+            "patternProperties": {_UNIT_COLUMN: {"type": ["number", "null"]}}, "additionalProperties": _SCALAR}},
+        "meta": {"type": "object", "maxProperties": 64, "propertyNames": _NAME, "properties": {
+            "kind": {"enum": list(KINDS)},
+            "gpu": {"type": "object", "maxProperties": 64, "propertyNames": _NAME, "additionalProperties": _SCALAR},
+            "versions": {"type": "object", "maxProperties": 32, "propertyNames": _NAME, "additionalProperties": _SCALAR},
+            "date": _TEXT, "git_commit": {"anyOf": [_TEXT, {"type": "null"}]},
+            "ceilings": _any(3),
+        }, "additionalProperties": _any(MAX_DEPTH - 2)},
+        "messages": {"type": "array", "maxItems": 100, "items": _TEXT},
+        "complete": {"type": "boolean"},
+    },
+}
+_WHY = {"type": "has the wrong type", "const": "is not a version this app reads", "enum": "is not one of the allowed values",
+        "required": "lacks a field every result file has", "additionalProperties": "has a field result files do not have",
+        "maxItems": "has too many items", "maxProperties": "has too many fields", "maxLength": "is too long",
+        "pattern": "is not a name this app writes", "propertyNames": "has a field name this app never writes",
+        "not": "holds markup (a link, an image, HTML, a web address or control characters) this app never writes",
+        "anyOf": "holds a value this app never writes there (markup, too deep, or of the wrong type)"}
+
+
+def _deepest(error):
+    """The most specific of a schema error's causes (anyOf reports its branches' errors as its context)."""
+    while error.context:
+        # the deepest branch, and of equals one whose type matched (its reason says more than "wrong type")
+        error = max(error.context, key=lambda e: (len(e.absolute_path), e.validator != "type"))
+    return error
+
+
+def parse_untrusted(text: str, csv_format: bool) -> "Result":
+    """A Result from a file of unknown origin: parsed without NaN, Infinity or overflowing numbers, its depth
+    bounded, then validated against UPLOAD_SCHEMA. Every problem is one ParamError naming where it is."""
+    import jsonschema
+
+    try:
+        if csv_format:
+            first, _, body = text.partition("\n")
+            _require(first.startswith("# roofline "), "a Roofline CSV starts with its '# roofline {...}' line")
+            data = _strict_json(first[len("# roofline "):])
+            _require(isinstance(data, dict), "its header line holds one JSON object")
+            reader = csv.DictReader(io.StringIO(body), restkey="(extra cells)")
+            rows = []
+            for row in reader:
+                _require(len(rows) < MAX_UPLOAD_ROWS, f"it has more than {MAX_UPLOAD_ROWS:,} rows")
+                rows.append({k: _strict_cell(v) for k, v in row.items()})
+            data = {**data, "rows": rows}
+        else:
+            data = _strict_json(text)
+    except RecursionError:
+        raise ParamError(f"Not a Roofline result file: it nests deeper than {MAX_DEPTH} levels.") from None
+    except (ValueError, TypeError, csv.Error) as exc:
+        if isinstance(exc, ParamError):
+            raise
+        raise ParamError(f"Not a Roofline result file: it does not parse ({type(exc).__name__}: "
+                         f"{str(exc)[:120]}).") from None
+    _require(isinstance(data, dict), "a result file holds one JSON object")
+    _require(_depth(data) <= MAX_DEPTH + 2, f"it nests deeper than {MAX_DEPTH} levels")
+    rows = data.get("rows")
+    if isinstance(rows, list):
+        _require(len(rows) <= MAX_UPLOAD_ROWS, f"it has more than {MAX_UPLOAD_ROWS:,} rows")
+        cells = sum(len(r) if isinstance(r, dict) else 1 for r in rows)
+        _require(cells <= MAX_UPLOAD_CELLS, f"its rows hold {cells:,} values; at most {MAX_UPLOAD_CELLS:,}")
+    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(UPLOAD_SCHEMA).iter_errors(data))
+    if error is not None:
+        deepest = _deepest(error)
+        where = ".".join(str(p)[:40] for p in deepest.absolute_path) or "the file"
+        raise ParamError(f"Not a Roofline result file: {where} {_WHY.get(deepest.validator, 'is not valid')}.")
+    return Result.from_dict(data)
+
+
+def _finite_number(text: str):
+    value = float(text)
+    if not math.isfinite(value) or abs(value) > MAX_NUMBER:
+        raise ValueError(f"the number {text[:20]} is out of range")
+    return value
+
+
+def _bounded_int(text: str) -> int:
+    if len(text) > 20:  # 2**63 has 19 digits
+        raise ValueError(f"the number {text[:20]}... is out of range")
+    value = int(text)
+    if abs(value) > MAX_NUMBER:
+        raise ValueError(f"the number {text} is out of range")
+    return value
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a number Roofline writes (it writes null)")
+
+
+def _strict_json(text: str):
+    return json.loads(text, parse_float=_finite_number, parse_int=_bounded_int, parse_constant=_no_constant)
+
+
+def _strict_cell(text):
+    """A CSV cell: empty is null; numbers must be finite (the writer writes NaN and Infinity as empty cells)."""
+    if not isinstance(text, str):
+        return text  # a list of extra cells: the schema refuses it
+    value = _parse_cell(text)
+    if isinstance(value, float) and not math.isfinite(value) or isinstance(value, int) and abs(value) > MAX_NUMBER:
+        raise ValueError(f"the cell {text[:20]!r} is not a finite number")
+    return value
+
+
+def _depth(obj) -> int:
+    """Nesting depth, without recursion (a hostile file may nest thousands of levels)."""
+    deepest, stack = 0, [(obj, 1)]
+    while stack:
+        item, level = stack.pop()
+        deepest = max(deepest, level)
+        if deepest > MAX_DEPTH + 2:
+            return deepest
+        if isinstance(item, dict):
+            stack.extend((v, level + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, level + 1) for v in item)
+    return deepest
 
 
 # ------------------------------------------------------------------------------------------------

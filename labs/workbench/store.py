@@ -3,6 +3,12 @@
 A session is named by a random token the page keeps in its URL (`?s=...`), so a page reload, which
 starts a new Streamlit session, finds the learner's code and verdict again. Bounded: the oldest
 sessions are forgotten first. Nothing is written to disk: a restart of the app forgets everything.
+
+Tokens are issued by this process (`issue`), never adopted from a link: a `?s=` that this process did not
+issue, or issued to another browser, names nothing (`owns` is False) and the page issues a fresh one. So
+a link with someone else's token (`/workbench?s=...` sent by whoever wants to read what you write: session
+fixation) cannot make the victim's code land where the sender can read it. `browser` is whatever the
+page knows of the browser (a digest of its cookie; None where there is none, as in tests).
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ MAX_CODE_CHARS = 200_000  # far more than any exercise needs; keeps one learner 
 _SESSIONS: "collections.OrderedDict[str, dict]" = collections.OrderedDict()
 _LOCK = threading.Lock()
 _TOKEN = re.compile(r"^[A-Za-z0-9_-]{8,64}$")
+_ISSUED: "collections.OrderedDict[str, Optional[str]]" = collections.OrderedDict()  # token -> its browser
 
 
 def new_token() -> str:
@@ -26,6 +33,24 @@ def new_token() -> str:
 
 def valid_token(token) -> bool:
     return isinstance(token, str) and bool(_TOKEN.match(token))
+
+
+def issue(browser: Optional[str] = None) -> str:
+    """A fresh token for this browser, remembered as issued by this process."""
+    token = new_token()
+    with _LOCK:
+        _ISSUED[token] = browser
+        while len(_ISSUED) > MAX_SESSIONS:
+            _ISSUED.popitem(last=False)
+    return token
+
+
+def owns(token, browser: Optional[str] = None) -> bool:
+    """True if this process issued `token` to this browser: only then may a page adopt it from its URL."""
+    if not valid_token(token):
+        return False
+    with _LOCK:
+        return token in _ISSUED and _ISSUED[token] == browser
 
 
 def save(token: str, exercise: str, code: str, verdict: Optional[dict] = None) -> None:
