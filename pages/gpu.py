@@ -6,7 +6,7 @@ import streamlit as st
 from labs.engine import gpu
 from labs.engine import params
 from labs.engine import runner
-from ui import classroom, text
+from ui import charts, classroom, text
 
 st.title("Your GPU")
 classroom.instructor_mode()
@@ -55,7 +55,7 @@ if recorded:
     fig.add_hline(y=1.0, line_dash="dot", line_color="gray")
     fig.update_layout(title="Measured ceilings as a fraction of each GPU's datasheet", yaxis_title="measured / datasheet",
                       barmode="group", height=420)
-    st.plotly_chart(fig, width="stretch")
+    charts.show(fig, width="stretch")
 for ceilings in recorded:
     sheet = gpu.datasheet_for(ceilings.gpu)
     v = ceilings.versions

@@ -63,7 +63,7 @@ def diagram(levels: list) -> go.Figure:
 # --- the diagram ----------------------------------------------------------------------------------
 levels = hierarchy.hierarchy_levels(target, shown.rows if shown else None,
                                     f"measured by this lab ({shown.label})" if shown else "")
-st.plotly_chart(diagram(levels), width="stretch")
+charts.show(diagram(levels), width="stretch")
 st.caption("Sizes: " + "; ".join(f"{lv['level']}: {lv['size_source']}" for lv in levels) + ". Bandwidths: "
            + "; ".join(f"{lv['level']}: {lv['tbps_source']}" for lv in levels) + ".")
 
@@ -90,7 +90,7 @@ knee = hierarchy.find_knee(shown.rows) if shown else None
 if knee:
     charts.reference_line(fig, knee["knee_bytes"], "knee", "x", line_color="firebrick",
                           annotation_position="bottom left")
-st.plotly_chart(fig, width="stretch")
+charts.show(fig, width="stretch")
 lv = hierarchy.levels(target)
 st.caption(f"Model: the L2 plateau below {target.l2_bytes / MiB:.0f} MiB, HBM above; level figures "
            f"{lv.source}. Open circles: model. Filled: measured now. Diamonds: recorded runs.")
@@ -102,7 +102,7 @@ if knee:
 st.markdown(page.section("Why the two curves part near 40 MiB"))
 
 if shown is not None:
-    st.plotly_chart(charts.error_figure(shown.rows, "size_bytes", "variant", 15, log_x=True,
+    charts.show(charts.error_figure(shown.rows, "size_bytes", "variant", 15, log_x=True,
                                         title=f"Model error, {shown.label}"), width="stretch")
     st.markdown(page.section("Near the small end"))
 if recorded:

@@ -165,7 +165,7 @@ def show_verdict(v: dict) -> None:
                        "measured / model bytes": r.get("dram_bytes_ratio"),
                        "our kernel from": r.get("ours_source"), "library from": r.get("library_source")}
                       for r in rows], hide_index=True)
-        st.plotly_chart(performance_chart(v, rows), width="stretch")
+        charts.show(performance_chart(v, rows), width="stretch")
         st.caption(f"Model: {rows[0].get('model', '')}, on the {v.get('model_gpu')}'s ceilings.")
         if v.get("counters", {}).get("status") in ("measured", "partial"):
             st.caption(v["counters"]["message"])

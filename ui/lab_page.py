@@ -97,7 +97,8 @@ class LabPage:
         self.host, self.normalise = None, False  # host: the page's first lab when this one is shown below it
         st.title(lab.title)
         st.caption(lab.summary)
-        st.markdown(gpu_status_line())
+        if gpu_mod.detect().available:  # without one, the run panel says so once, where the Run button would be
+            st.markdown(gpu_status_line())
         self.target = choose_target()
         st.sidebar.caption(f"Ceilings used by the model: {self.target.describe_ceilings()}")
         self.instructor = classroom.instructor_mode()
@@ -229,8 +230,9 @@ class LabPage:
         key = f"live:{self.lab.name}"
         info = runner.live_gpu()  # this machine's GPU, or the GPU pool's (ROOFLINE_CLUSTER)
         if not info.available:
-            # the reason may already say so ("No CUDA GPU found (...). Live runs are off; ...")
-            st.info(info.reason if "Live runs are off" in info.reason else f"Live runs are off: {info.reason}")
+            if self.host is None:  # once per page: a second lab below the first says nothing more
+                # the reason may already say so ("No CUDA GPU found (...). Live runs are off; ...")
+                st.info(info.reason if "Live runs are off" in info.reason else f"Live runs are off: {info.reason}")
             return None
         if params is None:
             return None
