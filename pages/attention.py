@@ -1,5 +1,7 @@
 """FlashAttention lab page: the online softmax step by step, the tile picture, then the measured sweep."""
 
+import re
+
 import plotly.graph_objects as go
 import streamlit as st
 
@@ -122,8 +124,25 @@ for metric, unit, log_y in (("tflops", "TFLOP/s", False), ("ms", "time (ms)", Tr
 # the points missing from the charts above (this pass, mask, head dim and dtype), each with the run that skipped it
 refused = [(run, r) for run in runs for r in charts.rows_where(run.rows, **view)
            if str(r.get("note", "")).startswith(("refused", "skipped"))]
+SKIP_NOTE = re.compile(r"skipped: (?P<impl>\S+) would need (?P<need>[\d.]+) GB \((?P<what>[^)]*)\).*?"
+                       r"(?P<free>[\d.]+) GB (?:are )?free")
+
+
+def plain_note(note: str) -> str:
+    """A skip note in one plain sentence: what the point needs against the share of free memory a point may use
+    (a recorded note said "would need 137.8 GB; 148.0 GB are free", which reads as if it fitted)."""
+    m = SKIP_NOTE.match(note)
+    if not m:
+        return note
+    share = getattr(attention, "FREE_SHARE", 0.8)
+    free = float(m["free"])
+    return (f"{m['impl']} was skipped at this size. It would need {m['need']} GB for {m['what']}, more than the "
+            f"{share * free:.1f} GB a point may use: {100 * share:.0f} % of the {free:.1f} GB free, the rest being "
+            "left to the CUDA libraries.")
+
+
 for run, r in refused[:3]:
-    st.warning(f"{run.label}, N = {r['seq_len']}, {r['mode']}: {r['note']}")
+    st.warning(f"{run.label}, N = {r['seq_len']}, {r['mode']}: {plain_note(str(r['note']))}")
 
 # --- 4. where the model's time goes, and how far off it is -----------------------------------------
 st.subheader("The model: bytes, then tensor cores plus exponentials")

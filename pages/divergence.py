@@ -47,7 +47,7 @@ if "branches" in params.experiments:
                           annotation_position="top left")
     charts.show(fig, width="stretch")
     st.caption("Open circles: the model (a warp runs every branch any of its lanes takes). Filled: measured now. "
-               "Diamonds: recorded runs. Each cost ratio is one pair of levels: below 32 every warp runs both loops.")
+               "Diamonds, squares: recorded runs, one shape per GPU. Each cost ratio is one pair of levels: below 32 every warp runs both loops.")
     st.markdown(page.section("Why the step is at 32"))
     if measured:
         sweep = charts.rows_where(measured[0].rows, experiment="branches")

@@ -35,7 +35,7 @@ def sincos_view(params, model, live, recorded, target):
     model_text = (f"the larger of bytes / bandwidth + kernels x launch cost and the CPU's time per call measured in "
                   f"{shown.label}" if with_cpu else "bytes / bandwidth + kernels x launch cost (a run adds the CPU's "
                   "time per call)")
-    st.caption(f"Open circles: the model, {model_text}. Filled: measured now. Diamonds: recorded runs. Right of the "
+    st.caption(f"Open circles: the model, {model_text}. Filled: measured now. Diamonds, squares: recorded runs, one shape per GPU. Right of the "
                "dashed line the tensor no longer fits in the L2.")
     if shown is not None:
         rows = [r for r in charts.rows_where(shown.rows, experiment="sincos") if r.get("kernel_names")]

@@ -93,7 +93,7 @@ if knee:
 charts.show(fig, width="stretch")
 lv = hierarchy.levels(target)
 st.caption(f"Model: the L2 plateau below {target.l2_bytes / MiB:.0f} MiB, HBM above; level figures "
-           f"{lv.source}. Open circles: model. Filled: measured now. Diamonds: recorded runs.")
+           f"{lv.source}. Open circles: model. Filled: measured now. Diamonds, squares: recorded runs, one shape per GPU.")
 if knee:
     st.markdown(f"**The knee** ({shown.label}): bandwidth falls from {knee['plateau_tbps']:.2f} to "
                 f"{knee['floor_tbps']:.2f} TB/s, crossing halfway (geometric mean) at **{knee['knee_bytes'] / MiB:.1f} "

@@ -48,7 +48,7 @@ if "chain" in params.experiments:
             charts.add_series(fig, charts.rows_where(result.rows, experiment="chain", variant=variant), "k",
                               "measured_us", f"{result.label}, {variant}", style, hover)
     charts.show(fig, width="stretch")
-    st.caption("Open circles: the model from the launch figures. Filled: measured now. Diamonds: recorded runs.")
+    st.caption("Open circles: the model from the launch figures. Filled: measured now. Diamonds, squares: recorded runs, one shape per GPU.")
     source = first or absolute(model, LAB.metric)
     fits = charts.rows_where(source.rows, experiment="fit")
     if fits:

@@ -53,7 +53,7 @@ time_fig = charts.figure(f"Forward + backward of three sigmoids ({dtype}): time 
 overlay(time_fig, model, live, recorded, dtype, "size_mib", "ms", ("accesses", "predicted_kernels", "bound"))
 charts.show(time_fig, width="stretch")
 st.caption("Open circles: the model, element-sized trips x bytes / bandwidth (or the special function units' time, "
-           "whichever is longer) per kernel, plus a launch cost. Filled: measured now. Diamonds: recorded runs.")
+           "whichever is longer) per kernel, plus a launch cost. Filled: measured now. Diamonds, squares: recorded runs, one shape per GPU.")
 
 speed_fig = charts.figure(f"Speed-up over storing the activations ({dtype})", "size of x (MiB)", "speed-up (x)",
                           log_x=True)

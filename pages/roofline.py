@@ -37,7 +37,7 @@ for dtype in params.dtypes:
                    ("flops_per_element", "predicted_tflops"))
 charts.show(fig, width="stretch")
 st.caption("Open circles: the model min(peak, intensity x bandwidth). Filled: this GPU, measured now. "
-           "Diamonds: recorded runs of real GPUs (each against its own roof). Shaded: within 2x of the ridge.")
+           "Diamonds, squares: recorded runs of real GPUs, one shape per GPU, each against its own roof. Shaded: within 2x of the ridge.")
 if recorded:
     st.caption(recorded_caption(recorded))
 

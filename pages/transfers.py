@@ -37,7 +37,7 @@ if "copies" in params.experiments:
                "(it needs none of its old bytes) and adds the first staging buffer's trip over the link. "
                "Large pageable device-to-host copies lock the buffer's pages, copy, unlock them: the model adds the "
                "locking and unlocking times measured on the same buffer, and takes the faster route. "
-               "Filled: measured now. Diamonds: recorded runs.")
+               "Filled: measured now. Diamonds, squares: recorded runs, one shape per GPU.")
 
 if "overlap" in params.experiments:
     bars = charts.grouped_bars(model, live, recorded, "ms", {"experiment": "overlap"}, lambda r: r["schedule"],

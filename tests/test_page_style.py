@@ -92,3 +92,56 @@ def test_a_lab_page_says_no_gpu_once(rendered):
         texts = [e.value for kind in ("info", "markdown", "caption", "warning") for e in getattr(at, kind)]
         told = [t for t in texts if "No CUDA GPU found" in t or t.startswith("No GPU")]
         assert len(told) == 1, f"{page}: the no-GPU notice {len(told)} times: {told}"
+
+
+def test_home_shows_its_route_before_the_cards(rendered):
+    headers = [h.value for h in rendered["pages/home.py"].header]
+    assert headers.index("How to use it") < headers.index("The labs"), headers
+
+
+def _displayed(table) -> list:
+    """The cells a dataframe element displays (its styler's display values where it has one)."""
+    import pyarrow as pa
+
+    styler = table.proto.arrow_data.styler
+    if styler.display_values:
+        frame = pa.ipc.open_stream(styler.display_values).read_pandas()
+    else:
+        frame = table.value
+    return [str(v) for v in frame.to_numpy().ravel()]
+
+
+@pytest.mark.parametrize("page", ["pages/roofline.py", "pages/attention.py", "pages/gpu.py", "pages/inference.py"])
+def test_tables_show_a_dash_for_an_empty_cell(rendered, page):
+    shown = [cell for table in rendered[page].dataframe for cell in _displayed(table)]
+    assert shown and not {"None", "nan", "NaN", "<NA>"} & set(shown), page
+    from ui import tables
+
+    assert tables.cell(None) == "-" and tables.cell(float("nan")) == "-" and tables.cell(805306368.0) == "805306368"
+
+
+def test_workbench_models_the_labs_default_gpu(rendered):
+    at = open_page("pages/workbench.py")
+    lab = rendered["pages/roofline.py"]
+    assert at.selectbox(key="target").value == lab.selectbox(key="target").value
+    if not gpu.detect().available:
+        assert at.selectbox(key="target").value == "H100 SXM"
+        assert sum("No GPU on this machine" in i.value for i in at.info) == 1
+
+
+def test_recorded_skip_notes_read_without_a_contradiction(rendered):
+    """'would need 137.8 GB; 148.0 GB are free' read as if the point fitted: say what a point may use."""
+    warnings = [w.value for w in rendered["pages/attention.py"].warning]
+    assert warnings, "the attention page shows its recorded runs' skipped points"
+    for text in warnings:
+        assert not re.search(r"would need [\d.]+ GB.*; [\d.]+ GB are free", text), text
+        assert "((" not in text and "))" not in text
+
+
+def test_starter_and_solution_docstrings_fit_the_editor():
+    import ast
+    from pathlib import Path
+
+    for path in sorted((Path(__file__).resolve().parent.parent / "content" / "workbench").glob("*.py")):
+        doc = ast.get_docstring(ast.parse(path.read_text()), clean=False) or ""
+        assert max(map(len, doc.splitlines())) <= 80, path.name

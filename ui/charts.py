@@ -242,6 +242,11 @@ def _sources(fig: go.Figure) -> None:
     impls = list(dict.fromkeys(impl for _, _, impl in grouped))
     if len(sources) < 2 or not impls:
         return
+    shapes = {}
+    for t, source, _ in grouped:
+        shapes.setdefault(source, set()).add(t.marker.symbol)
+    if any(len(v) > 1 for v in shapes.values()):  # the page already spends the marker on something else
+        return
     taken = {str(getattr(t.line, "color", None) or getattr(t.marker, "color", None) or "").lower()
              for t, source, _ in parsed if source is None}
     palette = [c for c in OKABE_ITO if c.lower() not in taken] or list(OKABE_ITO)

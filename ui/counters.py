@@ -13,7 +13,7 @@ import streamlit as st
 from labs.engine import counters
 from labs.engine import params as params_mod
 from labs.engine.lab import Lab
-from ui import charts, text
+from ui import charts, tables, text
 
 
 def comparison_figure(rows: list, quantity: str, title: str) -> go.Figure:
@@ -79,7 +79,7 @@ def _show(result, key: str) -> None:
         q = st.selectbox("Quantity", quantities, format_func=names.get, key=f"quantity:{key}")
         charts.show(comparison_figure(result.rows, q, f"{names[q]}: model vs counted, {result.label}"),
                         width="stretch", key=f"chart:{key}")
-    st.dataframe(result.rows, width="stretch", hide_index=True, key=f"table:{key}")
+    tables.show(result.rows, width="stretch", key=f"table:{key}")
 
 
 def _value(v) -> str:

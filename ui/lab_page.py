@@ -22,7 +22,7 @@ from labs.engine import runner
 from labs.engine.lab import Lab
 from labs.engine.repredict import score, with_current_model_or_recorded
 from labs.engine.results import Result, list_recorded, normalised
-from ui import classroom, text
+from ui import classroom, tables, text
 from ui.counters import counters_panel
 
 
@@ -287,7 +287,7 @@ class LabPage:
             return
         st.subheader(title)
         st.caption(f"{result.label}. error_pct = 100 x (measured - predicted) / predicted.")
-        st.dataframe(result.rows, width="stretch", hide_index=True)
+        tables.show(result.rows, width="stretch")
         c1, c2 = st.columns(2)
         name = f"roofline-{self.lab.name}-{result.kind}"
         c1.download_button("Download CSV", result.to_csv(), f"{name}.csv", "text/csv", key=f"csv:{name}")
