@@ -33,9 +33,9 @@ charts.reference_line(bw, link["link_gbps"], f"{link['link']} {link['link_gbps']
                       line_dash="dash", line_color="gray")
 charts.show(bw, width="stretch")
 st.caption("Model: in a loop of calls each call takes the longer of the host's cost of issuing it and the GPUs' "
-           "time, latency + factor x S / bus bandwidth (factor 2(n-1)/n for all-reduce, (n-1)/n for all-gather and "
-           "reduce-scatter, 1 for broadcast), with the faster of NCCL's protocols: LL (small latency, half the "
-           "rate) or Simple (larger latency, full rate). The bus bandwidth is the link or NCCL's kernels, whichever "
+           "time, latency + factor x S / bus bandwidth, where the factor is 2 x (n - 1) / n for all-reduce, "
+           "(n - 1) / n for all-gather and reduce-scatter and 1 for broadcast, with the faster of NCCL's protocols: "
+           "LL, a small latency at half the rate, or Simple, a larger latency at the full rate. The bus bandwidth is the link or NCCL's kernels, whichever "
            "is slower. "
            "Dotted: the textbook alpha + factor x S / B with the datasheet's B.")
 charts.show(times, width="stretch")

@@ -145,3 +145,22 @@ def test_starter_and_solution_docstrings_fit_the_editor():
     for path in sorted((Path(__file__).resolve().parent.parent / "content" / "workbench").glob("*.py")):
         doc = ast.get_docstring(ast.parse(path.read_text()), clean=False) or ""
         assert max(map(len, doc.splitlines())) <= 80, path.name
+
+
+def _nested_parentheses(text: str) -> bool:
+    text = re.sub(r"\]\([^)]*\)", "]", text)  # a markdown link's target is not a parenthesis the reader sees
+    depth = 0
+    for ch in text:
+        depth = depth + 1 if ch == "(" else max(0, depth - 1) if ch == ")" else depth
+        if depth >= 2:
+            return True
+    return False
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_messages_read_as_plain_sentences(rendered, page):
+    """No parenthesis inside a parenthesis in a page's messages and captions ('... (recorded on a GPU (date))')."""
+    at = rendered[page]
+    for kind in ("info", "warning", "error", "success", "caption"):
+        for element in getattr(at, kind):
+            assert not _nested_parentheses(element.value), f"{page} {kind}: {element.value}"

@@ -314,7 +314,7 @@ def model_scores(recorded: list) -> str:
         s = score([row.get("error_pct") for row in r.rows])
         if s["points"]:
             parts.append(f"{r.meta.get('gpu', {}).get('name', '?')} {s['within_15_pct']:.0f} % of {s['points']} points")
-    return f"Within 15 % of the model: {'; '.join(parts)} ([model scorecard](scorecard))." if parts else ""
+    return f"Within 15 % of the model: {'; '.join(parts)}. See the [model scorecard](scorecard)." if parts else ""
 
 
 def recorded_caption(results: list) -> str:

@@ -431,8 +431,8 @@ class Target:
 
     def describe_ceilings(self) -> str:
         c = self.ceilings
-        where = {"measured": "measured on this GPU", "recorded": f"recorded on a {c.gpu} ({c.date[:10]})",
-                 "datasheet": "from the datasheet (not measured yet)"}.get(c.source, c.source)
+        where = {"measured": "measured on this GPU", "recorded": f"recorded on the {c.gpu} on {c.date[:10]}",
+                 "datasheet": "from the datasheet, not measured yet"}.get(c.source, c.source)
         return f"{c.copy_tbps:.2f} TB/s copy, {c.fma_tflops:.1f} TFLOP/s FP32 FMA, {where}"
 
 
