@@ -22,9 +22,18 @@ def page_if_present(path: str, **kwargs):
 learn = page_if_present("pages/home.py", title="Home", icon=":material/home:", default=True) + \
     page_if_present("pages/glossary.py", title="Glossary", icon=":material/menu_book:", url_path="glossary") + \
     page_if_present("pages/scorecard.py", title="Model scorecard", icon=":material/fact_check:", url_path="scorecard")
-lab_pages = [p for lab in all_labs() for p in page_if_present(f"pages/{lab.name}.py", title=lab.title,
-                                                               url_path=lab.name)]
+# the labs in the sidebar by theme, in lab order; a lab not named here goes under "More labs"
+LAB_GROUPS = {"Labs: bytes and FLOPs": ("roofline", "coalescing", "hierarchy", "divergence", "precision"),
+              "Labs: matmul and attention": ("matmul", "hopper", "attention"),
+              "Labs: whole models": ("launch", "fusion", "recompute", "inference"),
+              "Labs: beyond one GPU": ("transfers", "collectives", "trainmem")}
+groups = {title: [] for title in LAB_GROUPS} | {"More labs": []}
+for lab in all_labs():
+    title = next((t for t, names in LAB_GROUPS.items() if lab.name in names), "More labs")
+    groups[title] += page_if_present(f"pages/{lab.name}.py", title=lab.title, url_path=lab.name)
 your_gpu = page_if_present("pages/gpu.py", title="Your GPU", icon=":material/memory:", url_path="gpu")
 do = page_if_present("pages/workbench.py", title="Kernel workbench", icon=":material/code:", url_path="workbench")
 
-st.navigation({"Learn": learn, "Labs": lab_pages, "Do": do, "Your GPU": your_gpu}).run()
+# expanded: every page listed, none hidden behind "View more"
+st.navigation({"Learn": learn, **{t: pages for t, pages in groups.items() if pages}, "Do": do, "Your GPU": your_gpu},
+              expanded=True).run()

@@ -146,7 +146,7 @@ def cmd_workbench(args) -> int:
             code = fh.read()
     except OSError as exc:
         raise params_mod.ParamError(f"cannot read {args.file}: {exc.strerror}") from None
-    verdict = wb.submit(ex, code, progress=_progress,
+    verdict = wb.submit(ex, code, progress=_progress, model_gpu=args.model_gpu,
                         on_wait=lambda pos: _progress(0, f"waiting for the GPU ({pos} ahead)"))
     print(json.dumps(verdict, indent=1, default=str) if args.json else wb.summary_line(verdict))
     print(verdict.get("message", ""), file=sys.stderr)
@@ -195,7 +195,10 @@ def main(argv=None) -> int:
     wb.add_argument("action", choices=("list", "run"))
     wb.add_argument("exercise", nargs="?")
     wb.add_argument("file", nargs="?", help="a Python file defining the exercise's function")
-    wb.add_argument("--json", action="store_true", help="print the whole verdict as JSON")
+    wb.add_argument("--json", action="store_true", help="print the whole verdict as JSON (without a GPU it carries "
+                    "interpreter_bytes and predicted_ms_yours: your launch counted in the interpreter, and modelled)")
+    wb.add_argument("--model-gpu", default=None, choices=[r.name for r in gpu.DATASHEET],
+                    help="without a GPU: which datasheet GPU to model (default: H100 SXM, as on the lab pages)")
     wb.add_argument("--record", action="store_true",
                     help="on a GPU: save the verdict as content/recorded/<gpu>/workbench-<exercise>.json")
     wb.set_defaults(func=cmd_workbench)

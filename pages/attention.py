@@ -1,9 +1,12 @@
 """FlashAttention lab page: the online softmax step by step, the tile picture, then the measured sweep."""
 
+import re
+
 import plotly.graph_objects as go
 import streamlit as st
 
 from labs.attention import LAB
+from labs.attention.model import FREE_SHARE
 from labs.attention.online_softmax import online_softmax_steps, softmax_at_once, stepper_example
 from labs.attention.tiles import tile_counts, tile_map
 from ui import charts
@@ -33,12 +36,13 @@ k = min(st.session_state.stepper_step, len(steps) - 1)
 step = steps[k]
 b3.markdown(f"Step **{k + 1} of {len(steps)}**: keys {step['start']} to {step['stop'] - 1}")
 
-colors = ["#1f77b4" if j < step["start"] else "#ff7f0e" if j < step["stop"] else "#d3d3d3" for j in range(length)]
+colors = [charts.OKABE_ITO[0] if j < step["start"] else charts.OKABE_ITO[1] if j < step["stop"] else "#d3d3d3"
+          for j in range(length)]
 fig = charts.figure("One query's scores: done (blue), this tile (orange), not loaded yet (grey)", "key", "score")
 fig.add_trace(go.Bar(x=list(range(length)), y=list(scores), marker_color=colors, name="scores"))
 charts.reference_line(fig, step["m"], f"running max m = {step['m']:.2f}", "y", line_dash="dash")
 fig.update_layout(height=320, showlegend=False)
-st.plotly_chart(fig, width="stretch")
+charts.show(fig, width="stretch")
 m1, m2, m3, m4 = st.columns(4)
 m1.metric("running max m", f"{step['m']:.3f}", f"{step['m'] - steps[k - 1]['m']:+.3f}" if k else None)
 m2.metric("rescale alpha = exp(m_old - m_new)", f"{step['alpha']:.4f}")
@@ -80,7 +84,7 @@ else:
     fig.update_yaxes(autorange="reversed")
     fig.update_layout(height=min(600, 120 + 22 * n_m), margin=dict(t=30, b=10),
                       title="light blue: no mask · orange: mask (diagonal or ragged end) · grey: skipped")
-    st.plotly_chart(fig, width="stretch")
+    charts.show(fig, width="stretch")
     row = grid[program]
     counts = tile_counts(int(lq), int(lk), bm, bn, causal)
     st.markdown(f"Program {program} loads its **Q tile once** ({bm} rows) and streams **{row.count('full')} K,V tiles "
@@ -118,12 +122,29 @@ for metric, unit, log_y in (("tflops", "TFLOP/s", False), ("ms", "time (ms)", Tr
         charts.reference_line(fig, page.target.memory_bytes,
                               f"{page.target.name}: {page.target.memory_bytes / 1e9:.0f} GB", "y", line_dash="dash",
                               line_color="gray")
-    st.plotly_chart(fig, width="stretch")
+    charts.show(fig, width="stretch")
 # the points missing from the charts above (this pass, mask, head dim and dtype), each with the run that skipped it
 refused = [(run, r) for run in runs for r in charts.rows_where(run.rows, **view)
            if str(r.get("note", "")).startswith(("refused", "skipped"))]
+SKIP_NOTE = re.compile(r"skipped: (?P<impl>\S+) would need (?P<need>[\d.]+) GB \((?P<what>[^)]*)\).*?"
+                       r"(?P<free>[\d.]+) GB (?:are )?free")
+
+
+def plain_note(note: str) -> str:
+    """A skip note in one plain sentence: what the point needs against the share of free memory a point may use
+    (a recorded note said "would need 137.8 GB; 148.0 GB are free", which reads as if it fitted)."""
+    m = SKIP_NOTE.match(note)
+    if not m:
+        return note
+    share = FREE_SHARE
+    free = float(m["free"])
+    return (f"{m['impl']} was skipped at this size. It would need {m['need']} GB for {m['what']}, more than the "
+            f"{share * free:.1f} GB a point may use: {100 * share:.0f} % of the {free:.1f} GB free, the rest being "
+            "left to the CUDA libraries.")
+
+
 for run, r in refused[:3]:
-    st.warning(f"{run.label}, N = {r['seq_len']}, {r['mode']}: {r['note']}")
+    st.warning(f"{run.label}, N = {r['seq_len']}, {r['mode']}: {plain_note(str(r['note']))}")
 
 # --- 4. where the model's time goes, and how far off it is -----------------------------------------
 st.subheader("The model: bytes, then tensor cores plus exponentials")
@@ -135,13 +156,13 @@ charts.add_series(fig, charts.rows_where(model.rows, impl="naive", **view), "seq
 charts.add_series(fig, ours, "seq_len", "predicted_l2_request_bytes", "ours: requested by the tiles (L2 serves repeats)",
                   dict(mode="lines+markers", line=dict(dash="dot")))
 charts.add_series(fig, ours, "seq_len", "predicted_hbm_bytes", "ours: HBM", dict(mode="lines+markers"))
-st.plotly_chart(fig, width="stretch")
+charts.show(fig, width="stretch")
 fig = charts.figure("Predicted time per part (they add up: this schedule does not overlap them)", "sequence length N",
                     "time (ms)", log_x=True, log_y=True)
 for part, name in (("predicted_mma_ms", "matrix multiplies (tensor cores)"), ("predicted_exp_ms", "exponentials (SFU)"),
                    ("predicted_mem_ms", "HBM traffic (overlapped)")):
     charts.add_series(fig, ours, "seq_len", part, name, dict(mode="lines+markers"))
-st.plotly_chart(fig, width="stretch")
+charts.show(fig, width="stretch")
 shown = live or (recorded[0] if recorded else None)
 if shown is not None:
     mine = [dict(r) for r in charts.rows_where(shown.rows, impl="ours", dtype=dtype, head_dim=d)
@@ -149,7 +170,7 @@ if shown is not None:
     if mine:
         for r in mine:
             r["pass, mask"] = f"{r['mode']}, {'causal' if r['causal'] else 'full'}"
-        st.plotly_chart(charts.error_figure(mine, "seq_len", "pass, mask", 25, log_x=True,
+        charts.show(charts.error_figure(mine, "seq_len", "pass, mask", 25, log_x=True,
                                            title=f"Model error of our kernels, {shown.label}"), width="stretch")
 st.markdown(page.section("Why the model misses"))
 if recorded:

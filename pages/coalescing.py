@@ -70,7 +70,7 @@ if "stride" in params.experiments:
     for rec in recorded:
         charts.add_series(fig, charts.rows_where(rec.rows, experiment="stride"), "stride", "measured_tbps",
                           rec.label, charts.RECORDED_STYLE, hover)
-    st.plotly_chart(fig, width="stretch")
+    charts.show(fig, width="stretch")
     st.caption("Before a run the model knows the bytes and the L1. A run first measures how many separate small "
                "requests DRAM serves per second (one float from each 64-byte granule, in a scrambled order); "
                "strides whose lanes each need their own sector are capped by that rate (black line).")
@@ -83,7 +83,7 @@ if "stride" in params.experiments:
             st.markdown(f"**Probe** ({shown.label}): DRAM served **{rate / 1e9:.1f} G** separate {GRANULE}-byte "
                         f"requests per second, {rate * GRANULE / 1e12:.2f} TB/s of granules against a copy's "
                         f"{copy_tbps:.2f} TB/s.")
-        st.plotly_chart(charts.error_figure(charts.rows_where(shown.rows, experiment="stride"), "stride", "experiment",
+        charts.show(charts.error_figure(charts.rows_where(shown.rows, experiment="stride"), "stride", "experiment",
                                             15, log_x=True, title=f"Model error by stride, {shown.label}"),
                         width="stretch")
         st.markdown(page.section("Why large strides fall below the sector model"))
@@ -91,14 +91,14 @@ if "stride" in params.experiments:
 # --- 2. walks -------------------------------------------------------------------------------------
 if "walk" in params.experiments:
     st.subheader("Each thread a row, or each thread a column")
-    st.plotly_chart(bars(f"Same loads, same sums: walking a {params.matrix_n} x {params.matrix_n} matrix", "walk"),
+    charts.show(bars(f"Same loads, same sums: walking a {params.matrix_n} x {params.matrix_n} matrix", "walk"),
                     width="stretch")
     st.markdown(page.section("Why the row walk is not 8x slower"))
 
 # --- 3. transpose ---------------------------------------------------------------------------------
 if "transpose" in params.experiments:
     st.subheader("The transpose ladder")
-    st.plotly_chart(bars(f"Transposing a {params.matrix_n} x {params.matrix_n} fp32 matrix", "transpose"),
+    charts.show(bars(f"Transposing a {params.matrix_n} x {params.matrix_n} fp32 matrix", "transpose"),
                     width="stretch")
     shown = live or (recorded[0] if recorded else None)
     if shown is not None:

@@ -32,14 +32,14 @@ for op in params.ops:
     charts.overlay(times, model, live, recorded, "size_bytes", "ms", op, where, ("gpus",))
 charts.reference_line(bw, link["link_gbps"], f"{link['link']} {link['link_gbps']:.0f} GB/s per direction", "y",
                       line_dash="dash", line_color="gray")
-st.plotly_chart(bw, width="stretch")
+charts.show(bw, width="stretch")
 st.caption("Model: in a loop of calls each call takes the longer of the host's cost of issuing it and the GPUs' "
-           "time, latency + factor x S / bus bandwidth (factor 2(n-1)/n for all-reduce, (n-1)/n for all-gather and "
-           "reduce-scatter, 1 for broadcast), with the faster of NCCL's protocols: LL (small latency, half the "
-           "rate) or Simple (larger latency, full rate). The bus bandwidth is the link or NCCL's kernels, whichever "
+           "time, latency + factor x S / bus bandwidth, where the factor is 2 x (n - 1) / n for all-reduce, "
+           "(n - 1) / n for all-gather and reduce-scatter and 1 for broadcast, with the faster of NCCL's protocols: "
+           "LL, a small latency at half the rate, or Simple, a larger latency at the full rate. The bus bandwidth is the link or NCCL's kernels, whichever "
            "is slower. "
            "Dotted: the textbook alpha + factor x S / B with the datasheet's B.")
-st.plotly_chart(times, width="stretch")
+charts.show(times, width="stretch")
 
 steps = [("dp", "Data parallel: every GPU the whole layer, gradients all-reduced"),
          ("tp", "Tensor parallel: every GPU a slice of each matmul, partial outputs all-reduced")]
@@ -49,7 +49,7 @@ for kind, title in steps:
     fig = charts.grouped_bars(model, live, recorded, "ms", {"experiment": kind},
                               lambda r: f"{r['tokens']} tokens: {r['step']}",
                               f"{title} ({params.d_model} x {params.d_ff} MLP)", page.axis("time per step (ms)"), height=440)
-    st.plotly_chart(fig, width="stretch")
+    charts.show(fig, width="stretch")
 st.caption("compute: forward and backward alone. communication: the collectives alone. serial: one after the other. "
            "overlapped (data parallel): each gradient's all-reduce starts as soon as backward has made it.")
 
@@ -57,7 +57,7 @@ result = live or (recorded[0] if recorded else None)
 if result is not None:
     rows = [r for r in charts.rows_where(result.rows, experiment="collective") if r.get("error_pct") is not None]
     if rows:
-        st.plotly_chart(charts.error_figure(rows, "size_bytes", "op", 20, log_x=True,
+        charts.show(charts.error_figure(rows, "size_bytes", "op", 20, log_x=True,
                                             title=f"Model error, {result.label}"), width="stretch")
     probes = [r for r in result.rows if r["experiment"] in ("peer_copy", "nccl_p2p", "collective_gpu")]
     if probes:

@@ -45,14 +45,14 @@ if "branches" in params.experiments:
                               "measured_ms", f"{result.label}, cost ratio {ratio:g}", style, hover)
     charts.reference_line(fig, 32, "warp size 32", "x", line_dash="dash", line_color="gray",
                           annotation_position="top left")
-    st.plotly_chart(fig, width="stretch")
+    charts.show(fig, width="stretch")
     st.caption("Open circles: the model (a warp runs every branch any of its lanes takes). Filled: measured now. "
-               "Diamonds: recorded runs. Each cost ratio is one pair of levels: below 32 every warp runs both loops.")
+               "Diamonds, squares: recorded runs, one shape per GPU. Each cost ratio is one pair of levels: below 32 every warp runs both loops.")
     st.markdown(page.section("Why the step is at 32"))
     if measured:
         sweep = charts.rows_where(measured[0].rows, experiment="branches")
         if sweep:
-            st.plotly_chart(charts.error_figure(sweep, "g", "cost_ratio", 10, log_x=True,
+            charts.show(charts.error_figure(sweep, "g", "cost_ratio", 10, log_x=True,
                                                 title=f"Slowdown against g = 32: model error, {measured[0].label}"),
                             width="stretch")
 
@@ -66,7 +66,7 @@ if "triton" in params.experiments:
         for result in measured[:2]:
             bars(fig, charts.rows_where(result.rows, experiment="triton", cost_ratio=ratio), "case", "measured_ms",
                  f"{result.label}, cost ratio {ratio:g}")
-    st.plotly_chart(fig, width="stretch")
+    charts.show(fig, width="stretch")
     st.markdown(page.section("Why Triton computes both sides"))
 
 # --- 3. data-dependent work ------------------------------------------------------------------------
@@ -78,7 +78,7 @@ if "data-dependent" in params.experiments:
          marker_pattern_shape="/", opacity=0.6)
     for result in measured[:2]:
         bars(fig, charts.rows_where(result.rows, experiment="data-dependent"), "case", "measured_ms", result.label)
-    st.plotly_chart(fig, width="stretch")
+    charts.show(fig, width="stretch")
     source = measured[0] if measured else model
     columns = ("case", "predicted_branch_efficiency", "counted_branch_efficiency", "measured_branch_efficiency",
                "predicted_sorting_speedup", "measured_sorting_speedup")

@@ -31,11 +31,11 @@ def sincos_view(params, model, live, recorded, target):
     l2_mib = target.l2_bytes / 2**20
     charts.reference_line(fig, l2_mib, f"L2 {target.l2_bytes / 1e6:.0f} MB", "x", line_dash="dash", line_color="gray",
                           annotation_position="top left")
-    st.plotly_chart(fig, width="stretch")
+    charts.show(fig, width="stretch")
     model_text = (f"the larger of bytes / bandwidth + kernels x launch cost and the CPU's time per call measured in "
                   f"{shown.label}" if with_cpu else "bytes / bandwidth + kernels x launch cost (a run adds the CPU's "
                   "time per call)")
-    st.caption(f"Open circles: the model, {model_text}. Filled: measured now. Diamonds: recorded runs. Right of the "
+    st.caption(f"Open circles: the model, {model_text}. Filled: measured now. Diamonds, squares: recorded runs, one shape per GPU. Right of the "
                "dashed line the tensor no longer fits in the L2.")
     if shown is not None:
         rows = [r for r in charts.rows_where(shown.rows, experiment="sincos") if r.get("kernel_names")]
@@ -59,7 +59,7 @@ def chain_view(params, model, live, recorded, target):
     ridge = chain_ridge_ops(target)
     charts.reference_line(fig, ridge, f"ridge: k = {ridge:.0f}", "x", line_dash="dash", line_color="gray",
                           annotation_position="top left")
-    st.plotly_chart(fig, width="stretch")
+    charts.show(fig, width="stretch")
     st.caption("Eager: k kernels, each reading and writing the whole tensor. Triton: one kernel; flat until its "
                "2k FLOPs per element take longer than its 8 bytes (the dashed line).")
     st.markdown(page.section("Near the ridge"))
@@ -73,7 +73,7 @@ def softmax_view(params, model, live, recorded, target):
     copy = target.ceilings.copy_tbps
     charts.reference_line(fig, copy, f"copy bandwidth {copy:.2f} TB/s", "y", line_color="black")
     charts.reference_line(fig, 0.85 * copy, "85 % of copy", "y", line_dash="dot", line_color="gray")
-    st.plotly_chart(fig, width="stretch")
+    charts.show(fig, width="stretch")
     st.caption("Every version is credited with the same useful bytes (read the input once, write the output once), "
                "so the height shows how close each gets to the one-pass floor.")
     st.markdown(page.section("Where the softmax models miss"))
@@ -86,7 +86,7 @@ def error_view(shown):
     for experiment, x in (("sincos", "size_mib"), ("chain", "ops"), ("softmax", "n_cols")):
         rows = [r for r in charts.rows_where(shown.rows, experiment=experiment) if r.get("error_pct") is not None]
         if rows:
-            st.plotly_chart(charts.error_figure(rows, x, "variant", 15, log_x=True,
+            charts.show(charts.error_figure(rows, x, "variant", 15, log_x=True,
                                                 title=f"Model error, {experiment}, {shown.label}"), width="stretch")
 
 

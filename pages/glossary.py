@@ -15,7 +15,7 @@ from plotly.subplots import make_subplots  # noqa: E402
 from streamlit.errors import StreamlitAPIException  # noqa: E402
 
 from labs import glossary  # noqa: E402
-from ui import classroom, text  # noqa: E402
+from ui import charts, classroom, text  # noqa: E402
 
 G = glossary.load()
 ALL = "All sections"
@@ -104,14 +104,14 @@ def memory_figure(gpu: str) -> go.Figure:
 def diagram(name: str, key: str) -> None:
     gpu = st.selectbox("GPU", DIAGRAM_GPUS, key=f"diagram_gpu_{name}_{key}")
     if name == "threads":
-        st.plotly_chart(thread_figure(gpu), width="stretch", key=f"threads_{key}")
+        charts.show(thread_figure(gpu), width="stretch", key=f"threads_{key}")
         st.markdown("\n".join(f"- **{lv['software']} → {lv['hardware']}**: {lv['rule']}."
                                for lv in glossary.thread_hierarchy(gpu)["levels"]))
         st.caption("How CUDA's levels of work land on the hardware (hover between the boxes for the rule). "
                    "Sources: " + "; ".join(glossary.thread_hierarchy(gpu)["sources"]) + ".")
     else:
         levels = glossary.memory_hierarchy(gpu)
-        st.plotly_chart(memory_figure(gpu), width="stretch", key=f"memory_{key}")
+        charts.show(memory_figure(gpu), width="stretch", key=f"memory_{key}")
         rows = ["| level | scope | size (per SM or per GPU) | latency (cycles) | bandwidth, whole GPU (TB/s) |",
                 "|---|---|---|---|---|"]
         for lv in levels:

@@ -6,7 +6,7 @@ import streamlit as st
 from labs.engine import gpu
 from labs.engine import params
 from labs.engine import runner
-from ui import classroom, text
+from ui import charts, classroom, tables, text
 
 st.title("Your GPU")
 classroom.instructor_mode()
@@ -55,7 +55,7 @@ if recorded:
     fig.add_hline(y=1.0, line_dash="dot", line_color="gray")
     fig.update_layout(title="Measured ceilings as a fraction of each GPU's datasheet", yaxis_title="measured / datasheet",
                       barmode="group", height=420)
-    st.plotly_chart(fig, width="stretch")
+    charts.show(fig, width="stretch")
 for ceilings in recorded:
     sheet = gpu.datasheet_for(ceilings.gpu)
     v = ceilings.versions
@@ -70,4 +70,4 @@ for title, body in sections.items():
 
 st.header("Datasheet table")
 st.caption("TF32, FP16, BF16 and FP8: dense tensor-core rates in TFLOP/s; None where the GPU has no such rate.")
-st.dataframe(gpu.datasheet_rows(), hide_index=True, width="stretch")
+tables.show(gpu.datasheet_rows(), width="stretch")

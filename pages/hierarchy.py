@@ -64,7 +64,7 @@ def diagram(levels: list) -> go.Figure:
 # --- the diagram ----------------------------------------------------------------------------------
 levels = hierarchy_levels(target, shown.rows if shown else None,
                           f"measured by this lab ({shown.label})" if shown else "")
-st.plotly_chart(diagram(levels), width="stretch")
+charts.show(diagram(levels), width="stretch")
 st.caption("Sizes: " + "; ".join(f"{lv['level']}: {lv['size_source']}" for lv in levels) + ". Bandwidths: "
            + "; ".join(f"{lv['level']}: {lv['tbps_source']}" for lv in levels) + ".")
 
@@ -91,10 +91,10 @@ knee = find_knee(shown.rows) if shown else None
 if knee:
     charts.reference_line(fig, knee["knee_bytes"], "knee", "x", line_color="firebrick",
                           annotation_position="bottom left")
-st.plotly_chart(fig, width="stretch")
+charts.show(fig, width="stretch")
 lv = level_figures(target)
 st.caption(f"Model: the L2 plateau below {target.l2_bytes / MiB:.0f} MiB, HBM above; level figures "
-           f"{lv.source}. Open circles: model. Filled: measured now. Diamonds: recorded runs.")
+           f"{lv.source}. Open circles: model. Filled: measured now. Diamonds, squares: recorded runs, one shape per GPU.")
 if knee:
     st.markdown(f"**The knee** ({shown.label}): bandwidth falls from {knee['plateau_tbps']:.2f} to "
                 f"{knee['floor_tbps']:.2f} TB/s, crossing halfway (geometric mean) at **{knee['knee_bytes'] / MiB:.1f} "
@@ -103,7 +103,7 @@ if knee:
 st.markdown(page.section("Why the two curves part near 40 MiB"))
 
 if shown is not None:
-    st.plotly_chart(charts.error_figure(shown.rows, "size_bytes", "variant", 15, log_x=True,
+    charts.show(charts.error_figure(shown.rows, "size_bytes", "variant", 15, log_x=True,
                                         title=f"Model error, {shown.label}"), width="stretch")
     st.markdown(page.section("Near the small end"))
 if recorded:

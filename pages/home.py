@@ -13,8 +13,12 @@ from ui.lab_page import gpu_status_line
 sections = text.split_sections(text.link_terms(text.read("home.md")))
 warmup_text = sections.pop("Instructor warm-up", "")
 route_text = sections.pop("What to read next", "")
+how_to = sections.pop("How to use it", "")
 st.title("Roofline")
 st.markdown(sections[""])
+if how_to:  # the route through the app first, before the list of labs it leads to
+    st.header("How to use it")
+    st.markdown(how_to)
 st.info(gpu_status_line())
 
 st.header("The labs")

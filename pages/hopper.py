@@ -39,7 +39,7 @@ for n in params.sizes:
                               name=f"{shown.label}, N = {n}"))
 charts.reference_line(bars, 95, "95% of cuBLAS", "y", line_dash="dash", line_color="gray")
 bars.update_layout(barmode="group")
-st.plotly_chart(bars, width="stretch")
+charts.show(bars, width="stretch")
 st.caption("Model: the SM's share of cuBLAS's measured rate at the same N, the SM's 128 bytes per clock into shared "
            "memory, a published memory latency and the tile waves (faint bars). Measured: the same kernel with the "
            "switches of each step, checked against float64 first, timed from a CUDA graph beside cuBLAS in the same "
@@ -51,7 +51,7 @@ if recorded:
     st.caption(recorded_caption(recorded))
 if shown is not None:
     rows = [r for r in shown.rows if r.get("error_pct") is not None and r["step"] != "cuBLAS"]
-    st.plotly_chart(charts.error_figure(rows, "step", "n", 15, title=f"Model error by step, {shown.label}"),
+    charts.show(charts.error_figure(rows, "step", "n", 15, title=f"Model error by step, {shown.label}"),
                     width="stretch")
 st.markdown(page.section("Why the model misses"))
 
@@ -65,7 +65,7 @@ traffic.add_trace(go.Bar(x=[r["step"] for r in rows], y=[r["predicted_l2_request
 traffic.add_trace(go.Bar(x=[r["step"] for r in rows], y=[r["predicted_dram_bytes"] / 1e9 for r in rows],
                          name="fetched from DRAM"))
 traffic.update_layout(barmode="group")
-st.plotly_chart(traffic, width="stretch")
+charts.show(traffic, width="stretch")
 st.caption("Every tile asks for its whole row panel of A and column panel of B, whatever the order; the order "
            "decides how many of those panels the tiles running at the same time share, and so how many the L2 "
            "must fetch from DRAM.")

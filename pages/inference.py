@@ -72,7 +72,7 @@ def memory_calculator():
     charts.reference_line(fig, e.gpu_memory_bytes / 1e9, f"one {gpu_name}", "y", line_dash="dash")
     fig.update_layout(barmode="stack", title="Memory by part (GB)", yaxis_title="GB", height=420,
                       legend=charts.LEGEND_BELOW)
-    st.plotly_chart(fig, width="stretch")
+    charts.show(fig, width="stretch")
     st.dataframe(e.to_rows(), width="stretch", hide_index=True)
     if mode == "inference":
         st.caption(f"KV cache: {memcalc.kv_bytes_per_token(p) / 1024:,.0f} KiB per token. Longest context that fits "
@@ -127,12 +127,12 @@ def gemm_charts(params, live, model, recorded, shown):
                               line_color="black")
     predicted, measured = ridge_lines(time_fig, target, params, shown)
     ridge_lines(rate_fig, target, params, shown)
-    st.plotly_chart(time_fig, width="stretch")
+    charts.show(time_fig, width="stretch")
     st.caption("Flat, then rising: below the ridge every step reads the same weights, so more rows cost (almost) "
                "nothing. Dashed: the M where the intensity 2MKN / bytes reaches peak / bandwidth. Dotted: where the "
                "measured flat part meets the measured compute line.")
-    st.plotly_chart(rate_fig, width="stretch")
-    st.plotly_chart(cost_fig, width="stretch")
+    charts.show(rate_fig, width="stretch")
+    charts.show(cost_fig, width="stretch")
     st.caption("Tokens per second (in the hover of the table) are M / time; the cost per token is the GPU's rent "
                "times the time divided by M, for this one layer.")
 
@@ -162,12 +162,12 @@ def attention_charts(params, live, model, recorded):
     weights = inference_model.gemm_bytes(0, params.gemm_k, params.gemm_n, params.dtype)
     charts.reference_line(bytes_fig, weights, f"the {params.gemm_k} x {params.gemm_n} layer's weights", "y",
                           line_dash="dash")
-    st.plotly_chart(bytes_fig, width="stretch")
+    charts.show(bytes_fig, width="stretch")
     per_token = inference_model.kv_bytes(1, 1, params.kv_heads, params.d_model // params.heads, params.dtype)
     st.caption(f"KV cache: {per_token / 1024:.0f} KiB per cached token per layer ({params.kv_heads} K/V heads of "
                f"{params.d_model // params.heads} dims, K and V, {params.dtype}). Weights are shared by the batch; "
                "the KV cache is not.")
-    st.plotly_chart(fig, width="stretch")
+    charts.show(fig, width="stretch")
 
 
 def block_charts(params, live, model, recorded):
@@ -189,7 +189,7 @@ def block_charts(params, live, model, recorded):
                       "measured against the sum of the models", xaxis_title="batch (sequences)",
                       yaxis_title=page.axis("time (ms)"), height=480, legend=charts.LEGEND_BELOW,
                       xaxis_type="category")  # plotly reads "1", "8", ... as numbers and spaces them linearly
-    st.plotly_chart(fig, width="stretch")
+    charts.show(fig, width="stretch")
     st.caption("Bars: the model, piece by piece (each piece on the roofline, plus the measured fixed cost of each "
                "kernel in a CUDA graph). Markers: the whole step, timed as one graph replay.")
 
@@ -217,7 +217,7 @@ def lab():
         for experiment, x, band in (("gemm", "m", 15), ("block", "batch", 25), ("attention", "context", 25)):
             got = [r for r in charts.rows_where(shown.rows, experiment=experiment) if r.get("error_pct") is not None]
             if got:
-                st.plotly_chart(charts.error_figure(got, x, "kernel" if experiment != "attention" else "batch", band,
+                charts.show(charts.error_figure(got, x, "kernel" if experiment != "attention" else "batch", band,
                                                     log_x=True, title=f"Model error, {experiment}, {shown.label}"),
                                 width="stretch")
         st.markdown(page.section("Near the ridge"))

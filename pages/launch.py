@@ -48,8 +48,8 @@ if "chain" in params.experiments:
             style = charts.LIVE_STYLE if result is live else charts.RECORDED_STYLE
             charts.add_series(fig, charts.rows_where(result.rows, experiment="chain", variant=variant), "k",
                               "measured_us", f"{result.label}, {variant}", style, hover)
-    st.plotly_chart(fig, width="stretch")
-    st.caption("Open circles: the model from the launch figures. Filled: measured now. Diamonds: recorded runs.")
+    charts.show(fig, width="stretch")
+    st.caption("Open circles: the model from the launch figures. Filled: measured now. Diamonds, squares: recorded runs, one shape per GPU.")
     source = first or absolute(model, LAB.metric)
     fits = charts.rows_where(source.rows, experiment="fit")
     if fits:
@@ -73,7 +73,7 @@ if "regimes" in params.experiments:
                 rows = charts.rows_where(result.rows, experiment="regimes", variant=op, measured_regime=regime)
                 charts.add_series(fig, rows, "bytes_moved", "measured_us", f"{result.label}, {op}, {regime}",
                                   {**style, "marker": {**style["marker"], "symbol": symbol}}, hover)
-    st.plotly_chart(fig, width="stretch")
+    charts.show(fig, width="stretch")
     st.caption("Lines: the model, max(launch, bytes / bandwidth, FLOPs / peak). Markers: measured, shaped by the "
                "regime read off the measurement (circle overhead, square memory, diamond compute).")
     source = first or absolute(model, LAB.metric)

@@ -22,7 +22,7 @@ if params is None:
 live, model, recorded = page.results(params)
 
 # --- the wavy plot: TFLOP/s against N, coloured by the largest power of two dividing N ----------------
-COLOURS = dict(zip(mm.DIVISIBILITY_ORDER, ("#6a3d9a", "#1f78b4", "#33a02c", "#e6ab02", "#ff7f00", "#e31a1c")))
+COLOURS = dict(zip(mm.DIVISIBILITY_ORDER, charts.OKABE_ITO))  # colour-blind safe
 SYMBOLS = {"cublas": "circle", "triton": "square"}
 shown = live or (recorded[0] if recorded else None)
 dtype = params.dtypes[0] if len(params.dtypes) == 1 else st.radio("dtype shown", params.dtypes, horizontal=True)
@@ -48,7 +48,7 @@ for rec in recorded[1:] if shown is not live else recorded:
     for kernel in params.kernels:
         charts.add_series(fig, charts.rows_where(rec.rows, dtype=dtype, kernel=kernel), "n", "measured_tflops",
                           f"{rec.label}, {kernel}", charts.RECORDED_STYLE)
-st.plotly_chart(fig, width="stretch")
+charts.show(fig, width="stretch")
 st.caption(("Points: " + (shown.label if shown else "") + ". " if shown else "No measurement to show yet: run "
             "the lab on a GPU or pick a recorded run. ") + "Circles: cuBLAS; squares: the Triton kernel; colour: "
            "the largest power of two dividing N. Dotted: the model for the Triton kernel; black: the roofline.")
@@ -58,7 +58,7 @@ if recorded:
 # --- the model against the measurement -------------------------------------------------------------
 if shown is not None:
     triton_rows = charts.rows_where(shown.rows, kernel="triton")
-    st.plotly_chart(charts.error_figure(triton_rows, "n", "dtype", mm.MISS_BAND_PCT,
+    charts.show(charts.error_figure(triton_rows, "n", "dtype", mm.MISS_BAND_PCT,
                                         title=f"Model error for the Triton kernel, {shown.label}"), width="stretch")
     misses = mm.explain_misses(shown.rows)
     if misses:
@@ -90,7 +90,7 @@ heat.update_layout(title=f"{grid['tiles']} tiles of C coloured by wave ({target.
                          f"{grid['blocks_per_sm']} per SM)", height=420, margin=dict(t=50, b=10),
                    xaxis_title="tile column", yaxis_title="tile row")
 heat.update_yaxes(autorange="reversed")
-st.plotly_chart(heat, width="stretch")
+charts.show(heat, width="stretch")
 if grid["blocks_per_sm"] == 0:
     st.warning(f"A {shape} tile in {x_dtype} does not fit in one SM's shared memory on {target.name}; "
                "the grid assumes one per SM.")
@@ -100,7 +100,7 @@ charts.add_series(eff, curve, "n", "wave_util", "wave efficiency (tiles / slots 
                   ("tiles", "waves"))
 charts.add_series(eff, curve, "n", "tile_util", "tile efficiency (useful / computed area)", dict(mode="lines"))
 eff.add_vline(x=n, line_dash="dash", line_color="gray")
-st.plotly_chart(eff, width="stretch")
+charts.show(eff, width="stretch")
 
 page.table_and_downloads(live or model)
 
@@ -123,7 +123,7 @@ if lparams is not None:
                 bars.add_trace(go.Bar(x=[r["kernel"] for r in rows], y=[r["measured_pct_of_cublas"] for r in rows],
                                       name=f"{lshown.label}, {ldtype}"))
         bars.update_layout(barmode="group")
-        st.plotly_chart(bars, width="stretch")
+        charts.show(bars, width="stretch")
         reads = charts.figure("Global-memory requests and the rate they are served at", "kernel",
                               "GB requested / TB/s (log)", log_y=True)
         for ldtype in lparams.dtypes:
@@ -138,7 +138,7 @@ if lparams is not None:
                               f"device memory: {target.ceilings.copy_tbps:.2f} TB/s", "y", line_dash="dash",
                               line_color="gray")
         reads.update_layout(barmode="group")
-        st.plotly_chart(reads, width="stretch")
+        charts.show(reads, width="stretch")
         st.caption("Requested bytes: what the kernel's loads ask global memory for (2N³ elements for the naive "
                    "kernel, N/TILE times less tiled); the rate above the device-memory line is served by the caches.")
         if lrecorded:

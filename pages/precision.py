@@ -31,7 +31,7 @@ for run in runs:
     got = [r for r in charts.rows_where(run.rows, experiment="relu") if r.get("measured_ms") is not None]
     fig.add_trace(go.Bar(x=[r["dtype"] for r in got], y=[r["measured_ms"] for r in got], name=f"measured, {run.label}"))
 fig.update_layout(barmode="group")
-st.plotly_chart(fig, width="stretch")
+charts.show(fig, width="stretch")
 if shown is not None:
     ratios = time_ratios(shown.rows)
     if ratios:
@@ -49,7 +49,7 @@ fig.add_trace(go.Bar(x=[r["dtype"] for r in rates], y=[r["calibrated_tflops"] fo
 fig.add_trace(go.Bar(x=[r["dtype"] for r in rates], y=[r["datasheet_tflops"] for r in rates], name="datasheet (dense)",
                      marker=dict(color="rgba(0,0,0,0)", line=dict(color="gray", width=2))))
 fig.update_layout(barmode="group")
-st.plotly_chart(fig, width="stretch")
+charts.show(fig, width="stretch")
 st.caption(f"The calibration's cuBLAS rates ({target.describe_ceilings()}); fp32 runs on the CUDA cores, the "
            "others on the tensor cores. Not measured by this lab: see the Your GPU page to calibrate.")
 st.markdown(page.section("Why the tensor cores only pay off when the bytes do too"))
@@ -65,7 +65,7 @@ for acc in params.accumulators:
         charts.add_series(fig, charts.rows_where(run.rows, experiment="accumulation", dtype=acc), "k",
                           "measured_rel_error", f"{run.label}, {acc} accumulator",
                           charts.LIVE_STYLE if run is live else charts.RECORDED_STYLE)
-st.plotly_chart(fig, width="stretch")
+charts.show(fig, width="stretch")
 with st.expander("Try it on this machine's CPU (no GPU needed)"):
     k = st.select_slider("terms per dot product (K)", [256, 1024, 4096], value=1024, key="precision.cpu_k")
     if st.button("Sum 256 dot products in fp32 and in bf16", key="precision.cpu_run"):

@@ -8,7 +8,7 @@ from labs.recompute.model import KERNELS
 from ui import charts
 from ui.lab_page import LabPage, recorded_caption
 
-COLORS = {"stored": "#ff7f0e", "recomputed": "#1f77b4", "autograd": "#d62728"}
+COLORS = dict(zip(("stored", "recomputed", "autograd"), charts.OKABE_ITO))  # colour-blind safe
 
 
 def overlay(fig, model, live, recorded, dtype, x, y, hover):
@@ -52,23 +52,23 @@ dtype = st.radio("dtype", params.dtypes, horizontal=True, key="recompute_dtype")
 time_fig = charts.figure(f"Forward + backward of three sigmoids ({dtype}): time per step", "size of x (MiB)",
                          page.axis("time (ms)"), log_x=True, log_y=True)
 overlay(time_fig, model, live, recorded, dtype, "size_mib", "ms", ("accesses", "predicted_kernels", "bound"))
-st.plotly_chart(time_fig, width="stretch")
+charts.show(time_fig, width="stretch")
 st.caption("Open circles: the model, element-sized trips x bytes / bandwidth (or the special function units' time, "
-           "whichever is longer) per kernel, plus a launch cost. Filled: measured now. Diamonds: recorded runs.")
+           "whichever is longer) per kernel, plus a launch cost. Filled: measured now. Diamonds, squares: recorded runs, one shape per GPU.")
 
 speed_fig = charts.figure(f"Speed-up over storing the activations ({dtype})", "size of x (MiB)", "speed-up (x)",
                           log_x=True)
 overlay(speed_fig, model, live, recorded, dtype, "size_mib", "speedup", ("accesses",))
 charts.reference_line(speed_fig, 8 / 5, "8/5: memory-bound model", "y", line_dash="dash", line_color="gray")
-st.plotly_chart(speed_fig, width="stretch")
-st.plotly_chart(memory_figure(model, shown, dtype), width="stretch")
+charts.show(speed_fig, width="stretch")
+charts.show(memory_figure(model, shown, dtype), width="stretch")
 st.caption("Measured with torch.cuda.max_memory_allocated(): the forward pass's peak, minus what existed before "
            "it and minus its output.")
 st.markdown(page.section("Why bf16 gains less"))
 if shown is not None:
     rows = [r for r in charts.rows_where(shown.rows, dtype=dtype) if r.get("error_pct") is not None]
     if rows:
-        st.plotly_chart(charts.error_figure(rows, "size_mib", "variant", 15, log_x=True,
+        charts.show(charts.error_figure(rows, "size_mib", "variant", 15, log_x=True,
                                             title=f"Model error, {shown.label}"), width="stretch")
 if recorded:
     st.caption(recorded_caption(recorded))

@@ -35,16 +35,16 @@ fig.add_vrect(x0=ridge / 2, x1=ridge * 2, fillcolor="orange", opacity=0.08, line
 for dtype in params.dtypes:
     charts.overlay(fig, model, live, recorded, "intensity_flop_per_byte", "tflops", dtype, {"dtype": dtype},
                    ("flops_per_element", "predicted_tflops"))
-st.plotly_chart(fig, width="stretch")
+charts.show(fig, width="stretch")
 st.caption("Open circles: the model min(peak, intensity x bandwidth). Filled: this GPU, measured now. "
-           "Diamonds: recorded runs of real GPUs (each against its own roof). Shaded: within 2x of the ridge.")
+           "Diamonds, squares: recorded runs of real GPUs, one shape per GPU, each against its own roof. Shaded: within 2x of the ridge.")
 if recorded:
     st.caption(recorded_caption(recorded))
 
 # --- how far the model is from each measurement -------------------------------------------------
 shown = live or (recorded[0] if recorded else None)
 if shown is not None:
-    st.plotly_chart(charts.error_figure(shown.rows, "intensity_flop_per_byte", "dtype", 15, log_x=True,
+    charts.show(charts.error_figure(shown.rows, "intensity_flop_per_byte", "dtype", 15, log_x=True,
                                         title=f"Model error, {shown.label}"), width="stretch")
     st.markdown(page.section("Near the ridge"))
 page.table_and_downloads(live or model)

@@ -61,7 +61,7 @@ far = sum(r["over_50_pct"] for r in rows)
 st.caption(f"{len(rows)} recordings of {len({r['lab'] for r in rows})} labs on {len({r['gpu'] for r in rows})} GPUs; "
            f"{len(rows) - len(short)} reach 85 % of points within {WITHIN_PCT:.0f} %; {far} points off by more "
            "than 50 % in all.")
-st.plotly_chart(share_heatmap(rows), width="stretch")
+charts.show(share_heatmap(rows), width="stretch")
 table = [{"lab": r["title"], "GPU": r["gpu"], "recorded": r["date"], "commit": r["commit"], "points": r["points"],
           "within 15 % (%)": r["within_15_pct"], "at recording (%)": r["recorded_within_15_pct"],
           "median |error| (%)": r["median_abs_error_pct"], "p90 |error| (%)": r["p90_abs_error_pct"],
@@ -97,7 +97,7 @@ else:
     in_lab = [c for c in cases if c["title"] == lab_title]
     library = st.selectbox("Against", list(dict.fromkeys(c["library"] for c in in_lab)), key="scorecard:library")
     chosen = [c for c in in_lab if c["library"] == library]
-    st.plotly_chart(ratio_chart(chosen, library), width="stretch")
+    charts.show(ratio_chart(chosen, library), width="stretch")
     missed = sorted((c for c in chosen if c["meets"] is False), key=lambda c: c["speed_ratio"])
     st.caption(f"{sum(c['meets'] is True for c in chosen)} of {sum(c['meets'] is not None for c in chosen)} cases with "
                f"a target meet it; the {len(missed)} below it, slowest first: "

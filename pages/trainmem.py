@@ -57,7 +57,7 @@ def calculator():
     charts.reference_line(fig, e.gpu_memory_bytes / GB, f"one {mem.gpu}", "y", line_dash="dash")
     fig.update_layout(barmode="stack", title=f"ZeRO stage {stage} over {gpus} GPUs: memory by part (GB)",
                       yaxis_title="GB", height=440, legend=charts.LEGEND_BELOW)
-    st.plotly_chart(fig, width="stretch")
+    charts.show(fig, width="stretch")
     st.dataframe(e.to_rows(), width="stretch", hide_index=True)
     st.markdown("**Model state per GPU at every ZeRO stage** (weights, gradients, fp32 master, Adam; GB)")
     st.dataframe([{"ZeRO stage": r["zero_stage"], **{k.removesuffix("_bytes"): round(v / GB, 2)  # GB, not bytes
@@ -85,7 +85,7 @@ def lab():
     rule = model.rows[0]["rule_of_thumb_bytes"] if model.rows else None
     if rule:
         charts.reference_line(fig, rule, "6x rule", "y", line_color="gray")
-    st.plotly_chart(fig, width="stretch")
+    charts.show(fig, width="stretch")
     st.caption("Open circles: the model's peak (model state + saved activations + the largest transient, in the "
                "phase the model names). Dashed: every part added up, as a plan would. Filled: "
                "torch.cuda.max_memory_allocated of a real step.")

@@ -29,7 +29,7 @@ if "copies" in params.experiments:
                            ("model_latency_us", "model_bandwidth_gbps", "model_route", "model_first_piece_us"))
     charts.reference_line(fig, link["pcie_gbps"], f"PCIe link {link['pcie_gbps']:.0f} GB/s", "y", line_dash="dash",
                           line_color="gray")
-    st.plotly_chart(fig, width="stretch")
+    charts.show(fig, width="stretch")
     st.caption("Open circles: the model, latency + bytes / bandwidth. Live runs use their own smallest copy's time "
                "as the latency. Pageable copies are staged by one CPU thread: the model uses that thread's copy "
                "rate measured on the same buffer, never faster than on a buffer beyond the core's own cache (the "
@@ -37,13 +37,13 @@ if "copies" in params.experiments:
                "(it needs none of its old bytes) and adds the first staging buffer's trip over the link. "
                "Large pageable device-to-host copies lock the buffer's pages, copy, unlock them: the model adds the "
                "locking and unlocking times measured on the same buffer, and takes the faster route. "
-               "Filled: measured now. Diamonds: recorded runs.")
+               "Filled: measured now. Diamonds, squares: recorded runs, one shape per GPU.")
 
 if "overlap" in params.experiments:
     bars = charts.grouped_bars(model, live, recorded, "ms", {"experiment": "overlap"}, lambda r: r["schedule"],
                                f"A {params.overlap_mib} MiB pinned copy and bf16 matmuls: one stream or two",
                                page.axis("time (ms)"))
-    st.plotly_chart(bars, width="stretch")
+    charts.show(bars, width="stretch")
     st.caption("Two streams take about as long as the slower of the two pieces: the copy engine and the SMs work "
                "at the same time. One stream adds them up.")
 
@@ -56,7 +56,7 @@ if "staging" in params.experiments:
     for name, result in ([("now", live)] if live is not None else []) + [(rec.label, rec) for rec in recorded]:
         charts.add_series(fig, charts.rows_where(result.rows, experiment="staging", schedule="driver"), "size_bytes",
                           "driver_gbps", f"driver's own copy, {name}", dict(mode="markers", marker_symbol="x"))
-    st.plotly_chart(fig, width="stretch")
+    charts.show(fig, width="stretch")
     st.caption(page.section("Why stage by hand"))
 
 shown = live or (recorded[0] if recorded else None)
@@ -65,7 +65,7 @@ if shown is not None:
     for r in rows:
         r["series"] = f"{r['direction']}, {r['memory']}"
     if rows:
-        st.plotly_chart(charts.error_figure(rows, "size_bytes", "series", 20, log_x=True,
+        charts.show(charts.error_figure(rows, "size_bytes", "series", 20, log_x=True,
                                             title=f"Model error, {shown.label}"), width="stretch")
     st.markdown(page.section("Why the model misses"))
 if recorded:

@@ -15,8 +15,8 @@ from labs.engine import gpu as gpu_mod
 from labs.engine.results import list_recorded
 from labs.workbench import EXERCISES, get_exercise, sandbox, store
 from labs.workbench import verdict as verdict_mod
-from ui import charts, text, visitor
-from ui.lab_page import gpu_status_line
+from ui import charts, tables, text, visitor
+from ui.lab_page import choose_target, gpu_status_line
 
 try:  # a real code editor (Ace): Python highlighting, line numbers
     from code_editor import code_editor
@@ -26,7 +26,12 @@ except ImportError:  # the component is not installed: a plain text area keeps t
 st.title("Kernel workbench")
 st.caption("Write the kernel yourself: it is checked against float64, timed on the GPU in a sandbox, and placed "
            "beside our kernel, the vendor library and the model.")
-st.markdown(gpu_status_line())
+target = choose_target()  # the GPU the model describes: the same selector, and default, as the lab pages
+if gpu_mod.detect().available:
+    st.markdown(gpu_status_line())
+else:  # the page's one no-GPU notice
+    st.info(f"No GPU on this machine: your kernel is checked, and counted, in Triton's interpreter, and the model "
+            f"predicts the time of your launch on the {target.name} (change it in the sidebar).")
 
 # --- which exercise, which browser session ------------------------------------------------------
 names = [ex.name for ex in EXERCISES]
@@ -79,7 +84,7 @@ if code_editor is not None:
     run_button = {"name": "Run", "feather": "Play", "primary": True, "hasText": True, "showWithIcon": True,
                   "alwaysOn": True, "commands": ["submit"], "style": {"bottom": "0.4rem", "right": "0.4rem"}}
     response = code_editor(st.session_state[code_key], lang="python", height=[20, 36], buttons=[run_button],
-                           response_mode="blur", options={"showLineNumbers": True, "tabSize": 4},
+                           response_mode="blur", options={"showLineNumbers": True, "tabSize": 4, "wrap": True},
                            key=f"workbench.editor.{ex.name}.{st.session_state[version_key]}")
     if response.get("text"):
         st.session_state[code_key] = response["text"]
@@ -108,7 +113,8 @@ if st.button("Run", type="primary", key="run") or submitted:
     bar = st.progress(0.0, "starting")
     queue = st.empty()
     result = verdict_mod.submit(ex, code, progress=lambda f, m: bar.progress(min(1.0, f), m),
-                                on_wait=lambda pos: queue.info(f"Waiting for the GPU: {pos} run(s) ahead of yours."))
+                                on_wait=lambda pos: queue.info(f"Waiting for the GPU: {pos} run(s) ahead of yours."),
+                                model_gpu=None if target.live else target.name)
     bar.empty()
     queue.empty()
     store.save(token, ex.name, code, result)
@@ -126,8 +132,10 @@ def performance_chart(v: dict, rows: list) -> go.Figure:
     if metric == "tbps":
         fig = charts.figure("Achieved bandwidth", "", unit)
         for who, col in (("model (byte floor)", f"predicted_{metric}"), ("you", f"measured_{metric}"),
+                         ("you, modelled from the interpreter's count", f"predicted_{metric}_yours"),
                          ("our kernel", f"ours_{metric}"), ("library", f"library_{metric}")):
-            fig.add_trace(go.Bar(name=who, x=[r["point"] for r in rows], y=[r.get(col) for r in rows]))
+            if any(r.get(col) is not None for r in rows):
+                fig.add_trace(go.Bar(name=who, x=[r["point"] for r in rows], y=[r.get(col) for r in rows]))
         return fig
     target = verdict_mod.verdict_target(v)
     peak = target.ceilings.matmul_tflops.get("fp16") or target.ceilings.fma_tflops
@@ -140,6 +148,8 @@ def performance_chart(v: dict, rows: list) -> go.Figure:
     fig.update_yaxes(range=[math.log10(peak / 100), math.log10(peak * 2)])  # the points sit near the top
     for who, col, style in (("model", f"predicted_{metric}", charts.MODEL_STYLE),
                             ("you", f"measured_{metric}", charts.LIVE_STYLE),
+                            ("you, modelled from the interpreter's count", f"predicted_{metric}_yours",
+                             dict(charts.LIVE_STYLE, marker=dict(size=10, symbol="circle-open-dot"))),
                             ("our kernel", f"ours_{metric}", charts.RECORDED_STYLE),
                             ("library", f"library_{metric}", charts.RECORDED_STYLE)):
         charts.add_series(fig, rows, "intensity_flop_per_byte", col, who, dict(style, mode="markers"), ("point",))
@@ -157,24 +167,29 @@ def show_verdict(v: dict) -> None:
     for note in v.get("notes", []):
         st.info(note)
     if v.get("checks"):
-        st.dataframe([{"case": c.get("case"), "correct": c.get("passed"), "relative error": c.get("rel_error"),
-                       "max abs error": c.get("max_abs_error"), "first wrong index": str(c.get("first_wrong_index", "")),
-                       "got": c.get("got"), "expected": c.get("expected")} for c in v["checks"]], hide_index=True)
+        tables.show([{"case": c.get("case"), "correct": c.get("passed"), "relative error": c.get("rel_error"),
+                      "max abs error": c.get("max_abs_error"), "first wrong index": c.get("first_wrong_index"),
+                      "got": c.get("got"), "expected": c.get("expected")} for c in v["checks"]])
     rows = v.get("points", [])
     for r in rows:
         if r.get("gap"):
             st.markdown(f"**{r['point']}:** {r['gap']}")
+        if r.get("yours"):  # without a GPU: what the interpreter counted, and the model's time for that launch
+            st.markdown(f"**{r['point']}, your launch:** {r['yours']}")
     if rows:
         unit, metric = v["unit"], v["metric"]
-        st.dataframe([{"point": r["point"], f"you ({unit})": r.get(f"measured_{metric}"),
+        tables.show([{"point": r["point"], f"you ({unit})": r.get(f"measured_{metric}"),
+                       f"you, modelled ({unit})": r.get(f"predicted_{metric}_yours"),
+                       "your bytes, interpreter": r.get("interpreter_bytes"),
+                       "your programs": r.get("interpreter_programs"), "you, modelled (ms)": r.get("predicted_ms_yours"),
                        f"model ({unit})": r.get(f"predicted_{metric}"), "error (%)": r.get("error_pct"),
                        f"our kernel ({unit})": r.get(f"ours_{metric}"), f"{r['library']} ({unit})": r.get(f"library_{metric}"),
                        "you (ms)": r.get("measured_ms"), "model (ms)": r.get("predicted_ms"),
                        "DRAM bytes, model": r.get("bytes"), "DRAM bytes, measured": r.get("counted_dram_bytes"),
                        "measured / model bytes": r.get("dram_bytes_ratio"),
                        "our kernel from": r.get("ours_source"), "library from": r.get("library_source")}
-                      for r in rows], hide_index=True)
-        st.plotly_chart(performance_chart(v, rows), width="stretch")
+                      for r in rows])
+        charts.show(performance_chart(v, rows), width="stretch")
         st.caption(f"Model: {rows[0].get('model', '')}, on the {v.get('model_gpu')}'s ceilings.")
         if v.get("counters", {}).get("status") in ("measured", "partial"):
             st.caption(v["counters"]["message"])
@@ -189,7 +204,7 @@ if saved.get("verdict"):
     show_verdict(saved["verdict"])
 else:
     st.info("Press **Run** to check your kernel" + (" and time it on the GPU." if gpu_mod.detect().available else
-                                                    " (without a GPU: checked in Triton's interpreter)."))
+                                                    " and to see its launch modelled."))
 
 recorded = list_recorded(f"workbench-{ex.name}")
 if recorded:
@@ -198,4 +213,4 @@ if recorded:
             st.markdown(f"**{rec.label}**")
             for message in rec.messages:
                 st.markdown(f"- {message}")
-            st.dataframe(rec.rows, hide_index=True)
+            tables.show(rec.rows)

@@ -122,7 +122,7 @@ def test_a_shared_lab_link_opened_first_gets_the_grouped_navigation(browser):
         page.goto(f"{url}/roofline", wait_until="domcontentloaded", timeout=60_000)
         page.get_by_text(PAGES["roofline"], exact=False).first.wait_for(timeout=90_000)
         nav = page.locator("[data-testid='stSidebarNav']")
-        nav.get_by_text("Labs", exact=True).first.wait_for(timeout=60_000)
+        nav.get_by_text("Learn", exact=True).first.wait_for(timeout=60_000)
         assert nav.get_by_text("app", exact=True).count() == 0, "the sidebar lists the files in pages/"
         assert page.locator("[data-testid='stException']").count() == 0
         page.close()

@@ -234,7 +234,7 @@ def test_memory_hierarchy_h100_numbers():
     assert by["registers"]["unit_bytes"] == 256 * 1024 and by["shared-memory"]["unit_bytes"] == 256 * 1024
     # shared memory: 132 SMs x 128 bytes per clock x 1.98 GHz (the clock implied by 67 TFLOP/s FP32)
     assert by["shared-memory"]["bandwidth_tbps"] == pytest.approx(132 * 128 * 1.98e9 / 1e12, rel=0.01)
-    assert by["pcie"]["bandwidth_tbps"] == 0.064
+    assert by["pcie"]["bandwidth_tbps"] == 0.063  # after the 128b/130b line code
     lat = [lv["latency_cycles"] for lv in levels]
     bw = [lv["bandwidth_tbps"] for lv in levels]
     assert lat == sorted(lat) and bw == sorted(bw, reverse=True), "faster levels must come first"

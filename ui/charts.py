@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 import math
+import re
 
 import plotly.graph_objects as go
+import plotly.io as pio
 
+# Okabe & Ito's palette, safe for the common colour-vision deficiencies (yellow last: faint on white)
+OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#000000", "#F0E442")
+pio.templates["roofline"] = go.layout.Template(layout=dict(colorway=list(OKABE_ITO)))
+pio.templates.default = "plotly_white+roofline"
+# marker = GPU: the model a dotted line with open circles, this GPU filled circles, each recorded GPU its own shape
+SOURCE_SYMBOLS = ("diamond", "square", "triangle-up", "x", "star", "pentagon")
 MODEL_STYLE = dict(mode="lines+markers", marker=dict(symbol="circle-open", size=9), line=dict(dash="dot"))
 LIVE_STYLE = dict(mode="markers", marker=dict(size=10))
 RECORDED_STYLE = dict(mode="markers", marker=dict(size=8, symbol="diamond", opacity=0.75))
@@ -120,3 +128,213 @@ def grouped_bars(model, live, recorded: list, metric: str, where: dict, label_of
         fig.add_trace(go.Bar(name=name, x=[label_of(r) for r in rows], y=[r[column] for r in rows]))
     fig.update_layout(barmode="group", title=title, yaxis_title=y_title, height=height)
     return fig
+
+
+# ---------------------------------------------------------------------------------------------
+# One style for every chart: applied to each figure just before it is drawn (show)
+# ---------------------------------------------------------------------------------------------
+# column names that reach an axis title, in words with their units
+AXIS_WORDS = {"intensity_flop_per_byte": "arithmetic intensity (FLOP/byte)", "n": "N", "seq_len": "sequence length N",
+              "size_bytes": "size (bytes)", "size_mib": "size (MiB)", "stride": "stride (floats)", "k": "k",
+              "g": "branch group size g", "m": "M (rows)", "batch": "batch", "context": "context (cached tokens)",
+              "tokens": "tokens per step", "error_pct": "error (%)", "bytes_moved": "bytes moved"}
+_UNITS = {"ms": "ms", "us": "µs", "tbps": "TB/s", "gbps": "GB/s", "tflops": "TFLOP/s", "bytes": "bytes", "pct": "%",
+          "mib": "MiB", "gb": "GB"}
+_RECORDED = re.compile(r"^(?P<gpu>.+?), (?P<date>\d{4}-\d{2}-\d{2}), (?P<kind>[a-z]+)(?:[,:] (?P<impl>.+))?$")
+_LIVE = re.compile(r"^measured(?: now)?(?:[,:] | (?=\S))(?P<impl>.+)$")
+_MODEL = re.compile(r"^model(?:[,:] (?P<impl>.+))?$")
+
+
+def axis_words(title: str) -> str:
+    """'intensity_flop_per_byte' -> 'arithmetic intensity (FLOP/byte)'; 'measured_ms' -> 'measured (ms)'; 'n' -> 'N'.
+    A title already in words (with a space or a unit in parentheses) is kept."""
+    if not title or " " in title or "(" in title:
+        return title
+    if title in AXIS_WORDS:
+        return AXIS_WORDS[title]
+    head, _, unit = title.rpartition("_")
+    if head and unit in _UNITS:
+        return f"{head.replace('_', ' ')} ({_UNITS[unit]})"
+    return title.replace("_", " ")
+
+
+def trace_source(name: str):
+    """(source, implementation) of a trace named the overlay way: 'model, ours' -> ('model', 'ours');
+    'measured, ours' -> ('this GPU', 'ours'); 'H100 80GB HBM3, 2026-11-21, recorded, ours' -> ('H100 80GB HBM3',
+    'ours'). (None, name) for any other name."""
+    name = name or ""
+    m = _RECORDED.match(name)
+    if m:
+        return m.group("gpu"), m.group("impl") or ""
+    if name in ("measured", "measured now"):
+        return "this GPU", ""
+    m = _LIVE.match(name)
+    if m:
+        return "this GPU", m.group("impl")
+    m = _MODEL.match(name)
+    if m:
+        return "model", m.group("impl") or ""
+    return None, name
+
+
+def _positive(values) -> list:
+    out = []
+    for v in values if values is not None else ():
+        if isinstance(v, (int, float)) and v == v and v > 0 and math.isfinite(v):
+            out.append(float(v))
+    return out
+
+
+def _decades(fig: go.Figure, name: str) -> None:
+    """Log axes labelled at powers of ten only (no 2, 5, 0.1 minor labels), in plain numbers where they are small.
+    `name`: a layout axis ('xaxis', 'yaxis2', ...)."""
+    layout_axis = fig.layout[name]
+    if layout_axis.type != "log" or layout_axis.tickvals is not None:
+        return
+    letter, ref = name[0], name[0] + name[5:]  # 'yaxis2' -> the traces on 'y2'
+    values = [v for t in fig.data if (getattr(t, f"{letter}axis", None) or letter) == ref
+              for v in _positive(getattr(t, letter, None))]
+    if layout_axis.range is not None and None not in layout_axis.range:
+        values += [10 ** layout_axis.range[0], 10 ** layout_axis.range[1]]
+    if not values:
+        return
+    low, high = min(values), max(values)
+    if math.log10(high / low) >= 1.0:
+        layout_axis.update(dtick=1, minor=dict(showgrid=False))
+    else:  # less than a decade: 1, 2, 5 between the powers of ten
+        layout_axis.update(dtick="D2")
+    title = layout_axis.title.text if layout_axis.title else ""
+    if "bytes" not in (title or ""):  # bytes keep SI prefixes (1G, not 1B); small plain numbers read best as such
+        layout_axis.update(exponentformat="none" if low >= 1e-3 and high < 1e5 else "SI")
+
+
+def _factor_legend(fig: go.Figure) -> None:
+    """Traces named 'a, b' whose marker symbol follows a and colour follows b (cuBLAS and Triton by symbol, N's
+    divisibility by colour): one legend entry per a (its symbol, grey) and one per b (its colour)."""
+    named = [t for t in fig.data if isinstance(t, go.Scatter) and t.showlegend is not False and t.name
+             and ", " in t.name and isinstance(t.marker.color, str) and t.marker.symbol]
+    if len(named) < 4:
+        return
+    pairs = [(t, *t.name.split(", ", 1)) for t in named]
+    symbol, colour = {}, {}
+    for t, a, b in pairs:
+        if symbol.setdefault(a, t.marker.symbol) != t.marker.symbol or colour.setdefault(b, t.marker.color) != \
+                t.marker.color:
+            return  # not a product of two encodings
+    if len(symbol) < 2 or len(colour) < 2:
+        return
+    for t, a, b in pairs:
+        t.update(showlegend=False, legendgroup=b)
+    for b, c in colour.items():
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=b, legendgroup=b,
+                                 marker=dict(color=c, size=10, symbol="circle")))
+    for a, sym in symbol.items():
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=a, legendgroup=f"symbol: {a}",
+                                 marker=dict(color="#555555", size=10, symbol=sym)))
+
+
+def _sources(fig: go.Figure) -> None:
+    """Colour = implementation (Okabe-Ito), marker = GPU, and one legend: an entry per implementation and one per
+    GPU, not one per implementation and GPU."""
+    parsed = [(t, *trace_source(t.name)) for t in fig.data if isinstance(t, go.Scatter)]
+    grouped = [(t, source, impl) for t, source, impl in parsed if source is not None and impl]
+    sources = list(dict.fromkeys(source for _, source, _ in grouped))
+    impls = list(dict.fromkeys(impl for _, _, impl in grouped))
+    if len(sources) < 2 or not impls:
+        return
+    shapes = {}
+    for t, source, _ in grouped:
+        shapes.setdefault(source, set()).add(t.marker.symbol)
+    if any(len(v) > 1 for v in shapes.values()):  # the page already spends the marker on something else
+        return
+    taken = {str(getattr(t.line, "color", None) or getattr(t.marker, "color", None) or "").lower()
+             for t, source, _ in parsed if source is None}
+    palette = [c for c in OKABE_ITO if c.lower() not in taken] or list(OKABE_ITO)
+    colour = {impl: palette[i % len(palette)] for i, impl in enumerate(impls)}
+    recorded = [s for s in sources if s not in ("model", "this GPU")]
+    symbol = {"model": "circle-open", "this GPU": "circle"} | \
+        {s: SOURCE_SYMBOLS[i % len(SOURCE_SYMBOLS)] for i, s in enumerate(recorded)}
+    for t, source, impl in grouped:
+        t.update(legendgroup=impl, showlegend=False)
+        t.marker.update(color=colour[impl], symbol=symbol[source])
+        if t.mode and "lines" in t.mode:
+            t.line.update(color=colour[impl])
+    for impl in impls:  # legend only: the implementation's colour
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines+markers", name=impl, legendgroup=impl,
+                                 marker=dict(color=colour[impl], size=9), line=dict(color=colour[impl])))
+    for source in sources:  # legend only: the GPU's marker, in grey
+        model = source == "model"
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines+markers" if model else "markers",
+                                 name="model (dotted)" if model else ("measured now" if source == "this GPU"
+                                                                      else f"{source}, recorded"),
+                                 legendgroup=f"source: {source}",
+                                 marker=dict(color="#555555", symbol=symbol[source], size=9),
+                                 line=dict(color="#555555", dash="dot")))
+
+
+def _one_entry_per_name(fig: go.Figure) -> None:
+    seen = set()
+    for t in fig.data:
+        if not t.name or t.showlegend is False:
+            continue
+        if t.name in seen:
+            t.update(showlegend=False)
+        seen.add(t.name)
+        t.update(legendgroup=t.legendgroup or t.name)
+
+
+def _axis_position(fig: go.Figure, axis: str, value: float):
+    """Where `value` sits along an axis, 0 (start) to 1 (end), from the data drawn (None if unknown)."""
+    layout_axis = getattr(fig.layout, f"{axis}axis")
+    log = layout_axis.type == "log"
+    values = [v for t in fig.data for v in (_positive(getattr(t, axis, None)) if log else
+                                            [v for v in (getattr(t, axis, None) or ())
+                                             if isinstance(v, (int, float)) and v == v])]
+    if not values:
+        return None
+    f = (lambda v: math.log10(v)) if log else (lambda v: v)
+    low, high = f(min(values)), f(max(values))
+    return 0.5 if high == low else (value - low) / (high - low)
+
+
+def _labels_inside(fig: go.Figure) -> None:
+    """Labels of reference lines on the side away from the nearer edge, so that none runs off the plot: a vertical
+    line's label to its right in the left half, to its left in the right half; a horizontal line's label below it
+    near the top."""
+    for a in fig.layout.annotations:
+        if a.showarrow is not False:
+            continue
+        if a.xref == "x" and a.yref in ("y domain", "paper"):  # a vertical line's label, at its x
+            where = _axis_position(fig, "x", a.x)
+            if where is not None:
+                a.update(xanchor="left" if where < 0.5 else "right")
+        elif a.xref in ("x domain", "paper") and a.yref == "y":  # a horizontal line's label, at its y
+            where = _axis_position(fig, "y", a.y)
+            if where is not None and where > 0.85:
+                a.update(yanchor="top")
+        else:
+            continue
+        a.update(bgcolor="rgba(255,255,255,0.75)")  # legible over the grid and the points behind it
+
+
+def house_style(fig: go.Figure) -> go.Figure:
+    """The one chart style, applied in place (and returned)."""
+    _sources(fig)
+    _factor_legend(fig)
+    _one_entry_per_name(fig)
+    for name in [k for k in fig.layout.to_plotly_json() if re.match(r"^[xy]axis\d*$", k)] or ["xaxis", "yaxis"]:
+        layout_axis = fig.layout[name]
+        title = layout_axis.title.text if layout_axis.title else None
+        if title:
+            layout_axis.title.text = axis_words(title)
+        _decades(fig, name)
+    _labels_inside(fig)
+    return fig
+
+
+def show(fig: go.Figure, **kwargs) -> None:
+    """Draw a figure in the house style (Streamlit's own theme off: it would recolour the traces)."""
+    import streamlit as st
+
+    kwargs.setdefault("width", "stretch")
+    st.plotly_chart(house_style(fig), theme=None, **kwargs)

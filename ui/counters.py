@@ -13,7 +13,7 @@ import streamlit as st
 from labs.engine import counters
 from labs.engine import params as params_mod
 from labs.engine.lab import Lab
-from ui import charts, text
+from ui import charts, tables, text
 
 
 def comparison_figure(rows: list, quantity: str, title: str) -> go.Figure:
@@ -77,9 +77,9 @@ def _show(result, key: str) -> None:
     if quantities:
         names = {q: counters.QUANTITIES[q][0] for q in quantities}
         q = st.selectbox("Quantity", quantities, format_func=names.get, key=f"quantity:{key}")
-        st.plotly_chart(comparison_figure(result.rows, q, f"{names[q]}: model vs counted, {result.label}"),
+        charts.show(comparison_figure(result.rows, q, f"{names[q]}: model vs counted, {result.label}"),
                         width="stretch", key=f"chart:{key}")
-    st.dataframe(result.rows, width="stretch", hide_index=True, key=f"table:{key}")
+    tables.show(result.rows, width="stretch", key=f"table:{key}")
 
 
 def _value(v) -> str:
@@ -96,7 +96,10 @@ def counters_panel(lab: Lab, params_dict: dict) -> None:
     reason = counters.why_unavailable()
     params = _params_from(lab, params_dict)
     if reason:
-        st.info(f"Live counting is off: {reason.removeprefix('Counting needs a GPU: ')}")
+        from labs.engine import gpu as gpu_mod  # without a GPU the page has said so once already (the run panel)
+
+        st.info("Live counting needs a GPU too; the recorded counts below still show." if not
+                gpu_mod.detect().available else f"Live counting is off: {reason.removeprefix('Counting needs a GPU: ')}")
     elif params is not None:
         _count_action(lab, params)
     live = st.session_state.get(f"counted:{lab.name}")

@@ -22,7 +22,7 @@ from labs.engine import runner
 from labs.engine.lab import Lab
 from labs.engine.repredict import score, with_current_model_or_recorded
 from labs.engine.results import Result, list_recorded, normalised
-from ui import classroom, text
+from ui import classroom, tables, text
 from ui.counters import counters_panel
 
 
@@ -97,7 +97,8 @@ class LabPage:
         self.host, self.normalise = None, False  # host: the page's first lab when this one is shown below it
         st.title(lab.title)
         st.caption(lab.summary)
-        st.markdown(gpu_status_line())
+        if gpu_mod.detect().available:  # without one, the run panel says so once, where the Run button would be
+            st.markdown(gpu_status_line())
         self.target = choose_target()
         st.sidebar.caption(f"Ceilings used by the model: {self.target.describe_ceilings()}")
         self.instructor = classroom.instructor_mode()
@@ -229,8 +230,9 @@ class LabPage:
         key = f"live:{self.lab.name}"
         info = runner.live_gpu()  # this machine's GPU, or the GPU pool's (ROOFLINE_CLUSTER)
         if not info.available:
-            # the reason may already say so ("No CUDA GPU found (...). Live runs are off; ...")
-            st.info(info.reason if "Live runs are off" in info.reason else f"Live runs are off: {info.reason}")
+            if self.host is None:  # once per page: a second lab below the first says nothing more
+                # the reason may already say so ("No CUDA GPU found (...). Live runs are off; ...")
+                st.info(info.reason if "Live runs are off" in info.reason else f"Live runs are off: {info.reason}")
             return None
         if params is None:
             return None
@@ -285,7 +287,7 @@ class LabPage:
             return
         st.subheader(title)
         st.caption(f"{result.label}. error_pct = 100 x (measured - predicted) / predicted.")
-        st.dataframe(result.rows, width="stretch", hide_index=True)
+        tables.show(result.rows, width="stretch")
         c1, c2 = st.columns(2)
         name = f"roofline-{self.lab.name}-{result.kind}"
         c1.download_button("Download CSV", result.to_csv(), f"{name}.csv", "text/csv", key=f"csv:{name}")
@@ -313,7 +315,7 @@ def model_scores(recorded: list) -> str:
         if s["points"]:
             parts.append(f"{text.plain(r.meta.get('gpu', {}).get('name', '?'), 80)} {s['within_15_pct']:.0f} % of "
                          f"{s['points']} points")
-    return f"Within 15 % of the model: {'; '.join(parts)} ([model scorecard](scorecard))." if parts else ""
+    return f"Within 15 % of the model: {'; '.join(parts)}. See the [model scorecard](scorecard)." if parts else ""
 
 
 def recorded_caption(results: list) -> str:

@@ -1,7 +1,9 @@
-"""Exercise 1, our solution: the same kernel with 1024 elements and 4 warps per program.
+"""Exercise 1, our solution: the same kernel with 1024 elements and 4 warps per
+program.
 
-Each thread now loads 8 consecutive floats of x and of y (two 16-byte loads each), and a few thousand
-programs cover the vector: enough bytes in flight on every SM to keep the memory busy.
+Each thread now loads 8 consecutive floats of x and of y (two 16-byte loads
+each), and a few thousand programs cover the vector: enough bytes in flight
+on every SM to keep the memory busy.
 """
 import torch
 import triton

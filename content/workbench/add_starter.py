@@ -1,8 +1,9 @@
 """Exercise 1: out = x + y for two fp32 vectors of any length.
 
-This starter is correct but slow: each program handles only 32 elements with a single warp, so the GPU
-juggles millions of tiny programs and every thread moves one 4-byte value per load. Make each program
-do more (a larger BLOCK, more warps) until the kernel runs at the byte floor.
+This starter is correct but slow: each program handles only 32 elements with
+a single warp, so the GPU juggles millions of tiny programs and every thread
+moves one 4-byte value per load. Make each program do more (a larger BLOCK,
+more warps) until the kernel runs at the byte floor.
 """
 import torch
 import triton

@@ -1,11 +1,14 @@
 """Exercise 5, our solution: FlashAttention-2's forward pass.
 
-Each program holds 128 queries in registers (8 warps) and streams 64-key blocks of K and V past them, three
-blocks in flight (the online softmax keeps a running maximum and sum). Scores stay in log2 units, so the
-scale folds into one multiply-add before each exp2. With the causal mask, the key blocks left of the
-diagonal need no mask, the blocks on it are masked, and the blocks right of it are never loaded: about half
-the work of the full mask. Causal programs start with the last query tiles, which see the most keys, so the
-last wave is short. (Tiles chosen by scripts/workbench_gpu.py --sweep attention on an H100.)
+Each program holds 128 queries in registers (8 warps) and streams 64-key
+blocks of K and V past them, three blocks in flight (the online softmax
+keeps a running maximum and sum). Scores stay in log2 units, so the scale
+folds into one multiply-add before each exp2. With the causal mask, the key
+blocks left of the diagonal need no mask, the blocks on it are masked, and
+the blocks right of it are never loaded: about half the work of the full
+mask. Causal programs start with the last query tiles, which see the most
+keys, so the last wave is short. (Tiles chosen by scripts/workbench_gpu.py
+--sweep attention on an H100.)
 """
 import math
 

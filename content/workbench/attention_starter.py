@@ -1,12 +1,16 @@
-"""Exercise 5: attention forward, out = softmax(q k^T / sqrt(d) [+ causal mask]) v.
+"""Exercise 5: attention forward, out = softmax(q k^T / sqrt(d) [+ causal
+mask]) v.
 
-q, k, v: (batch, heads, length, head_dim) fp16, contiguous. With causal=True query i sees keys 0..i.
+q, k, v: (batch, heads, length, head_dim) fp16, contiguous. With causal=True
+query i sees keys 0..i.
 
-This starter is correct but slow. It already streams the keys in blocks with an online softmax (a running
-maximum and sum, the output rescaled when the maximum grows), so the (length x length) score matrix is
-never stored. But its tiles are 16 queries by 16 keys with one warp: the tensor cores get tiny matrices,
-each key block is reloaded for every 16 queries, and the causal mask is computed for every block, even
-the blocks wholly above the diagonal, which it visits and throws away.
+This starter is correct but slow. It already streams the keys in blocks with
+an online softmax (a running maximum and sum, the output rescaled when the
+maximum grows), so the (length x length) score matrix is never stored. But
+its tiles are 16 queries by 16 keys with one warp: the tensor cores get tiny
+matrices, each key block is reloaded for every 16 queries, and the causal
+mask is computed for every block, even the blocks wholly above the diagonal,
+which it visits and throws away.
 """
 import math
 

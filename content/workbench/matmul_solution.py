@@ -1,13 +1,17 @@
-"""Exercise 4, our solution: 128x256 tiles, 64-deep steps, three stages in flight, GROUP_M = 8.
+"""Exercise 4, our solution: 128x256 tiles, 64-deep steps, three stages in
+flight, GROUP_M = 8.
 
-Each program computes a 128x256 tile of C with 8 warps; each step along K brings a 128x64 tile of A and a
-64x256 tile of B (48 kB in fp16) into shared memory while the tensor cores work on the previous ones.
-Programs are numbered in bands of 8 tile rows, so the tiles that run at the same moment share rows of A
-and columns of B, and those come from the L2 rather than from device memory.
+Each program computes a 128x256 tile of C with 8 warps; each step along K
+brings a 128x64 tile of A and a 64x256 tile of B (48 kB in fp16) into shared
+memory while the tensor cores work on the previous ones. Programs are
+numbered in bands of 8 tile rows, so the tiles that run at the same moment
+share rows of A and columns of B, and those come from the L2 rather than
+from device memory.
 
-On Hopper (and newer) the tiles are fetched by the tensor memory accelerator (TMA): a copy engine that
-moves a whole tile per instruction and fills the parts outside the matrix with zeros, so no masks. It needs
-rows that start on 16-byte boundaries; other shapes take the pointer path.
+On Hopper (and newer) the tiles are fetched by the tensor memory accelerator
+(TMA): a copy engine that moves a whole tile per instruction and fills the
+parts outside the matrix with zeros, so no masks. It needs rows that start
+on 16-byte boundaries; other shapes take the pointer path.
 """
 import torch
 import triton

@@ -1,9 +1,12 @@
-"""Exercise 4: C = A @ B for fp16 matrices of any shape (fp32 accumulation, fp16 result).
+"""Exercise 4: C = A @ B for fp16 matrices of any shape (fp32 accumulation,
+fp16 result).
 
-This starter is correct but slow: 32x32 tiles of C with 32-deep steps along K give the tensor cores too
-little work per load, and programs sweep C row by row, so neighbours in time share little of A and B in
-the L2. Grow BLOCK_M, BLOCK_N and BLOCK_K, add pipelining (num_stages), and group programs into bands of
-GROUP_M tile rows so that the tiles running together reuse the same rows of A and columns of B.
+This starter is correct but slow: 32x32 tiles of C with 32-deep steps along
+K give the tensor cores too little work per load, and programs sweep C row
+by row, so neighbours in time share little of A and B in the L2. Grow
+BLOCK_M, BLOCK_N and BLOCK_K, add pipelining (num_stages), and group
+programs into bands of GROUP_M tile rows so that the tiles running together
+reuse the same rows of A and columns of B.
 """
 import torch
 import triton

@@ -1,7 +1,9 @@
-"""Exercise 2, our solution: one kernel reads x once and writes the result once.
+"""Exercise 2, our solution: one kernel reads x once and writes the result
+once.
 
-sin, cos, both squares and the sum stay in registers. On a GPU the special function units' fast
-approximations keep the arithmetic well under the memory time; the interpreter runs the accurate ones.
+sin, cos, both squares and the sum stay in registers. On a GPU the special
+function units' fast approximations keep the arithmetic well under the
+memory time; the interpreter runs the accurate ones.
 """
 import torch
 import triton

@@ -1,8 +1,9 @@
 """Exercise 2: out = sin(x)^2 + cos(x)^2 for an fp32 vector.
 
-This starter is correct but slow: it is written the way eager PyTorch runs it, one kernel per step.
-The first writes sin(x)^2 to memory, the second cos(x)^2, the third reads both back and adds them:
-seven trips of every element through device memory where two would do. Fuse them into one kernel.
+This starter is correct but slow: it is written the way eager PyTorch runs
+it, one kernel per step. The first writes sin(x)^2 to memory, the second
+cos(x)^2, the third reads both back and adds them: seven trips of every
+element through device memory where two would do. Fuse them into one kernel.
 """
 import torch
 import triton

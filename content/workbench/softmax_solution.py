@@ -1,8 +1,10 @@
-"""Exercise 3, our solution: read each row once when it fits in registers, else twice (online softmax).
+"""Exercise 3, our solution: read each row once when it fits in registers, else
+twice (online softmax).
 
-A row of up to 16384 columns is loaded whole: its maximum, its sum and its output come from one read.
-A longer row keeps a running maximum m and a running sum s of exp(x - m) over chunks; when a chunk raises
-the maximum, s is rescaled by exp(m_old - m_new). A second pass then writes the output.
+A row of up to 16384 columns is loaded whole: its maximum, its sum and its
+output come from one read. A longer row keeps a running maximum m and a
+running sum s of exp(x - m) over chunks; when a chunk raises the maximum, s
+is rescaled by exp(m_old - m_new). A second pass then writes the output.
 """
 import torch
 import triton

@@ -1,9 +1,11 @@
 """Exercise 3: the softmax of every row of a 2-D fp32 tensor.
 
-This starter is correct but slow: one program per row walks the row three times, in chunks of 128
-columns: once for the maximum, once for the sum of exponentials, once to write the result. That reads
-every element three times. Keep a running maximum and a rescaled running sum (online softmax) so that one
-pass finds both, or hold a short row in registers and read it only once.
+This starter is correct but slow: one program per row walks the row three
+times, in chunks of 128 columns: once for the maximum, once for the sum of
+exponentials, once to write the result. That reads every element three
+times. Keep a running maximum and a rescaled running sum (online softmax) so
+that one pass finds both, or hold a short row in registers and read it only
+once.
 """
 import torch
 import triton

@@ -1,7 +1,9 @@
-"""Exercise 6, our solution: 64x64 tiles, read along the rows of x, written along the rows of out.
+"""Exercise 6, our solution: 64x64 tiles, read along the rows of x, written
+along the rows of out.
 
-tl.trans turns the tile around in registers; to store it row by row Triton moves it through shared
-memory, so both the loads and the stores touch whole 32-byte sectors.
+tl.trans turns the tile around in registers; to store it row by row Triton
+moves it through shared memory, so both the loads and the stores touch whole
+32-byte sectors.
 """
 import torch
 import triton

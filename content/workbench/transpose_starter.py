@@ -1,9 +1,12 @@
-"""Exercise 6: out = x.T as a new contiguous tensor (x: a 2-D fp32 matrix of any shape).
+"""Exercise 6: out = x.T as a new contiguous tensor (x: a 2-D fp32 matrix of
+any shape).
 
-This starter is correct but slow: each program reads BLOCK consecutive elements of one row of x (the
-warp's loads are coalesced) and writes them down one column of out, where consecutive elements lie a
-whole row apart. Every 4-byte store lands in a different 32-byte sector. Move a square tile instead: read
-it along the rows of x, and write it along the rows of out (Triton reshuffles it through shared memory).
+This starter is correct but slow: each program reads BLOCK consecutive
+elements of one row of x (the warp's loads are coalesced) and writes them
+down one column of out, where consecutive elements lie a whole row apart.
+Every 4-byte store lands in a different 32-byte sector. Move a square tile
+instead: read it along the rows of x, and write it along the rows of out
+(Triton reshuffles it through shared memory).
 """
 import torch
 import triton

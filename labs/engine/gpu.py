@@ -46,8 +46,8 @@ class Datasheet:
     arch: str
     compute_capability: str
     sm_count: int
-    l2_mb: float  # L2 cache size, MB (10^6 bytes); NVIDIA's "50 MB" and "40 MB" are MiB (the device reports
-                  # 52,428,800 and 41,943,040 bytes), so the H100 and A100 rows hold 52.4 and 41.9
+    l2_mb: float  # L2 cache size, MB (10^6 bytes) on every row; vendors' "MB" of L2 are MiB (an H100 reports
+                  # 52,428,800 bytes for its "50 MB"), so each row holds MiB x 1.048576 (50 -> 52.4, 48 -> 50.3)
     memory_gb: float  # device memory, GB (10^9 bytes)
     memory_type: str
     bandwidth_tbps: float  # memory bandwidth, TB/s (10^12 bytes/s)
@@ -87,32 +87,39 @@ DATASHEET: tuple[Datasheet, ...] = (
               "NVIDIA A100 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/a100), SXM, dense rates; SMs and "
               "L2 from the NVIDIA A100 Tensor Core GPU Architecture whitepaper",
               "The A100 PCIe 80GB card has 1.935 TB/s (datasheet); this row holds the SXM figure."),
-    Datasheet("L4", ("L4",), "Ada Lovelace", "8.9", 58, 48, 24, "GDDR6", 0.300,
+    Datasheet("L4", ("L4",), "Ada Lovelace", "8.9", 58, 50.3, 24, "GDDR6", 0.300,
               30.3, 60, 121, 121, 242.5,
               "NVIDIA L4 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/l4), dense = half the sparse figures",
-              "SMs and L2 are not on the datasheet: 58 SMs (7,424 FP32 lanes / 128 per Ada SM) and 48 MB as the device reports."),
-    Datasheet("L40S", ("L40S",), "Ada Lovelace", "8.9", 142, 96, 48, "GDDR6", 0.864,
+              "SMs and L2 are not on the datasheet: 58 SMs (7,424 FP32 lanes / 128 per Ada SM) and the "
+              "48 MiB (50.3 MB) the device reports."),
+    Datasheet("L40S", ("L40S",), "Ada Lovelace", "8.9", 142, 100.7, 48, "GDDR6", 0.864,
               91.6, 183, 362, 362, 733,
-              "NVIDIA L40S GPU datasheet (nvidia.com/en-us/data-center/l40s), dense = half the sparse figures"),
-    Datasheet("T4", ("Tesla T4", "T4"), "Turing", "7.5", 40, 4, 16, "GDDR6", 0.320,
+              "NVIDIA L40S GPU datasheet (nvidia.com/en-us/data-center/l40s), dense = half the sparse figures",
+              "SMs and L2 are not on the datasheet: 142 SMs (18,176 FP32 lanes / 128 per Ada SM) and the 96 MiB "
+              "(100.7 MB) of L2 of the AD102 chip (NVIDIA Ada Lovelace architecture whitepaper)."),
+    Datasheet("T4", ("Tesla T4", "T4"), "Turing", "7.5", 40, 4.2, 16, "GDDR6", 0.320,
               8.1, None, 65, None, None,
               "NVIDIA T4 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/tesla-t4)",
-              "Turing has no TF32 or BF16 tensor-core path."),
-    Datasheet("A10G", ("A10G",), "Ampere", "8.6", 80, 6, 24, "GDDR6", 0.600,
-              31.2, 35, 70, 70, None,
-              "AWS EC2 G5 instance documentation and the NVIDIA A10 datasheet (A10G is an AWS variant of the A10)",
-              "NVIDIA publishes no A10G datasheet; its tensor rates are AWS's figures."),
-    Datasheet("RTX 4090", ("RTX 4090",), "Ada Lovelace", "8.9", 128, 72, 24, "GDDR6X", 1.008,
+              "Turing has no TF32 or BF16 tensor-core path. SMs and L2 (4 MiB, 4.2 MB) from the NVIDIA Turing "
+              "architecture whitepaper (TU104)."),
+    Datasheet("A10G", ("A10G",), "Ampere", "8.6", 80, 6.3, 24, "GDDR6", 0.600,
+              35.0, 35, 70, 70, None,
+              "AWS EC2 G5 instance documentation (A10G: memory, bandwidth, tensor TF32 35 and FP16/BF16 70 TFLOP/s "
+              "dense); SMs (80), boost clock and L2 (6 MiB, 6.3 MB) as the device reports",
+              "NVIDIA publishes no A10G datasheet. FP32 is computed, not quoted: 80 SMs x 128 lanes x 2 FLOP x "
+              "1.71 GHz = 35.0 TFLOP/s. The NVIDIA A10 is a different card (72 SMs, 31.2 TFLOP/s FP32)."),
+    Datasheet("RTX 4090", ("RTX 4090",), "Ada Lovelace", "8.9", 128, 75.5, 24, "GDDR6X", 1.008,
               82.6, 82.6, 165.2, 165.2, 330.3,
               "NVIDIA Ada Lovelace architecture whitepaper, Table 2 (FP32 accumulation, dense)",
-              "GeForce cards run FP16/BF16 matmul with FP32 accumulation at half the FP16-accumulate rate."),
-    Datasheet("B200", ("B200",), "Blackwell", "10.0", 148, 126, 180, "HBM3e", 8.0,
+              "GeForce cards run FP16/BF16 matmul with FP32 accumulation at half the FP16-accumulate rate. L2: 72 MiB "
+              "(75.5 MB), same whitepaper."),
+    Datasheet("B200", ("B200",), "Blackwell", "10.0", 148, 132.1, 180, "HBM3e", 8.0,
               75, 1100, 2250, 2250, 4500,
               "NVIDIA HGX B200 specifications (nvidia.com/en-us/data-center/hgx), per GPU of 8: memory, bandwidth, "
               "FP32 (600 TFLOP/s / 8); tensor rates from the NVIDIA Blackwell architecture technical brief (HGX B200 "
               "at 1000 W, dense: TF32 1.1, BF16/FP16 2.25, FP8 4.5 PFLOP/s)",
-              "SMs and L2 are not on the datasheet: 148 SMs and 126 MB are what the device reports. The technical "
-              "brief gives 80 TFLOP/s FP32 at 1000 W against the HGX page's 75."),
+              "SMs and L2 are not on the datasheet: 148 SMs and 126 MiB (132.1 MB) are what the device reports. "
+              "The technical brief gives 80 TFLOP/s FP32 at 1000 W against the HGX page's 75."),
 )
 
 # Boost SM clocks from the vendors' datasheets (MHz), for GPUs that are not attached (the attached one reports its own).
@@ -416,8 +423,8 @@ class Target:
 
     def describe_ceilings(self) -> str:
         c = self.ceilings
-        where = {"measured": "measured on this GPU", "recorded": f"recorded on a {c.gpu} ({c.date[:10]})",
-                 "datasheet": "from the datasheet (not measured yet)"}.get(c.source, c.source)
+        where = {"measured": "measured on this GPU", "recorded": f"recorded on the {c.gpu} on {c.date[:10]}",
+                 "datasheet": "from the datasheet, not measured yet"}.get(c.source, c.source)
         return f"{c.copy_tbps:.2f} TB/s copy, {c.fma_tflops:.1f} TFLOP/s FP32 FMA, {where}"
 
 

@@ -31,11 +31,11 @@ class Links:
 
 # Per DATASHEET row name. NVLink figures count both directions (900 GB/s = 450 each way).
 LINKS: dict[str, Links] = {
-    "H100 SXM": Links(900, 5, 16, _H100_SOURCE + ": NVLink 900 GB/s, PCIe Gen5 128 GB/s (both directions)"),
-    "H100 PCIe": Links(600, 5, 16, _H100_SOURCE + ": NVLink bridge 600 GB/s, PCIe Gen5 128 GB/s"),
-    "H200": Links(900, 5, 16, "NVIDIA H200 datasheet (nvidia.com/en-us/data-center/h200), SXM: NVLink 900 GB/s, PCIe Gen5 128 GB/s"),
-    "A100 40GB": Links(600, 4, 16, "NVIDIA A100 datasheet (nvidia.com/en-us/data-center/a100), SXM: NVLink 600 GB/s, PCIe Gen4 64 GB/s"),
-    "A100 80GB": Links(600, 4, 16, "NVIDIA A100 datasheet (nvidia.com/en-us/data-center/a100), SXM: NVLink 600 GB/s, PCIe Gen4 64 GB/s"),
+    "H100 SXM": Links(900, 5, 16, _H100_SOURCE + ": NVLink 900 GB/s, PCIe Gen5 128 GB/s (both directions, before the 128b/130b line code; ~63 GB/s each way after)"),
+    "H100 PCIe": Links(600, 5, 16, _H100_SOURCE + ": NVLink bridge 600 GB/s, PCIe Gen5 128 GB/s (both directions, before encoding)"),
+    "H200": Links(900, 5, 16, "NVIDIA H200 datasheet (nvidia.com/en-us/data-center/h200), SXM: NVLink 900 GB/s, PCIe Gen5 128 GB/s (both directions, before encoding)"),
+    "A100 40GB": Links(600, 4, 16, "NVIDIA A100 datasheet (nvidia.com/en-us/data-center/a100), SXM: NVLink 600 GB/s, PCIe Gen4 64 GB/s (both directions, before encoding)"),
+    "A100 80GB": Links(600, 4, 16, "NVIDIA A100 datasheet (nvidia.com/en-us/data-center/a100), SXM: NVLink 600 GB/s, PCIe Gen4 64 GB/s (both directions, before encoding)"),
     "L4": Links(None, 4, 16, "NVIDIA L4 datasheet (nvidia.com/en-us/data-center/l4): PCIe Gen4 x16, no NVLink"),
     "L40S": Links(None, 4, 16, "NVIDIA L40S datasheet (nvidia.com/en-us/data-center/l40s): PCIe Gen4 x16, no NVLink"),
     "T4": Links(None, 3, 16, "NVIDIA T4 datasheet (nvidia.com/en-us/data-center/tesla-t4): PCIe Gen3 x16, no NVLink"),

@@ -72,6 +72,8 @@ def allowed_values(rows: list[str], unit: str) -> set:
             v = getattr(sheet, f)
             if v is not None:
                 values.add(round(float(v), 3))
+        if unit == "MB":  # the vendor's "MB" of L2 are MiB: the table's 4.2 MB (10^6 bytes) is the T4's "4 MB"
+            values.add(float(round(sheet.l2_mb * 1e6 / 2**20)))
         rec = _recorded(_GPU_RECORDINGS.get(name, "")) if name in _GPU_RECORDINGS else None
         if rec:
             if unit == "TB/s":

@@ -91,15 +91,16 @@ class Fact:
 
 
 _TMEM_SRC = "NVIDIA PTX ISA, Tensor Memory and the tcgen05 instructions (sm_100a, Blackwell)"
-_PCIE_SRC = "PCI-SIG PCI Express base specifications (x16 link, after encoding)"
+_PCIE_SRC = ("PCI-SIG PCI Express base specifications: 32 GT/s (5.0) and 16 GT/s (4.0) per lane, x16, one "
+             "direction, after the 128b/130b line code (64 and 32 GB/s before it)")
 _NVLINK_SRC = "NVIDIA H100, H200 and A100 datasheets (NVLink bandwidth per GPU, both directions together)"
 FACTS: dict[str, Fact] = {
     "nvlink4_gbps": Fact(900, "GB/s", _NVLINK_SRC),  # H100 SXM and H200 SXM
     "nvlink4_links": Fact(18, "links", "NVIDIA Hopper architecture whitepaper"),
     "nvlink3_gbps": Fact(600, "GB/s", _NVLINK_SRC),  # A100 SXM
     "nvlink3_links": Fact(12, "links", "NVIDIA A100 architecture whitepaper"),
-    "pcie5_x16_gbps": Fact(64, "GB/s per direction", _PCIE_SRC),
-    "pcie4_x16_gbps": Fact(32, "GB/s per direction", _PCIE_SRC),
+    "pcie5_x16_gbps": Fact(63, "GB/s per direction", _PCIE_SRC),  # 32 x 16 x 128/130 / 8 = 63.0
+    "pcie4_x16_gbps": Fact(31.5, "GB/s per direction", _PCIE_SRC),  # 16 x 16 x 128/130 / 8 = 31.5
     "infiniband_ndr_gbitps": Fact(400, "Gbit/s per port",
                                   "NVIDIA ConnectX-7 / Quantum-2 NDR InfiniBand product briefs"),
     "nvlink_switch_max_gpus": Fact(256, "GPUs", "NVIDIA NVLink Switch System (DGX H100 SuperPOD) documentation"),

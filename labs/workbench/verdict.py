@@ -81,14 +81,16 @@ def compare(out, ref: torch.Tensor, dtype: str) -> dict:
 
 
 def describe_check(case: dict) -> str:
+    """One check case in plain sentences: "The 1003 case is wrong: ... at index 1000: got 0, expected 1.5." """
     shape = case.get("case") or "x".join(map(str, case.get("shape", []))) or "?"
     if case.get("passed"):
-        return f"{shape}: correct (relative error {case['rel_error']:.2g}, max abs error {case['max_abs_error']:.2g})"
+        return f"{shape}: correct, relative error {case['rel_error']:.2g}, largest absolute error {case['max_abs_error']:.2g}."
     if "first_wrong_index" not in case:
-        return f"{shape}: wrong: {case.get('message', '')}"
-    return (f"{shape}: wrong: relative error {case['rel_error']:.3g} > {case['tolerance']:g}; first wrong element "
-            f"at index {tuple(case['first_wrong_index'])}: got {case['got']:.6g}, expected {case['expected']:.6g} "
-            f"({case['wrong_elements']} of {case['elements']} elements wrong)")
+        return f"The {shape} case is wrong: {case.get('message', 'no output')}."
+    index = ", ".join(map(str, case["first_wrong_index"]))  # [1000] -> 1000, [1, 2] -> 1, 2: never (1000,)
+    return (f"The {shape} case is wrong: its relative error {case['rel_error']:.3g} is above the tolerance "
+            f"{case['tolerance']:g}. The first wrong element is at index {index}: got {case['got']:.6g}, expected "
+            f"{case['expected']:.6g}. {case['wrong_elements']} of {case['elements']} elements are wrong.")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -313,15 +315,12 @@ def limits_for(gpu: bool) -> sandbox.Limits:
 
 
 def model_target(name: Optional[str] = None):
-    """Without a GPU: the datasheet GPU to model, by default the first one with committed recordings
-    (so the model, our kernel and the library describe the same GPU)."""
+    """Without a GPU: the datasheet GPU to model; by default the labs' selector's first choice, the first
+    datasheet row with committed recordings (the H100 SXM), so the workbench and the labs model one GPU."""
     names = [row.name for row in gpu_mod.DATASHEET]
     if name not in names:
-        name = None
-    if name is None:
-        keys = gpu_mod.recorded_gpu_keys()
-        sheet = gpu_mod.datasheet_for(keys[0].replace("-", " ")) if keys else None
-        name = sheet.name if sheet else "H100 SXM"
+        recorded = {gpu_mod.datasheet_for(k.replace("-", " ")) for k in gpu_mod.recorded_gpu_keys()}
+        name = next((row.name for row in gpu_mod.DATASHEET if row in recorded), "H100 SXM")
     return gpu_mod.datasheet_target(gpu_mod.datasheet_by_name(name))
 
 
@@ -348,13 +347,14 @@ def protections() -> list[str]:
 
 def submit(ex: Exercise, code: str, progress: Callable[[float, str], None] = noop_progress,
            on_wait: Optional[Callable[[int], None]] = None, static_check: bool = True,
-           limits: Optional[sandbox.Limits] = None, counters: bool = True) -> dict:
+           limits: Optional[sandbox.Limits] = None, counters: bool = True, model_gpu: Optional[str] = None) -> dict:
     """Check (and on a GPU, time) the learner's code for one exercise. Never raises for the learner's faults.
-    counters: also measure a correct kernel's DRAM bytes where Nsight Compute can read the GPU's counters."""
+    counters: also measure a correct kernel's DRAM bytes where Nsight Compute can read the GPU's counters.
+    model_gpu: without a GPU, the datasheet GPU to model (the labs' selector; default: model_target's)."""
     code = code.encode("utf-8", "replace").decode("utf-8")  # lone surrogates from a browser cannot be written
     info = gpu_mod.detect()
     gpu = info.available
-    target = gpu_mod.live_target() if gpu else model_target(recorded_gpu(ex))
+    target = gpu_mod.live_target() if gpu else model_target(model_gpu)
     verdict = {"exercise": ex.name, "metric": ex.metric, "unit": UNITS[ex.metric], "gpu": info.name if gpu else None,
                "model_gpu": target.name, "sandbox": protections(), "checks": [], "points": [], "notes": []}
     problems = sandbox.static_problems(code) if static_check else []
@@ -397,7 +397,7 @@ def _finish(verdict: dict, ex: Exercise, code: str, run: sandbox.WorkerRun, case
     verdict["device"] = run.result.get("device", "")
     if not correct:
         bad = next((c for c in verdict["checks"] if not c["passed"]), {"message": "missing outputs"})
-        verdict["message"] = "Wrong: " + describe_check(bad)
+        verdict["message"] = describe_check(bad)
         # the model (and our kernel) still say what to aim for; a wrong kernel's time is not shown
         verdict["points"] = [{k: val for k, val in r.items() if not k.startswith("measured_")
                               and k not in ("gap", "error_pct")} for r in rows] if gpu else point_rows(ex, target, {})
@@ -409,9 +409,12 @@ def _finish(verdict: dict, ex: Exercise, code: str, run: sandbox.WorkerRun, case
             add_counters(verdict, ex, code, run, target, limits, on_wait, progress)
     else:
         verdict["points"] = point_rows(ex, target, {})
-        verdict["notes"].append(f"Timing needs a GPU ({info.reason}); the check ran in Triton's interpreter on small "
-                                f"shapes. Beside the model for the {target.name}: our kernel and the library as "
-                                f"recorded on a real GPU. {counters_unavailable(False)}")
+        from labs.workbench import interpret  # what the kernel does, counted in the interpreter, and its model time
+
+        interpret.attach(verdict, ex, code, target)
+        verdict["notes"].append(f"Timing needs a GPU, and this machine has none. The check ran in Triton's interpreter "
+                                f"on small shapes. Beside the model for the {target.name} are our kernel and the "
+                                f"library as recorded on a real GPU. {counters_unavailable(False)}")
         verdict["counters"] = {"status": "unavailable", "message": counters_unavailable(False)}
     return verdict
 
