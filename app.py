@@ -22,6 +22,7 @@ learn = page_if_present("pages/home.py", title="Home", icon=":material/home:", d
 lab_pages = [p for lab in all_labs() for p in page_if_present(f"pages/{lab.name}.py", title=lab.title,
                                                                url_path=lab.name)]
 your_gpu = page_if_present("pages/gpu.py", title="Your GPU", icon=":material/memory:", url_path="gpu")
-do = page_if_present("pages/workbench.py", title="Kernel workbench", icon=":material/code:", url_path="workbench")
+do = page_if_present("pages/workbench.py", title="Kernel workbench", icon=":material/code:", url_path="workbench") + \
+    page_if_present("pages/class.py", title="Class", icon=":material/groups:", url_path="class")
 
 st.navigation({"Learn": learn, "Labs": lab_pages, "Do": do, "Your GPU": your_gpu}).run()

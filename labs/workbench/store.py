@@ -1,49 +1,26 @@
-"""The last submission (code and verdict) per exercise of each browser session, kept in this process.
-
-A session is named by a random token the page keeps in its URL (`?s=...`), so a page reload, which
-starts a new Streamlit session, finds the learner's code and verdict again. Bounded: the oldest
-sessions are forgotten first. Nothing is written to disk: a restart of the app forgets everything.
+"""The workbench's memory, kept in the class store (labs/classroom): the draft per exercise and every submission
+with its whole verdict, under the page's key (?s=...: a learner's class key, or a token of its own). A reload,
+another browser with the same key, or a restart of the app finds them again.
 """
 
 from __future__ import annotations
 
-import collections
-import re
-import secrets
-import threading
 from typing import Optional
 
-MAX_SESSIONS = 5000
-MAX_CODE_CHARS = 200_000  # far more than any exercise needs; keeps one learner from filling the memory
-_SESSIONS: "collections.OrderedDict[str, dict]" = collections.OrderedDict()
-_LOCK = threading.Lock()
-_TOKEN = re.compile(r"^[A-Za-z0-9_-]{8,64}$")
-
-
-def new_token() -> str:
-    return secrets.token_urlsafe(12)
-
-
-def valid_token(token) -> bool:
-    return isinstance(token, str) and bool(_TOKEN.match(token))
+from labs.classroom import queue
+from labs.classroom.store import MAX_CODE_CHARS, get_store, new_token, valid_token  # noqa: F401
 
 
 def save(token: str, exercise: str, code: str, verdict: Optional[dict] = None) -> None:
-    if not valid_token(token):
-        return
-    with _LOCK:
-        session = _SESSIONS.pop(token, {})
-        entry = session.get(exercise, {})
-        entry["code"] = code[:MAX_CODE_CHARS]
-        if verdict is not None:
-            entry["verdict"] = verdict
-        session[exercise] = entry
-        _SESSIONS[token] = session
-        while len(_SESSIONS) > MAX_SESSIONS:
-            _SESSIONS.popitem(last=False)
+    get_store().save_work(token, exercise, code, verdict)
 
 
 def load(token: str, exercise: str) -> dict:
-    """{'code': ..., 'verdict': ...} of this session's last submission of the exercise ({} if none)."""
-    with _LOCK:
-        return dict(_SESSIONS.get(token, {}).get(exercise, {}))
+    """{'code': ..., 'verdict': ...} of this key's last draft and answered submission of the exercise ({} if none)."""
+    return get_store().load_work(token, exercise)
+
+
+def submit(token: str, ex, code: str, progress, on_wait) -> dict:
+    """Judge and keep one submission (labs/classroom/queue.py); on_wait(message) hears the place in the queue.
+    Raises ParamError past the size or per-minute limit."""
+    return queue.submit(token, ex, code, progress=progress, on_wait=lambda message, _pos: on_wait(message))
