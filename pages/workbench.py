@@ -16,7 +16,7 @@ from labs.engine.params import ParamError
 from labs.engine.results import list_recorded
 from labs.workbench import EXERCISES, get_exercise, sandbox, store
 from labs.workbench import verdict as verdict_mod
-from ui import charts, text
+from ui import charts, classroom, text
 from ui.lab_page import gpu_status_line
 
 try:  # a real code editor (Ace): Python highlighting, line numbers
@@ -38,7 +38,7 @@ if asked not in names:
 chosen = st.selectbox("Exercise", names, index=names.index(asked), format_func=lambda n: get_exercise(n).title)
 ex = get_exercise(chosen)
 st.query_params["exercise"] = ex.name
-token = st.session_state.get("class.key") or st.query_params.get("s")  # a learner's class key (pages/class.py)
+token = classroom.class_key() or st.query_params.get("s")  # a learner's class key (pages/class.py), else the page's
 if not store.valid_token(token):
     token = store.new_token()
 st.query_params["s"] = token
