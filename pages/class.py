@@ -111,7 +111,7 @@ if instructor:
     with st.sidebar.form("class.new"):
         title = st.text_input("New class (title)")
         if st.form_submit_button("Create a class"):
-            st.session_state["class.code"] = store.create_class(title)
+            st.session_state["class.code"] = st.session_state["class.pick"] = store.create_class(title)
     known = store.classes()
     if not known:
         st.info("No class yet: create one in the sidebar, then show its code to the class.")

@@ -299,6 +299,10 @@ def test_one_learner_cannot_overwrite_anothers_work(class_on_page, tmp_path, mon
     at.text_input(key="class.join_name").set_value("<script>alert('ada')</script>")
     at.button(key="FormSubmitter:class.join-Join").click().run()
     assert any("is taken" in e.value for e in at.error) and "s" not in at.query_params
+    at = page({})  # the key alone brings a learner back, on any browser
+    at.text_input(key="class.rejoin_key").set_value(ada_key)
+    at.button(key="FormSubmitter:class.rejoin-Rejoin").click().run()
+    assert "You are <script>alert('ada')</script>" in everything_shown(at) and at.query_params["s"] == ada_key
     store.save_work(bob_key, "add", "bob again", verdict(9.0))  # bob's work lands under bob's key only
     assert store.load_work(ada_key, "add") == before
     assert {s["name"] for s in store.submissions(code) if s["rate"] and abs(s["rate"] - 9.0) < 1e-9} == {"bob"}
@@ -379,3 +383,27 @@ def test_thirty_learners_submit_within_a_minute(tmp_path):
     print(f"\n30 learners, arrivals over {max(r['arrived'] for r in results.values()):.0f} s: all answered in "
           f"{wall:.0f} s; {len(queued)} queued (deepest place {max(p for r in queued for p, _ in r['told'])}); "
           f"time to verdict median {waits[15]:.1f} s, max {waits[-1]:.1f} s; {len(subs)} submissions kept")
+
+
+def test_the_class_page_renders_in_under_a_second():
+    from tests.conftest import render_page
+
+    at = render_page("class.py")
+    assert at.title[0].value == "Class" and at.text_input(key="class.join_code")
+
+
+def test_the_instructor_creates_a_class_and_sees_the_poll(tmp_path, monkeypatch):
+    monkeypatch.setenv("ROOFLINE_DB", str(tmp_path / "fresh.sqlite3"))
+    monkeypatch.setenv("ROOFLINE_INSTRUCTOR_KEY", "k-123456")
+    at = page({"key": "k-123456"})
+    assert any("No class yet" in i.value for i in at.info)
+    at.sidebar.text_input[1].set_value("Tuesday lab")
+    at.sidebar.button[0].click().run()
+    store = store_mod.get_store()
+    (made,) = store.classes()
+    assert f"Class code: {made['code']}" in [h.value for h in at.header]
+    for name, guess in (("ada", 1.0), ("bob", 3.0)):
+        store.record_prediction(store.join(made["code"], name)[1], "roofline", {}, "How fast?", "TFLOP/s", guess,
+                                model=2.0, measured=2.5, measured_on="H100 SXM (recorded)")
+    at.run()
+    assert any(c.value.startswith("2 answer(s), median 2 TFLOP/s; model 2; measured 2.5") for c in at.caption)
