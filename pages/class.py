@@ -124,11 +124,12 @@ if instructor:
     st.header(f"Class code: {code}")
     st.caption(f"Learners open this page, type the code {code} and a display name. "
                f"{len(store.learners(code))} learner(s) joined.")
+    live = st.toggle("Live: refresh the board and the poll every 10 s", value=True, key="class.live")
     tab_board, tab_poll, tab_admin = st.tabs(["Board", "Prediction poll", "Learners and reset"])
     with tab_board:
-        board_section(code, show_names=not projector, with_code=True)
+        st.fragment(board_section, run_every=10 if live else None)(code, show_names=not projector, with_code=True)
     with tab_poll:
-        poll_section(code, show_names=not projector)
+        st.fragment(poll_section, run_every=10 if live else None)(code, show_names=not projector)
     with tab_admin:
         if not projector:
             st.dataframe([{"learner": r["name"], "joined": when(r["created_at"])} for r in store.learners(code)],

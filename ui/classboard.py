@@ -3,6 +3,7 @@ the library; and the prediction poll's histogram against the model's and the mea
 
 from __future__ import annotations
 
+import html
 import math
 
 import plotly.graph_objects as go
@@ -39,7 +40,7 @@ def class_chart(points: list[dict], refs: list[dict], metric: str, target, exerc
     if points:
         fig.add_trace(go.Scatter(x=[p[x] for p in points], y=[p[y] for p in points], name="the class",
                                  mode="markers", marker=dict(size=11, opacity=0.8),
-                                 text=[f"{p['who']} ({p['point']})" for p in points],
+                                 text=[html.escape(f"{p['who']} ({p['point']})") for p in points],  # plotly reads tags
                                  hovertemplate="%{text}: %{y:.3g}<extra></extra>"))
     return fig
 
