@@ -43,15 +43,19 @@ def when(t) -> str:
 def board_section(code: str, show_names: bool, with_code: bool) -> None:
     """Per exercise: each learner's best verdict ranked, and the class's kernels on the roofline."""
     names = [ex.name for ex in EXERCISES]
-    exercise = st.selectbox("Exercise", names, format_func=lambda n: get_exercise(n).title, key="class.exercise")
-    subs = store.submissions(code, exercise)
+    everyone = store.submissions(code)
+    latest = everyone[-1]["exercise"] if everyone else names[0]  # first shown: the exercise worked on last
+    exercise = st.selectbox("Exercise", names, index=names.index(latest) if latest in names else 0,
+                            format_func=lambda n: get_exercise(n).title, key="class.exercise")
+    subs = [s for s in everyone if s["exercise"] == exercise]
     rows = board.ranked(subs, hide_names=not show_names)
     if not rows:
         st.info(f"No answered submission of {exercise} in class {code} yet.")
         return
     st.dataframe([{"rank": r["rank"], "learner": r["learner"], "status": r["status"],
-                   f"rate ({r['unit']})": r["rate"], "of the model (%)": 100 * r["share_of_model"]
-                   if r["share_of_model"] is not None else None, "how measured": r["measured_by"],
+                   f"rate ({r['unit']})": float(f"{r['rate']:.4g}") if r["rate"] else None,
+                   "of the model (%)": round(100 * r["share_of_model"], 1) if r["share_of_model"] else None,
+                   "how measured": r["measured_by"],
                    "trusted": r["trusted"], "GPU": r["gpu"], "tries": r["attempts"], "last": when(r["last_at"])}
                   for r in rows], hide_index=True, key="class.board")
     best = [store.submission(r["best_submission"]) for r in rows]

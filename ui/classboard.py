@@ -55,6 +55,9 @@ def poll_chart(question: dict) -> go.Figure:
         if value is not None:
             charts.reference_line(fig, value, f"{label}: {value:.4g} {unit}", axis="x",
                                   line=dict(color=color, dash="dash"))
+    values = question["guesses"] + [v for v in (question.get("model"), question.get("measured")) if v is not None]
+    pad = 0.08 * ((max(values) - min(values)) or abs(max(values)) or 1.0)
+    fig.update_xaxes(range=[min(values) - pad, max(values) + pad])
     fig.update_layout(bargap=0.05)
     return fig
 
