@@ -39,10 +39,13 @@ def class_key() -> str:
         from labs.classroom import get_store
 
         key = ""
-        for candidate in (st.query_params.get("s"), st.context.cookies.get(KEY_COOKIE)):
-            if candidate and get_store().learner(candidate):
-                key = candidate
-                break
+        try:
+            for candidate in (st.query_params.get("s"), st.context.cookies.get(KEY_COOKIE)):
+                if candidate and get_store().learner(candidate):
+                    key = candidate
+                    break
+        except Exception as exc:  # noqa: BLE001 - a store that is down must not cost the lab page
+            st.sidebar.warning(f"The class store is not available: {exc}")
         st.session_state["class.key"] = key
     return key
 
@@ -82,8 +85,12 @@ def _keep_prediction(lab, params_dict: dict, guess, model_rows: list, revealed_r
 
     _, predicted = lab.headline.answer(model_rows)
     measured, _ = lab.headline.answer(revealed_rows) if revealed_rows else (None, None)
-    get_store().record_prediction(key, lab.name, params_dict, lab.headline.question, lab.headline.unit, guess,
-                                  model=predicted, measured=measured, measured_on=revealed_label if measured else "")
+    try:
+        get_store().record_prediction(key, lab.name, params_dict, lab.headline.question, lab.headline.unit, guess,
+                                      model=predicted, measured=measured,
+                                      measured_on=revealed_label if measured else "")
+    except Exception as exc:  # noqa: BLE001 - the answer still counts on this page
+        st.warning(f"Your answer could not reach the class's poll: {exc}")
 
 
 # --- progress: labs visited and predictions made, kept for the browser session -------------------
@@ -182,7 +189,10 @@ def _score(lab, guess, model_rows, revealed_rows, revealed_label) -> None:
             if record.get("measured") != measured and class_key():  # the class's poll hears the answer once
                 from labs.classroom import get_store
 
-                get_store().note_measured(class_key(), lab.name, record["params"], measured, revealed_label)
+                try:
+                    get_store().note_measured(class_key(), lab.name, record["params"], measured, revealed_label)
+                except Exception:  # noqa: BLE001 - the poll misses one measured answer; the page goes on
+                    pass
             record.update(measured=measured, measured_on=revealed_label, model=predicted)
 
 
