@@ -6,10 +6,12 @@ import streamlit as st
 
 import ui  # noqa: F401  (imports pandas and plotly completely before any session draws a chart)
 from labs import all_labs
+from labs.classroom import store as classroom
 
 HERE = Path(__file__).resolve().parent
 
 st.set_page_config(page_title="Roofline: GPUs for AI engineers", page_icon=":material/show_chart:", layout="wide")
+classroom.announce()  # the class board's instructor key, printed to the log once (labs/classroom)
 
 
 def page_if_present(path: str, **kwargs):

@@ -165,6 +165,10 @@ def test_schema_is_versioned(url):
     with db.transaction(store.engine) as conn:
         assert conn.execute(select(db.schema.c.version)).scalar_one() == db.SCHEMA_VERSION
     assert db.migrate(store.engine) == db.SCHEMA_VERSION  # reopening migrates nothing
+    if store.engine.dialect.name == "sqlite":  # one file, write-ahead log, every commit synced
+        with db.transaction(store.engine) as conn:
+            assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+            assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == 2  # FULL
     with db.transaction(store.engine, write=True) as conn:
         conn.execute(update(db.schema).values(version=db.SCHEMA_VERSION + 1))
     with pytest.raises(db.StoreError, match="newer Roofline"):
@@ -337,6 +341,8 @@ def test_cli_submits_as_a_learner_and_prints_the_board(tmp_path, monkeypatch, ca
     assert main(["class", "board", "add", "--csv"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("rank,learner") and lines[1].startswith("1,Ada,correct,") and ",2," in lines[1]
+    monkeypatch.delenv("ROOFLINE_INSTRUCTOR_KEY", raising=False)
+    assert main(["class", "key"]) == 0 and capsys.readouterr().out.strip() == store_mod.instructor_key()
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "someone-else"))  # without Ada's key file: refused
     assert main(run[:-4] + ["--learner", "ada", "--class", code]) == 2 and "is taken" in capsys.readouterr().err
 

@@ -2,6 +2,7 @@
 
     python -m labs class new [TITLE]                      a new class: prints its code
     python -m labs class list                             the classes in the store
+    python -m labs class key                              the instructor key of the board (/class?key=...)
     python -m labs class board EXERCISE [--class C] [--csv] [--hide-names]
     python -m labs workbench run EXERCISE FILE --learner NAME --class CODE [--key KEY]
 
@@ -19,7 +20,7 @@ import sys
 from pathlib import Path
 
 from labs.classroom import board, db
-from labs.classroom.store import Store, clean_code, clean_name, get_store
+from labs.classroom.store import Store, clean_code, clean_name, get_store, instructor_key
 from labs.engine.params import ParamError
 
 
@@ -75,6 +76,9 @@ def cmd_class(args) -> int:
         code = store.create_class(" ".join(args.rest))
         print(code)
         return 0
+    if args.action == "key":
+        print(instructor_key(store))
+        return 0
     if args.action == "list":
         for c in store.classes():
             print(f"{c['code']}  {c['learners']:3d} learners  created {dt.datetime.fromtimestamp(c['created_at'])}"
@@ -96,8 +100,8 @@ def cmd_class(args) -> int:
 
 
 def add_parser(sub) -> None:
-    cls = sub.add_parser("class", help="a class's store: python -m labs class new [TITLE] | list | board EXERCISE")
-    cls.add_argument("action", choices=("new", "list", "board"))
+    cls = sub.add_parser("class", help="a class's store: python -m labs class new [TITLE] | list | board EXERCISE | key")
+    cls.add_argument("action", choices=("new", "list", "board", "key"))
     cls.add_argument("rest", nargs="*", metavar="ARG", help="new: the class's title; board: the exercise")
     cls.add_argument("--class", dest="class_code", help="the class code (default: the newest class)")
     cls.add_argument("--csv", action="store_true", help="board: print CSV")

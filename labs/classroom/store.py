@@ -399,6 +399,7 @@ def instructor_key(store: Optional[Store] = None) -> str:
     to the log the first time this process asks for it."""
     key = os.environ.get("ROOFLINE_INSTRUCTOR_KEY", "").strip()
     if key:
+        _ANNOUNCED.add("env")
         return key
     store = store or get_store()
     key = store.setting("instructor_key", lambda: secrets.token_urlsafe(18))
@@ -407,6 +408,18 @@ def instructor_key(store: Optional[Store] = None) -> str:
         print(f"Roofline class board: instructor key {key} (open /class?key=...; set ROOFLINE_INSTRUCTOR_KEY to "
               f"choose it). Store: {db.safe_url(store.url)}", file=sys.stderr, flush=True)
     return key
+
+
+def announce() -> None:
+    """At the app's start: print the instructor key to the log (once per process; a store that is down is
+    reported, never raised: the labs serve without it)."""
+    if _ANNOUNCED:
+        return
+    try:
+        instructor_key()
+    except Exception as exc:  # noqa: BLE001
+        _ANNOUNCED.add("failed")
+        print(f"Roofline class store not available: {exc}", file=sys.stderr, flush=True)
 
 
 def is_instructor(key, store: Optional[Store] = None) -> bool:
