@@ -8,6 +8,7 @@ database on it. Without one those tests skip and say why.
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -386,9 +387,14 @@ def test_thirty_learners_submit_within_a_minute(tmp_path):
     rows = board.ranked(subs)
     assert [r["rank"] for r in rows[:24]] == list(range(1, 25)) and store.integrity() == "ok"
     waits = sorted(r["seconds"] for r in results.values())
+    estimated = [(r["seconds"], int(m.group(1)) * (60 if m.group(2) == "min" else 1)) for r in queued
+                 for m in [re.search(r"Your verdict in about (\d+) (s|min)", r["told"][-1][1])] if m]
+    ratio = sorted(actual / max(1, guess) for actual, guess in estimated)
     print(f"\n30 learners, arrivals over {max(r['arrived'] for r in results.values()):.0f} s: all answered in "
           f"{wall:.0f} s; {len(queued)} queued (deepest place {max(p for r in queued for p, _ in r['told'])}); "
-          f"time to verdict median {waits[15]:.1f} s, max {waits[-1]:.1f} s; {len(subs)} submissions kept")
+          f"time to verdict median {waits[15]:.1f} s, max {waits[-1]:.1f} s; {len(subs)} submissions kept; "
+          f"{len(estimated)} told an estimate, actual/estimated median {ratio[len(ratio) // 2]:.2f} "
+          f"(range {ratio[0]:.2f}-{ratio[-1]:.2f})")
 
 
 def test_the_class_page_renders_in_under_a_second():
