@@ -176,6 +176,22 @@ def test_schema_is_versioned(url):
         db.migrate(store.engine)
 
 
+def test_replicas_opening_a_fresh_store_at_once_migrate_it_once(url):
+    """Three app processes start together on an empty store: one creates the schema, none fails."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT)] + sys.path)}
+    opener = "import sys; from labs.classroom.store import Store, instructor_key; print(instructor_key(Store(sys.argv[1])))"
+    env.pop("ROOFLINE_INSTRUCTOR_KEY", None)
+    procs = [subprocess.Popen([sys.executable, "-c", opener, url], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err for _, err in outs]
+    assert len({out.strip() for out, _ in outs}) == 1  # one instructor key for every replica
+    from sqlalchemy import func, select
+
+    with db.transaction(Store(url).engine) as conn:
+        assert conn.execute(select(func.count()).select_from(db.schema)).scalar_one() == 1
+
+
 def test_the_instructor_key_is_made_once_and_shared(store, monkeypatch):
     monkeypatch.delenv("ROOFLINE_INSTRUCTOR_KEY", raising=False)
     key = store_mod.instructor_key(store)

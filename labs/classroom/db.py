@@ -123,7 +123,7 @@ def _sqlite_engine(url: str) -> Engine:
     def _on_connect(dbapi_conn, _record):
         dbapi_conn.isolation_level = None  # we say BEGIN ourselves (below), pysqlite must not
         cur = dbapi_conn.cursor()
-        for pragma in ("journal_mode=WAL", "synchronous=FULL", "foreign_keys=ON", "busy_timeout=30000"):
+        for pragma in ("busy_timeout=30000", "journal_mode=WAL", "synchronous=FULL", "foreign_keys=ON"):
             cur.execute(f"PRAGMA {pragma}")
         cur.close()
 

@@ -23,7 +23,8 @@ def waiting_message(position: int, exercise: str, store: Optional[Store] = None)
     message = runner.waiting_message(position)
     typical = (store or get_store()).typical_seconds(exercise)
     if typical:
-        message += (f" Your verdict in about {about((position + 1) * typical)} "
+        # the run on the GPU is half done on average; then the ones waiting ahead, then yours
+        message += (f" Your verdict in about {about((position + 0.5) * typical)} "
                     f"(a run takes about {about(typical)} here lately).")
     return message
 
