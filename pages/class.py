@@ -40,7 +40,7 @@ def when(t) -> str:
     return dt.datetime.fromtimestamp(t).strftime("%H:%M:%S") if t else ""
 
 
-def board_section(code: str, show_names: bool, with_code: bool) -> None:
+def board_section(code: str, show_names: bool, with_code: bool, me=None) -> None:
     """Per exercise: each learner's best verdict ranked, and the class's kernels on the roofline."""
     names = [ex.name for ex in EXERCISES]
     everyone = store.submissions(code)
@@ -58,6 +58,10 @@ def board_section(code: str, show_names: bool, with_code: bool) -> None:
                    "how measured": r["measured_by"],
                    "trusted": r["trusted"], "GPU": r["gpu"], "tries": r["attempts"], "last": when(r["last_at"])}
                   for r in rows], hide_index=True, key="class.board")
+    mine = next((r for r in rows if me is not None and r["learner_id"] == me.id), None)
+    if mine is not None:
+        st.text(f"You: {'rank ' + str(mine['rank']) if mine['rank'] else 'not ranked yet'} of {len(rows)} on "
+                f"{exercise} ({mine['status']}, {mine['attempts']} tries).")
     best = [store.submission(r["best_submission"]) for r in rows]
     label = {r["learner_id"]: r["learner"] for r in rows}
     ref = next((b["verdict"] for b in best if b and b.get("verdict") and b["verdict"].get("points")), None)
@@ -182,4 +186,4 @@ if st.button("Leave (forget my key on this browser)", key="class.leave"):
     del st.query_params["s"]
     st.rerun()
 st.subheader("The class board")
-board_section(me.class_code, show_names=True, with_code=False)
+board_section(me.class_code, show_names=True, with_code=False, me=me)

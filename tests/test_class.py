@@ -299,6 +299,7 @@ def test_without_the_instructor_key_no_code_export_or_reset(class_on_page):
         assert "Class code:" not in shown, query
     at = page({"s": bob_key})  # a learner sees the board without code: both ranked, names as given
     assert "You are bob" in everything_shown(at) and "<script>alert('ada')</script>" in everything_shown(at)
+    assert "You: rank 2 of 2 on add (correct, 1 tries)." in everything_shown(at)
     at = page({"key": "the-instructors-key"})
     assert "key" not in at.query_params  # taken out of the address bar (it would be projected)
     assert any(d.label == "Download the board (CSV)" for d in at.get("download_button"))
