@@ -56,7 +56,8 @@ def remember_key(key: str) -> None:
     value = json.dumps(key if key else "")  # a key is [A-Za-z0-9_-]: nothing to escape, but never trust it raw
     age = 120 * 86400 if key else 0
     script = (f"<script>document.cookie = '{KEY_COOKIE}=' + encodeURIComponent({value}) + "
-              f"'; path=/; max-age={age}; SameSite=Strict';</script>")
+              f"'; path=/; max-age={age}; SameSite=Strict' + (location.protocol === 'https:' ? '; Secure' : '');"
+              "</script>")
     try:
         st.html(script, unsafe_allow_javascript=True)
     except TypeError:  # a Streamlit before 1.50: a components frame of this origin sets it

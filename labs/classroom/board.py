@@ -9,6 +9,7 @@ above any wrong, refused or not credible one. Within a group, the higher rate wi
 from __future__ import annotations
 
 import csv
+import datetime as dt
 import io
 import json
 import statistics
@@ -59,11 +60,13 @@ def to_csv(rows: list[dict]) -> str:
     writer = csv.DictWriter(buf, CSV_COLUMNS, extrasaction="ignore")
     writer.writeheader()
     for row in rows:
-        writer.writerow({k: _cell(row.get(k)) for k in CSV_COLUMNS})
+        writer.writerow({k: _cell(row.get(k), k) for k in CSV_COLUMNS})
     return buf.getvalue()
 
 
-def _cell(value):
+def _cell(value, key: str = ""):
+    if key.endswith("_at") and isinstance(value, (int, float)):  # times as the spreadsheet reads them
+        return dt.datetime.fromtimestamp(value).isoformat(timespec="seconds")
     if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
         return "'" + value
     return "" if value is None else value
