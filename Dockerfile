@@ -24,8 +24,13 @@ WORKDIR /app
 COPY requirements.txt .
 RUN pip install --no-cache-dir -r requirements.txt
 COPY --chown=roofline:roofline . .
+# the class store (labs/classroom): one SQLite file on a volume, so learners' work outlives the container
+# (or ROOFLINE_DB=postgresql://... for several replicas; ROOFLINE_INSTRUCTOR_KEY sets the board's key)
+RUN mkdir -p /data && chown roofline:roofline /data
+VOLUME /data
 USER roofline
 ENV HOME=/home/roofline \
+    ROOFLINE_DB=/data/roofline.sqlite3 \
     TRITON_CACHE_DIR=/home/roofline/.triton \
     STREAMLIT_BROWSER_GATHER_USAGE_STATS=false
 

@@ -6,6 +6,7 @@ import streamlit as st
 
 import ui  # noqa: F401  (imports pandas and plotly completely before any session draws a chart)
 from labs import all_labs
+from labs.classroom import store as classroom
 
 HERE = Path(__file__).resolve().parent
 
@@ -13,6 +14,7 @@ HERE = Path(__file__).resolve().parent
 # visit would tell another host who opened the app, and when
 st.set_page_config(page_title="Roofline: GPUs for AI engineers", page_icon=str(HERE / "content" / "favicon.png"),
                    layout="wide")
+classroom.announce()  # the class board's instructor key, printed to the log once (labs/classroom)
 
 
 def page_if_present(path: str, **kwargs):
@@ -32,7 +34,8 @@ for lab in all_labs():
     title = next((t for t, names in LAB_GROUPS.items() if lab.name in names), "More labs")
     groups[title] += page_if_present(f"pages/{lab.name}.py", title=lab.title, url_path=lab.name)
 your_gpu = page_if_present("pages/gpu.py", title="Your GPU", icon=":material/memory:", url_path="gpu")
-do = page_if_present("pages/workbench.py", title="Kernel workbench", icon=":material/code:", url_path="workbench")
+do = page_if_present("pages/workbench.py", title="Kernel workbench", icon=":material/code:", url_path="workbench") + \
+    page_if_present("pages/class.py", title="Class", icon=":material/groups:", url_path="class")
 
 # expanded: every page listed, none hidden behind "View more"
 st.navigation({"Learn": learn, **{t: pages for t, pages in groups.items() if pages}, "Do": do, "Your GPU": your_gpu},

@@ -9,6 +9,8 @@
     python -m labs count roofline [k=v ...] [--record]    hardware counters (ncu) beside the model's bytes and FLOPs
     python -m labs workbench list                         the workbench exercises
     python -m labs workbench run matmul my_kernel.py      check (and on a GPU, time) a kernel in the sandbox [--record]
+        [--learner NAME --class CODE]                     ... and keep it in the class store, as the page does
+    python -m labs class new [TITLE] | list | board EXERCISE [--class CODE] [--csv]   the class (labs/classroom)
 
 Progress goes to stderr; results go to --out (JSON, or CSV if the name ends in .csv) or stdout.
 Bad input exits with status 2 and says what is allowed.
@@ -146,8 +148,16 @@ def cmd_workbench(args) -> int:
             code = fh.read()
     except OSError as exc:
         raise params_mod.ParamError(f"cannot read {args.file}: {exc.strerror}") from None
-    verdict = wb.submit(ex, code, progress=_progress, model_gpu=args.model_gpu,
-                        on_wait=lambda pos: _progress(0, f"waiting for the GPU ({pos} ahead)"))
+    if args.learner or args.class_code:  # kept in the class store, like the page (labs/classroom/cli.py)
+        from labs.classroom import cli as class_cli
+
+        if not (args.learner and args.class_code):
+            raise params_mod.ParamError("--learner and --class go together: your display name and the class code")
+        verdict = class_cli.submit_as_learner(ex, code, args.learner, args.class_code, args.key, _progress,
+                                              lambda message: _progress(0, message), model_gpu=args.model_gpu)
+    else:
+        verdict = wb.submit(ex, code, progress=_progress, model_gpu=args.model_gpu,
+                            on_wait=lambda pos: _progress(0, f"waiting for the GPU ({pos} ahead)"))
     print(json.dumps(verdict, indent=1, default=str) if args.json else wb.summary_line(verdict))
     print(verdict.get("message", ""), file=sys.stderr)
     for row in verdict.get("points", []):
@@ -201,7 +211,13 @@ def main(argv=None) -> int:
                     help="without a GPU: which datasheet GPU to model (default: H100 SXM, as on the lab pages)")
     wb.add_argument("--record", action="store_true",
                     help="on a GPU: save the verdict as content/recorded/<gpu>/workbench-<exercise>.json")
+    wb.add_argument("--learner", metavar="NAME", help="your display name in the class (with --class)")
+    wb.add_argument("--class", dest="class_code", metavar="CODE", help="the class code: keep the run in the class store")
+    wb.add_argument("--key", default="", help="your learner key (else kept from your first run, or ROOFLINE_LEARNER_KEY)")
     wb.set_defaults(func=cmd_workbench)
+    from labs.classroom import cli as class_cli
+
+    class_cli.add_parser(sub)
     args = parser.parse_args(argv)
     if args.cluster:
         os.environ["ROOFLINE_CLUSTER"] = args.cluster

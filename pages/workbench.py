@@ -12,10 +12,11 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from labs.engine import gpu as gpu_mod
+from labs.engine.params import ParamError
 from labs.engine.results import list_recorded
 from labs.workbench import EXERCISES, get_exercise, sandbox, store
 from labs.workbench import verdict as verdict_mod
-from ui import charts, tables, text, visitor
+from ui import charts, classroom, tables, text, visitor
 from ui.lab_page import choose_target, gpu_status_line
 
 try:  # a real code editor (Ace): Python highlighting, line numbers
@@ -42,11 +43,13 @@ if asked not in names:
 chosen = st.selectbox("Exercise", names, index=names.index(asked), format_func=lambda n: get_exercise(n).title)
 ex = get_exercise(chosen)
 st.query_params["exercise"] = ex.name
-# the session's token is issued here, never taken from a link: a `?s=` this server did not issue to this
-# browser (someone else's, or a made-up one) would let the link's sender read what this visitor writes
+# a learner's class key (pages/class.py) names the learner; otherwise the session's token is issued here, never
+# taken from a link: a `?s=` this server did not issue to this browser (someone else's, or a made-up one) would
+# let the link's sender read what this visitor writes
 if "workbench.token" not in st.session_state:
     linked, browser = st.query_params.get("s"), visitor.browser_id()
-    st.session_state["workbench.token"] = linked if store.owns(linked, browser) else store.issue(browser)
+    key = classroom.class_key()
+    st.session_state["workbench.token"] = key or (linked if store.owns(linked, browser) else store.issue(browser))
     if linked and st.session_state["workbench.token"] != linked:
         st.caption("This link's session was not started in this browser: your work is kept under a new one.")
 token = st.session_state["workbench.token"]
@@ -112,12 +115,13 @@ with st.expander("The sandbox your code runs in" + ("" if all(a for _, a, _ in c
 if st.button("Run", type="primary", key="run") or submitted:
     bar = st.progress(0.0, "starting")
     queue = st.empty()
-    result = verdict_mod.submit(ex, code, progress=lambda f, m: bar.progress(min(1.0, f), m),
-                                on_wait=lambda pos: queue.info(f"Waiting for the GPU: {pos} run(s) ahead of yours."),
-                                model_gpu=None if target.live else target.name)
+    try:  # judged and kept in the class store (labs/classroom); refused past the size or per-minute limit
+        store.submit(token, ex, code, progress=lambda f, m: bar.progress(min(1.0, f), m),
+                     on_wait=queue.info, model_gpu=None if target.live else target.name)
+    except ParamError as exc:
+        st.error(str(exc))
     bar.empty()
     queue.empty()
-    store.save(token, ex.name, code, result)
     saved = store.load(token, ex.name)
 
 

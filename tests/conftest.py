@@ -20,6 +20,8 @@ if not HAS_CUDA:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 # calibrations measured during tests must not land in the user's cache
 os.environ.setdefault("ROOFLINE_CACHE", str(ROOT / "tests" / "artifacts" / "cache"))
+# ... nor the class store's submissions in the user's data folder (labs/classroom)
+os.environ.setdefault("ROOFLINE_DB", str(ROOT / "tests" / "artifacts" / "classroom.sqlite3"))
 
 import pytest  # noqa: E402
 

@@ -30,6 +30,73 @@ def instructor_mode() -> bool:
     return on
 
 
+# --- the class: which learner this browser is (pages/class.py joins and rejoins) ------------------
+KEY_COOKIE = "roofline_class_key"
+
+
+def class_key() -> str:
+    """This browser's learner key ('' when it joined no class): the session's, else the URL's ?s=, else the
+    cookie pages/class.py set, once the store knows it."""
+    key = st.session_state.get("class.key")
+    if key is None:
+        from labs.classroom import get_store
+
+        key = ""
+        try:
+            for candidate in (st.query_params.get("s"), st.context.cookies.get(KEY_COOKIE)):
+                if candidate and get_store().learner(candidate):
+                    key = candidate
+                    break
+        except Exception as exc:  # noqa: BLE001 - a store that is down must not cost the lab page
+            st.sidebar.warning(f"The class store is not available: {exc}")
+        st.session_state["class.key"] = key
+    return key
+
+
+def remember_key(key: str) -> None:
+    """Keep the learner's key for this session and in a cookie (a reload or another page finds it again)."""
+    st.session_state["class.key"] = key
+    value = json.dumps(key if key else "")  # a key is [A-Za-z0-9_-]: nothing to escape, but never trust it raw
+    age = 120 * 86400 if key else 0
+    script = (f"<script>document.cookie = '{KEY_COOKIE}=' + encodeURIComponent({value}) + "
+              f"'; path=/; max-age={age}; SameSite=Strict' + (location.protocol === 'https:' ? '; Secure' : '');"
+              "</script>")
+    try:
+        st.html(script, unsafe_allow_javascript=True)
+    except TypeError:  # a Streamlit before 1.50: a components frame of this origin sets it
+        import streamlit.components.v1 as components
+
+        components.html(script.replace("document.cookie", "window.parent.document.cookie"), height=0)
+
+
+def class_line() -> None:
+    """'Class ABC234 · you are <name>' in the sidebar (the name as plain text)."""
+    key = class_key()
+    if key:
+        from labs.classroom import get_store
+
+        learner = get_store().learner(key)
+        if learner:
+            st.sidebar.text(f"Class {learner.class_code} · you are {learner.name}")
+
+
+def _keep_prediction(lab, params_dict: dict, guess, model_rows: list, revealed_rows: list, revealed_label: str) -> None:
+    """A learner in a class: their answer goes to the class's poll (pages/class.py), beside model and measurement."""
+    key = class_key()
+    if not key or not isinstance(guess, (int, float)):
+        return
+    from labs.classroom import get_store
+
+    _, predicted = lab.headline.answer(model_rows)
+    measured, _ = lab.headline.answer(revealed_rows) if revealed_rows else (None, None)
+    try:
+        get_store().record_prediction(key, lab.name, params_dict, lab.headline.question, lab.headline.unit, guess,
+                                      model=predicted, measured=measured,
+                                      measured_on=revealed_label if measured else "")
+    except Exception as exc:  # noqa: BLE001 - the answer still counts on this page
+        st.warning(f"Your answer could not reach the class's poll: {exc}")
+
+
 # --- progress: labs visited and predictions made, kept for the browser session -------------------
 def _progress() -> dict:
     return st.session_state.setdefault("progress", {"visited": [], "predictions": []})
@@ -43,6 +110,7 @@ def visit(lab_name: str) -> None:
 
 def progress_download() -> None:
     data = _progress()
+    class_line()
     st.sidebar.caption(f"Labs visited: {len(data['visited'])}; predictions made: {len(data['predictions'])}")
     st.sidebar.download_button("Download my progress (JSON)", json.dumps(data, indent=1), "roofline-progress.json",
                                "application/json", key="progress-download")
@@ -85,6 +153,7 @@ def prediction_panel(lab, params_dict: dict, model_rows: list, revealed_rows: li
                 _progress()["predictions"].append({"lab": lab.name, "question": headline.question, "guess": value,
                                                    "unit": headline.unit, "params": params_dict,
                                                    "time": _dt.datetime.now().isoformat(timespec="seconds")})
+                _keep_prediction(lab, params_dict, value, model_rows, revealed_rows, revealed_label)
                 st.rerun()
             if c3.button("Skip", key=f"skip:{key}"):
                 st.session_state[key] = "skipped"
@@ -121,6 +190,13 @@ def _score(lab, guess, model_rows, revealed_rows, revealed_label) -> None:
     st.caption(note)
     for record in _progress()["predictions"]:
         if record["lab"] == lab.name and record["guess"] == guess:
+            if record.get("measured") != measured and class_key():  # the class's poll hears the answer once
+                from labs.classroom import get_store
+
+                try:
+                    get_store().note_measured(class_key(), lab.name, record["params"], measured, revealed_label)
+                except Exception:  # noqa: BLE001 - the poll misses one measured answer; the page goes on
+                    pass
             record.update(measured=measured, measured_on=revealed_label, model=predicted)
 
 

@@ -4,7 +4,7 @@
     sandbox.py     the fenced-in worker process every submission runs in
     harness.py     the worker itself (copied into the sandbox; imports nothing of the repository)
     verdict.py     check against float64, timing, our kernel and the library beside it, the gap in words
-    store.py       the last submission per exercise of a browser session (survives a page reload)
+    store.py       drafts and every submission with its verdict, kept in the class store (labs/classroom)
 
 A package, so `labs.all_labs()` does not import it at every app start.
 """
