@@ -1,223 +1,141 @@
-"""Device-side check of the kernel workbench (one call): the sandbox on the GPU machine, our solutions
-through the workbench against the labs' own kernels, the sandbox's cost, and the uncoalesced starter.
+"""Device-side check of the workbench's judge (issue 31), every submission through the CLI:
 
-    export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD ROOFLINE_CACHE=/tmp/rc
-    python3 scripts/workbench_gpu.py [--record] [--out DIR] [--exercises add,matmul] [--no-counters]
-    python3 scripts/workbench_gpu.py --counters      (only the hardware-counter section, < 90 s)
+    export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD ROOFLINE_CACHE=/tmp/rc ROOFLINE_BWRAP=/path/to/bwrap
+    python3 scripts/workbench_gpu.py --out DIR [--budget-s 270] [--only solutions|adversarial] [--record]
+                                     [--old DIR]     (DIR: a checkout of the workbench before the jail, timed alike)
 
-Prints a compact table; --record saves content/recorded/<gpu>/workbench-<exercise>.json for every
-correct solution (and copies them to --out). Verdicts include measured DRAM bytes where Nsight Compute
-can read the counters (--no-counters leaves them out). --counters: the uncoalesced transpose starter's
-whole verdict with its measured bytes and gap sentence, then each of our solutions counted in the
-sandbox under ncu (one launch per timing point): measured DRAM bytes against the model's.
+Runs `python -m labs workbench run EXERCISE FILE --json` for our solutions (content/workbench/*_solution.py)
+and for the adversarial submissions (tests/data/adversarial/*.py: patched timer and harness, cached, lazy,
+side stream, inputs modified, work hidden on the CPU, an endless kernel), each in a fresh CLI process, and
+prints one line per verdict: status, how it was measured, trusted and self-timed ms, the rate against our
+kernel, why not credible, and the wall time to the verdict. Saves every verdict to DIR (and, with --record,
+the solutions' recordings). Stops starting new submissions past --budget-s.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
+import os
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-
-from labs.engine import timing
-from labs.engine import counters
-from labs.engine import gpu
-from labs.engine import runner  # noqa: E402
-from labs.engine.results import save_recording  # noqa: E402
-from labs.workbench import EXERCISES, get_exercise, sandbox  # noqa: E402
-from labs.workbench import verdict as wb  # noqa: E402
-from labs.workbench.exercises import cuda_args  # noqa: E402
-
-PROBES = {  # escapes a learner might try; run with the static check off so the OS limits are what answers
-    "network": "import socket\ndef add(x, y):\n    socket.create_connection(('1.1.1.1', 80), timeout=3)\n",
-    "repository": f"def add(x, y):\n    open({str(ROOT / 'labs' / 'runner.py')!r}).read()\n",
-    "user": "import os\ndef add(x, y):\n    raise RuntimeError(f'uid {os.getuid()} gid {os.getgid()}')\n",
-    "100 GB on the GPU": "import torch\ndef add(x, y):\n    return torch.empty(25 * 2**30, device='cuda')\n",
-}
+ADVERSARIAL = ROOT / "tests" / "data" / "adversarial"
+SOLUTIONS = ("add", "sincos", "softmax", "transpose", "matmul", "attention")
 
 
-def probe_sandbox() -> None:
-    print("sandbox:", sandbox.capabilities())
-    ex = get_exercise("add")
-    for name, code in PROBES.items():
-        v = wb.submit(ex, code, static_check=False)
-        print(f"  probe {name:18s} -> {v['status']:7s} {' '.join(v.get('message', '').split())[-170:]}")
-
-
-def solution_module(ex):
-    spec = importlib.util.spec_from_file_location(f"solution_{ex.name}", ex.path("solution"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def in_process_ms(ex, point, module=None) -> float:
-    """Our solution timed in this process, outside the sandbox: what the sandbox might cost."""
-    fn = getattr(module or solution_module(ex), ex.entry)
-    args = cuda_args(point)
-    fn(*args)
-    return timing.time_ms(lambda: fn(*args))
-
-
-SWEEPS = {  # module-level knobs of our solutions, tried in this process (no sandbox) against the lab's kernel
-    "matmul": [dict(USE_TMA=t, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, WARPS=w, STAGES=s)
-               for t, bm, bn, bk, w, s in ((True, 128, 256, 64, 8, 3), (True, 128, 256, 64, 8, 4),
-                                           (True, 128, 128, 64, 4, 4), (True, 128, 128, 64, 8, 4),
-                                           (False, 128, 256, 64, 8, 3), (False, 128, 256, 64, 8, 4))],
-    "attention": [dict(BLOCK_M=bm, BLOCK_N=bn, WARPS=w, STAGES=s)
-                  for bm, bn, w, s in ((64, 128, 4, 2), (64, 128, 4, 3), (128, 64, 4, 3), (128, 64, 8, 3),
-                                       (128, 128, 8, 2), (64, 64, 4, 3), (128, 128, 8, 3))],
-}
-
-
-def sweep(name: str) -> None:
-    ex = get_exercise(name)
-    module = solution_module(ex)
-    for point in ex.points:
-        fn, nbytes, flops = ex.ours(point)
-        ours = timing.time_ms(fn)
-        del fn
-        for knobs in SWEEPS[name]:
-            for key, value in knobs.items():
-                setattr(module, key, value)
-            try:
-                ms = in_process_ms(ex, point, module)
-                print(f"  sweep {name} {point.label:22s} {knobs} {flops / ms / 1e9:7.1f} TFLOP/s "
-                      f"{ours / ms:5.2f}x ours", flush=True)
-            except Exception as exc:  # noqa: BLE001 - a config that does not compile is a result too
-                print(f"  sweep {name} {point.label:22s} {knobs} failed: {str(exc)[:120]}", flush=True)
-
-
-COUNTERS_BUDGET_S = 70  # the section must finish in < 90 s: no new count starts past this (one takes ~10 s)
-
-
-def count_line(name: str, kind: str, ex, label: str, counted: dict, seconds: float) -> str:
-    target = gpu.live_target()
-    point = next(p for p in ex.points if p.label == label)
-    model = ex.work(point, target)["bytes"]
-    got = counted.get(label, {})
-    dram = got.get("dram_bytes")
-    ratio = f"{dram / model:6.2f}x" if dram and model else "     -"
-    mb = (lambda x: f"{x / 1e6:9.1f}" if x is not None else "        -")
-    return (f"  {name:10s} {kind:8s} {label:22s} model {mb(model)} MB  measured {mb(dram)} MB "
-            f"(read {mb(got.get('dram_read_bytes'))}, written {mb(got.get('dram_write_bytes'))})  {ratio} "
-            f"kernels {got.get('kernels', '-')}  {seconds:4.1f} s")
-
-
-def diagnose(limits) -> None:
-    """The sandboxed count failed: is it ncu itself, or the namespaces? Count our add solution once with the
-    namespaces and the separate user off (ROOFLINE_SANDBOX_PLAIN=1; prlimit only), and say which works."""
-    import os
-
-    ex = get_exercise("add")
-    points = [{"label": p.label, "args": list(p.args)} for p in ex.points]
-    os.environ["ROOFLINE_SANDBOX_PLAIN"] = "1"
-    sandbox.capabilities.cache_clear()
+def gpu_processes() -> str:
+    """Compute processes still on the GPU and its memory in use (nvidia-smi), after a kill."""
     try:
-        with runner.gpu_session("workbench-count:diagnose"):
-            counted = wb.count_dram(ex.solution(), ex.entry, points, limits, True)
-        print("  diagnose: without namespaces the count works: " + count_line("add", "plain", ex, points[0]["label"],
-                                                                                counted, 0).strip())
-    except counters.CountersUnavailable as exc:
-        print(f"  diagnose: without namespaces the count fails too: {exc}")
-    finally:
-        del os.environ["ROOFLINE_SANDBOX_PLAIN"]
-        sandbox.capabilities.cache_clear()
-    wb._COUNTERS_REFUSED.clear()  # the solutions below try again inside the full sandbox
+        apps = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=20).stdout.strip()
+        used = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=20).stdout.strip()
+        return f"GPU processes: [{apps.replace(chr(10), '; ') or 'none'}], memory used {used}"
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"nvidia-smi: {exc}"
 
 
-def counters_section() -> None:
-    """The transpose starter's verdict with measured bytes, then our solutions counted one by one."""
+def submit(exercise: str, path: Path, record: bool, cwd: Path = ROOT, extra_env: dict | None = None) -> tuple:
+    argv = [sys.executable, "-m", "labs", "workbench", "run", exercise, str(path), "--json"] + (["--record"] if record else [])
+    env = {**os.environ, **(extra_env or {}), "PYTHONPATH": str(cwd)}
     started = time.monotonic()
-    print(f"ncu: {counters.ncu_path()}; counters: {wb.counters_unavailable(True) or 'to be tried'}", flush=True)
-    starter = get_exercise("transpose")
-    v = wb.submit(starter, starter.starter())
-    print(f"  transpose starter verdict: {v['status']} in {time.monotonic() - started:.1f} s; "
-          f"counters {v.get('counters', {}).get('status')}: {v.get('counters', {}).get('message', '')[:160]}")
-    for row in v.get("points", []):
-        print(f"  {row['point']}: model {row['bytes'] / 1e6:.1f} MB, measured "
-              f"{(row.get('counted_dram_bytes') or 0) / 1e6:.1f} MB, ratio {row.get('dram_bytes_ratio')}\n"
-              f"  gap: {row.get('gap')}", flush=True)
-    limits = wb.limits_for(True)
-    if v.get("counters", {}).get("status") != "measured":
-        diagnose(limits)
-    for name in ("add", "sincos", "softmax", "transpose", "matmul", "attention"):
-        if time.monotonic() - started > COUNTERS_BUDGET_S:
-            print(f"  {name}: not counted (the section's {COUNTERS_BUDGET_S} s are spent)")
-            continue
-        ex = get_exercise(name)
-        points = [{"label": p.label, "args": list(p.args)} for p in ex.points]
-        began = time.monotonic()
-        try:
-            with runner.gpu_session(f"workbench-count:{name}"):
-                counted = wb.count_dram(ex.solution(), ex.entry, points, limits, True)
-        except counters.CountersUnavailable as exc:
-            print(f"  {name:10s} solution: no counters: {exc}", flush=True)
-            continue
-        for p in points:
-            print(count_line(name, "solution", ex, p["label"], counted, time.monotonic() - began), flush=True)
-    print(f"counters section: {time.monotonic() - started:.1f} s")
+    done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    wall = time.monotonic() - started
+    try:
+        verdict = json.loads(done.stdout)
+    except ValueError:
+        verdict = {"status": "no JSON", "message": (done.stdout[-600:] + done.stderr[-1500:])}
+    return verdict, wall, done.stderr
+
+
+def line(kind: str, name: str, v: dict, wall: float) -> str:
+    m = v.get("metric", "tbps")
+    parts = []
+    for r in v.get("points", []) or [{}]:
+        you, ours = r.get(f"measured_{m}"), r.get(f"ours_{m}")
+        ratio = f"{you / ours:.3f}x ours" if you and ours else "-"
+        parts.append(f"[{r.get('point', '')}: {r.get('measured_by') or '-'} {fmt(r.get('trusted_ms'))} ms, "
+                     f"self {fmt(r.get('self_ms'))} ms, floor {fmt(r.get('floor_ms'))} ms, {fmt(you)} {v.get('unit', '')} "
+                     f"{ratio}; kernels/call {fmt(r.get('kernels_per_call'))}]")
+    why = " ".join(v.get("message", "").split())[:300]
+    return f"{kind:11s} {name:22s} {v.get('status', '?'):12s} {wall:6.1f} s  {' '.join(parts)}\n{'':12s}{why}"
+
+
+def fmt(x) -> str:
+    return f"{x:.4g}" if isinstance(x, (int, float)) else "-"
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--budget-s", type=float, default=270)
+    parser.add_argument("--only", default="")
     parser.add_argument("--record", action="store_true")
-    parser.add_argument("--out", default="")
-    parser.add_argument("--exercises", default=",".join(e.name for e in EXERCISES))
-    parser.add_argument("--skip-probes", action="store_true")
-    parser.add_argument("--sweep", default="", help="comma-separated: matmul,attention (knob sweeps first)")
-    parser.add_argument("--counters", action="store_true", help="only the hardware-counter section (< 90 s)")
-    parser.add_argument("--no-counters", action="store_true", help="verdicts without measured DRAM bytes")
+    parser.add_argument("--old", default="", help="an older checkout to time the same solutions with (baseline)")
+    parser.add_argument("--exercises", default=",".join(SOLUTIONS))
+    parser.add_argument("--adversarial", default="")
     args = parser.parse_args()
-    info = gpu.detect()
-    if not info.available:
-        print(f"needs a GPU: {info.reason}")
-        return 2
-    target = gpu.live_target()
-    print(f"GPU {info.name}; ceilings: {target.describe_ceilings()}")
-    if args.counters:
-        counters_section()
-        return 0
-    for name in filter(None, args.sweep.split(",")):
-        sweep(name)
-    if not args.skip_probes:
-        probe_sandbox()
-    out = Path(args.out) if args.out else None
-    verdicts, table = {}, []
-    for name in args.exercises.split(","):
-        ex = get_exercise(name)
-        started = time.monotonic()
-        v = wb.submit(ex, ex.solution(), counters=not args.no_counters)
-        verdicts[name] = v
-        print(f"  {name}: {v['status']} in {time.monotonic() - started:.1f} s (worker {v.get('seconds')} s): "
-              f"{' '.join(v.get('message', '').split())[:200]}", flush=True)
-        table.append(wb.summary_line(v))
-        for row in v.get("points", []):
-            if row.get("measured_ms"):
-                point = next(p for p in ex.points if p.label == row["point"])
-                plain = in_process_ms(ex, point)
-                table.append(f"{'':10s} sandbox {row['measured_ms']:.4f} ms vs in-process {plain:.4f} ms "
-                             f"({row['measured_ms'] / plain:.3f}x); gap: {row.get('gap', '')[:150]}")
-        if args.record and v.get("status") == "correct":
-            path = save_recording(wb.to_result(v, ex.path("solution").name))
-            table.append(f"{'':10s} recorded {path.relative_to(ROOT)}")
-            if out:
-                out.mkdir(parents=True, exist_ok=True)
-                shutil.copy(path, out / path.name)
-    if "transpose" in args.exercises:
-        v = wb.submit(get_exercise("transpose"), get_exercise("transpose").starter(), counters=not args.no_counters)
-        table.append("starter " + wb.summary_line(v))
-        table += [f"{'':10s} gap: {r.get('gap')}" for r in v.get("points", [])]
-    print("\n".join(table))
-    if out:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "workbench_verdicts.json").write_text(json.dumps(verdicts, indent=1, default=str))
+    out = Path(args.out)
+    (out / "verdicts").mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    from labs.workbench import jail
+
+    print(f"jail: {jail.status()}", flush=True)
+    items = []
+    names = [n for n in args.exercises.split(",") if n]
+    if args.only != "adversarial":
+        items += [("solution", n, ROOT / "content" / "workbench" / f"{n}_solution.py") for n in names[:1]]
+    if args.only != "solutions":
+        files = sorted(ADVERSARIAL.glob("*.py"))
+        if args.adversarial:
+            files = [f for f in files if f.stem in args.adversarial.split(",")]
+        items += [("adversarial", f.stem.split("_")[0], f) for f in files]
+    if args.only != "adversarial":
+        items += [("solution", n, ROOT / "content" / "workbench" / f"{n}_solution.py") for n in names[1:]]
+    if args.old:
+        items += [("old", n, Path(args.old).resolve() / "content" / "workbench" / f"{n}_solution.py") for n in names[:2]]
+        items += [("solution", names[0], ROOT / "content" / "workbench" / f"{names[0]}_solution.py")]  # again, warm
+    summary = []
+    for kind, exercise, path in items:
+        if time.monotonic() - started > args.budget_s:
+            print(f"budget spent: {kind} {path.name} not run", flush=True)
+            continue
+        cwd = Path(args.old).resolve() if kind == "old" else ROOT
+        v, wall, stderr = submit(exercise, path, args.record and kind == "solution", cwd)
+        label = f"{kind}-{path.stem}"
+        (out / "verdicts" / f"{label}.json").write_text(json.dumps({"wall_s": wall, "verdict": v}, indent=1,
+                                                                  default=str))
+        text = line(kind, path.stem, v, wall)
+        if v.get("status") in ("no JSON", "crashed", "error") or kind == "adversarial" and "endless" in path.stem:
+            text += "\n" + "\n".join("            | " + s for s in stderr.strip().splitlines()[-8:])
+            text += "\n            " + gpu_processes()
+        print(text, flush=True)
+        if kind == "solution" and not summary and v.get("status") != "correct":  # diagnose the first one
+            for share in ("tmp,shm",):
+                v2, wall2, err2 = submit(exercise, path, False, cwd, {"ROOFLINE_JUDGE_SHARE": share})
+                print(f"  diagnose with ROOFLINE_JUDGE_SHARE={share}: " + line(kind, path.stem, v2, wall2)
+                      + "\n" + "\n".join("            | " + s for s in err2.strip().splitlines()[-12:]), flush=True)
+        summary.append({"kind": kind, "file": path.name, "exercise": exercise, "status": v.get("status"),
+                        "wall_s": round(wall, 1), "measured_by": v.get("measured_by"), "jail": v.get("jail"),
+                        "message": v.get("message"), "freed_s": v.get("freed_s"),
+                        "points": [{k: r.get(k) for k in ("point", "measured_by", "trusted_ms", "self_ms", "floor_ms",
+                                                          f"measured_{v.get('metric')}", f"ours_{v.get('metric')}",
+                                                          "credible", "not_credible", "kernels_per_call",
+                                                          "dram_bytes_ratio", "launch", "gap")}
+                                   for r in v.get("points", [])]})
+        (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+    if args.record:
+        for rec in (ROOT / "content" / "recorded").glob("*/workbench-*.json"):
+            if rec.stat().st_mtime > time.time() - (time.monotonic() - started) - 5:
+                (out / "recorded").mkdir(exist_ok=True)
+                shutil.copy(rec, out / "recorded" / f"{rec.parent.name}__{rec.name}")
+    print(f"done in {time.monotonic() - started:.0f} s")
     return 0
 
 

@@ -13,9 +13,9 @@ The folder holds solution.py (the learner's code) and job.json. Two modes:
   output goes to judge-out.pt, which the app checks. This mode launches no kernel of its own: every kernel
   ncu sees is the learner's, and the app adds them all up.
 
-The file `phase` says "running" once the learner's first kernel is launched (Triton's launch hook) or its
-first call returned: the app then swaps the compile budget for the (shorter) run budget. Lying about it
-only makes the budget apply sooner. Nothing here imports the repository: the jail does not hold it.
+The file `phase` says "compiling" while Triton compiles (its cache hook) and "running" once a kernel is
+compiled or launched, or a call returned: the app charges the time to the compile budget or to the (shorter)
+run budget accordingly. Lying about it only moves time between two budgets that both end in a kill. Nothing here imports the repository: the jail does not hold it.
 """
 
 from __future__ import annotations
@@ -36,17 +36,33 @@ def write_result(**result) -> None:
     (WORK / "result.json").write_text(json.dumps(result))
 
 
+def mark(state: str) -> None:
+    """'compiling' or 'running': which budget the app charges from now on (labs.workbench.sandbox._watch)."""
+    (WORK / "phase").write_text(state)
+    PHASE[0] = state
+
+
+PHASE = [""]
+
+
 def mark_running(*_args, **_kwargs) -> None:
     """The learner's code is compiled and launching: the run budget applies from now on."""
-    phase = WORK / "phase"
-    if not phase.exists():
-        phase.write_text("running")
+    if PHASE[0] != "running":
+        mark("running")
+
+
+def mark_compiling(*_args, **_kwargs):
+    """Triton is about to compile a kernel: the compile budget applies until it launches."""
+    mark("compiling")
+    return None  # a true value would tell Triton to skip the compilation
 
 
 def watch_launches() -> None:
     try:
         from triton import knobs
 
+        knobs.runtime.jit_cache_hook = mark_compiling
+        knobs.runtime.jit_post_compile_hook = mark_running
         knobs.runtime.launch_enter_hook = mark_running
     except Exception:  # noqa: BLE001 - an older Triton: the first returned call marks the phase instead
         pass

@@ -107,7 +107,7 @@ def library_paths() -> list[Path]:
 
 
 def bwrap_args(work: Path, gpu: bool, uid: Optional[int], env: dict, share_net: bool = False,
-               extra_ro: tuple = ()) -> list:
+               extra_ro: tuple = (), extra: tuple = ()) -> list:
     """bwrap's options (without the binary and without the command). share_net: a profiler outside the jail
     (in a network namespace of its own) injects into the worker: its variables pass (no --clearenv; the
     process that starts bwrap already has the clean environment) and its loopback is shared."""
@@ -133,7 +133,7 @@ def bwrap_args(work: Path, gpu: bool, uid: Optional[int], env: dict, share_net: 
         args += ["--ro-bind-try", "/sys", "/sys"]
     for p in python_paths() + library_paths() + [Path(x) for x in extra_ro]:
         args += ["--ro-bind", str(p), str(p)]
-    args += ["--bind", str(work), str(INSIDE), "--chdir", str(INSIDE)] + ([] if share_net else ["--clearenv"])
+    args += ["--bind", str(work), str(INSIDE), *extra, "--chdir", str(INSIDE)] + ([] if share_net else ["--clearenv"])
     for key, value in env.items():
         args += ["--setenv", key, value]
     return args

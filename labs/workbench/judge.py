@@ -26,6 +26,7 @@ and the self-timing check catch it when it matters (README, "Threat model: the w
 
 from __future__ import annotations
 
+import os
 import secrets
 import shutil
 import tempfile
@@ -57,8 +58,6 @@ class JudgeUnavailable(Exception):
 
 def unavailable(gpu: bool) -> str:
     """'' when the judge can run here, else why not (starts no process)."""
-    import os
-
     from labs.engine import counters
 
     if not gpu:
@@ -172,10 +171,21 @@ def judge_point(ex: Exercise, code: str, point: Point, limits: sandbox.Limits, g
         return counters.ncu_command(ncu, list(METRICS), str(log), ["--launch-count", str(MAX_KERNELS)], None)
 
     run = None
+    outer_env = {"HOME": str(judge_dir), "TMPDIR": str(judge_dir)}  # ncu's own, outside the jail
+    extra = []
+    share = os.environ.get("ROOFLINE_JUDGE_SHARE", "")  # diagnostics only: what ncu may need to share
+    if "tmp" in share:
+        judge_dir.chmod(0o711)
+        (judge_dir / "tmp").mkdir(mode=0o1777)
+        (judge_dir / "tmp").chmod(0o1777)
+        outer_env["TMPDIR"] = str(judge_dir / "tmp")
+        extra += ["--bind", str(judge_dir / "tmp"), "/tmp"]
+    if "shm" in share and Path("/dev/shm").is_dir():
+        extra += ["--dev-bind", "/dev/shm", "/dev/shm"]
     try:
         job = {"entry": ex.entry, "gpu": gpu, "mode": "judge"}
         run = sandbox.run_worker(code, job, {}, limits, gpu, keep_dir=True, reuse=reuse, profiler=under_ncu,
-                                 files={"judge-in.pt": inputs})
+                                 files={"judge-in.pt": inputs}, outer_env=outer_env, jail_extra=tuple(extra))
         text = log.read_text(errors="replace") if log.is_file() else ""
         outputs = None
         out_file = run.workdir / "judge-out.pt" if run.workdir else None

@@ -162,7 +162,7 @@ def _profiled(profiler: list, inner: list) -> list:
     return ["setpriv", "--pdeathsig", "KILL", "--"] + ns + ["sh", "-c", script, "roofline-judge"] + profiler + inner
 
 
-def _command(work: Path, uid: int, limits: Limits, gpu: bool, profiler: Optional[list]) -> list:
+def _command(work: Path, uid: int, limits: Limits, gpu: bool, profiler: Optional[list], extra: tuple = ()) -> list:
     st = jail.status()
     if not st.jailed:  # the operator's opt-in: the worker runs as the app's user, with rlimits only
         return ["setpriv", "--pdeathsig", "KILL", "--"] + (profiler or []) + _rlimits(limits, gpu) + [sys.executable, "-B", "-s", str(work / "harness.py"),
@@ -172,7 +172,7 @@ def _command(work: Path, uid: int, limits: Limits, gpu: bool, profiler: Optional
         mode = "userns-uid"  # inside the profiler's user namespace only its root is mapped
     env = jail.environment(gpu)
     inner = _rlimits(limits, gpu) + jail.prefix(mode, uid) + \
-        jail.bwrap_args(work, gpu, jail.bwrap_uid(mode, uid), env, share_net=bool(profiler)) + \
+        jail.bwrap_args(work, gpu, jail.bwrap_uid(mode, uid), env, share_net=bool(profiler), extra=extra) + \
         [sys.executable, "-B", "-s", str(jail.INSIDE / "harness.py"), str(jail.INSIDE)]
     return _profiled(profiler, inner) if profiler else inner
 
@@ -238,10 +238,18 @@ def kill_jail(proc: subprocess.Popen, grace_s: float = KILL_GRACE_S) -> float:
     return time.monotonic() - started
 
 
+def _phase(work: Path) -> str:
+    try:
+        return (work / "phase").read_text()[:16]
+    except OSError:
+        return ""
+
+
 def _watch(proc: subprocess.Popen, work: Path, limits: Limits) -> tuple[Optional[str], float, Optional[float]]:
-    """Wait for the worker; kill it past a budget or the memory limit. (why killed, seconds, freed after s)."""
-    started = time.monotonic()
-    running_since = None
+    """Wait for the worker; kill it past a budget or the memory limit. (why killed, seconds, freed after s).
+    Time is charged to the run budget while the worker's `phase` file says "running", else to the compile one."""
+    started = last = time.monotonic()
+    spent = {"compile": 0.0, "run": 0.0}
     while True:
         try:
             proc.wait(timeout=0.1)
@@ -249,17 +257,16 @@ def _watch(proc: subprocess.Popen, work: Path, limits: Limits) -> tuple[Optional
         except subprocess.TimeoutExpired:
             pass
         now = time.monotonic()
-        if running_since is None and (work / "phase").exists():
-            running_since = now
+        running = _phase(work) == "running"
+        spent["run" if running and limits.run_s is not None else "compile"] += now - last
+        last = now
         why = None
-        if running_since is None and now - started > limits.compile_s:
-            why = (f"Your code did not launch a kernel within the compile budget of {limits.compile_s:.0f} s and "
-                   "was stopped (an endless loop, or a compilation far too long?).")
-        elif running_since is not None and limits.run_s is not None and now - running_since > limits.run_s:
+        if spent["compile"] > limits.compile_s:
+            why = (f"Your code did not finish compiling within the compile budget of {limits.compile_s:.0f} s and "
+                   "was stopped (an endless loop before any kernel ran, or a compilation far too long?).")
+        elif limits.run_s is not None and spent["run"] > limits.run_s:
             why = (f"Your code ran past its run budget of {limits.run_s:.0f} s (50x the time the model predicts "
                    "for this phase, at least 10 s) and was stopped: an endless kernel, or one far too slow?")
-        elif running_since is not None and limits.run_s is None and now - started > limits.wall_s:
-            why = f"Your code ran past the wall-clock limit of {limits.wall_s:.0f} s and was stopped."
         else:
             rss = _rss_bytes(descendants(proc.pid))
             if rss > limits.memory_bytes:
@@ -282,13 +289,16 @@ def refused_run() -> Optional[WorkerRun]:
 
 def run_worker(code: str, job: dict, inputs: dict, limits: Limits, gpu: bool, keep_dir: bool = False,
                reuse: Optional[WorkerRun] = None, profiler: Optional[Callable[[Path], list]] = None,
-               collect: tuple = (), files: Optional[dict] = None) -> WorkerRun:
+               collect: tuple = (), files: Optional[dict] = None, outer_env: Optional[dict] = None,
+               jail_extra: tuple = ()) -> WorkerRun:
     """Run `code` in a jailed worker. `inputs` (name -> tensor or list) are handed over in inputs.pt, and
     `files` ({name: object}) saved with torch.save; the worker writes result.json and its output tensors.
 
     reuse: run again in that run's folder, as its uid (its Triton cache saves the compilation); the folder
     then stays, like with keep_dir, until discard(). profiler(work) -> argv of a profiler started *outside*
-    the jail around it (ncu). collect: names of text files in the run's folder read back into `files`."""
+    the jail around it (ncu); outer_env: what the profiler's own environment adds (its HOME, TMPDIR: the
+    jail sets its own). collect: names of text files in the run's folder read back into `files`.
+    jail_extra: more bwrap options (diagnostics)."""
     import torch
 
     refused = refused_run()
@@ -310,8 +320,10 @@ def run_worker(code: str, job: dict, inputs: dict, limits: Limits, gpu: bool, ke
                 _own(f, uid)
                 os.chmod(f, 0o600)
         st = jail.status()
-        argv = _command(work, uid, limits, gpu, profiler(work) if profiler else None)
+        argv = _command(work, uid, limits, gpu, profiler(work) if profiler else None, tuple(jail_extra))
         env = jail.environment(gpu) if st.jailed else _unjailed_env(work, gpu)
+        if profiler:
+            env.update(outer_env or {})
         proc = subprocess.Popen(argv, cwd=work if not st.jailed else "/", env=env, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE, start_new_session=True)
         tail = _TailReader(proc.stderr)
