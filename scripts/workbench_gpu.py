@@ -71,6 +71,26 @@ def fmt(x) -> str:
     return f"{x:.4g}" if isinstance(x, (int, float)) else "-"
 
 
+def record_one(out: Path, summary: list, kind: str, exercise: str, path: Path, v: dict, wall: float,
+               stderr: str) -> None:
+    label = f"{kind.rstrip('*')}-{path.stem}"
+    (out / "verdicts" / f"{label}.json").write_text(json.dumps({"wall_s": wall, "verdict": v}, indent=1, default=str))
+    text = line(kind, path.stem, v, wall)
+    if v.get("status") in ("no JSON", "crashed", "error") or "endless" in path.stem:
+        text += "\n" + "\n".join("            | " + s for s in stderr.strip().splitlines()[-8:])
+        text += "\n            " + gpu_processes()
+    print(text, flush=True)
+    summary.append({"kind": kind, "file": path.name, "exercise": exercise, "status": v.get("status"),
+                    "wall_s": round(wall, 1), "measured_by": v.get("measured_by"), "jail": v.get("jail"),
+                    "message": v.get("message"), "freed_s": v.get("freed_s"), "seconds": v.get("seconds"),
+                    "points": [{k: r.get(k) for k in ("point", "measured_by", "trusted_ms", "self_ms", "floor_ms",
+                                                      f"measured_{v.get('metric')}", f"ours_{v.get('metric')}",
+                                                      f"library_{v.get('metric')}", "credible", "not_credible",
+                                                      "kernels_per_call", "dram_bytes_ratio", "launch", "gap")}
+                               for r in v.get("points", [])]})
+    (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
@@ -80,6 +100,10 @@ def main() -> int:
     parser.add_argument("--old", default="", help="an older checkout to time the same solutions with (baseline)")
     parser.add_argument("--exercises", default=",".join(SOLUTIONS))
     parser.add_argument("--adversarial", default="")
+    parser.add_argument("--order", default="", help="comma-separated file stems: run these first, in this order")
+    parser.add_argument("--parallel", default="",
+                        help="comma-separated file stems run at the same time before the rest: only submissions "
+                             "whose outcome cannot depend on timing (wrong outputs, no kernel at all)")
     args = parser.parse_args()
     out = Path(args.out)
     (out / "verdicts").mkdir(parents=True, exist_ok=True)
@@ -101,35 +125,32 @@ def main() -> int:
     if args.old:
         items += [("old", n, Path(args.old).resolve() / "content" / "workbench" / f"{n}_solution.py") for n in names[:2]]
         items += [("solution", names[0], ROOT / "content" / "workbench" / f"{names[0]}_solution.py")]  # again, warm
+    if args.order:
+        rank = {stem: i for i, stem in enumerate(args.order.split(","))}
+        items.sort(key=lambda item: rank.get(item[2].stem, len(rank)))
     summary = []
+    together = [it for it in items if it[2].stem in args.parallel.split(",")]
+    if together:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(len(together)) as pool:
+            results = list(pool.map(lambda it: submit(it[1], it[2], False), together))
+        for (kind, exercise, path), (v, wall, stderr) in zip(together, results):
+            record_one(out, summary, kind + "*", exercise, path, v, wall, stderr)
+        items = [it for it in items if it not in together]
+    diagnosed = False
     for kind, exercise, path in items:
         if time.monotonic() - started > args.budget_s:
             print(f"budget spent: {kind} {path.name} not run", flush=True)
             continue
         cwd = Path(args.old).resolve() if kind == "old" else ROOT
         v, wall, stderr = submit(exercise, path, args.record and kind == "solution", cwd)
-        label = f"{kind}-{path.stem}"
-        (out / "verdicts" / f"{label}.json").write_text(json.dumps({"wall_s": wall, "verdict": v}, indent=1,
-                                                                  default=str))
-        text = line(kind, path.stem, v, wall)
-        if v.get("status") in ("no JSON", "crashed", "error") or kind == "adversarial" and "endless" in path.stem:
-            text += "\n" + "\n".join("            | " + s for s in stderr.strip().splitlines()[-8:])
-            text += "\n            " + gpu_processes()
-        print(text, flush=True)
-        if kind == "solution" and not summary and v.get("status") != "correct":  # diagnose the first one
-            for share in ("tmp,shm",):
-                v2, wall2, err2 = submit(exercise, path, False, cwd, {"ROOFLINE_JUDGE_SHARE": share})
-                print(f"  diagnose with ROOFLINE_JUDGE_SHARE={share}: " + line(kind, path.stem, v2, wall2)
-                      + "\n" + "\n".join("            | " + s for s in err2.strip().splitlines()[-12:]), flush=True)
-        summary.append({"kind": kind, "file": path.name, "exercise": exercise, "status": v.get("status"),
-                        "wall_s": round(wall, 1), "measured_by": v.get("measured_by"), "jail": v.get("jail"),
-                        "message": v.get("message"), "freed_s": v.get("freed_s"),
-                        "points": [{k: r.get(k) for k in ("point", "measured_by", "trusted_ms", "self_ms", "floor_ms",
-                                                          f"measured_{v.get('metric')}", f"ours_{v.get('metric')}",
-                                                          "credible", "not_credible", "kernels_per_call",
-                                                          "dram_bytes_ratio", "launch", "gap")}
-                                   for r in v.get("points", [])]})
-        (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+        record_one(out, summary, kind, exercise, path, v, wall, stderr)
+        if kind == "solution" and not diagnosed and v.get("status") != "correct":  # diagnose the first one
+            diagnosed = True
+            v2, wall2, err2 = submit(exercise, path, False, cwd, {"ROOFLINE_JUDGE_SHARE": "tmp,shm"})
+            print("  diagnose with ROOFLINE_JUDGE_SHARE=tmp,shm: " + line(kind, path.stem, v2, wall2) + "\n"
+                  + "\n".join("            | " + s for s in err2.strip().splitlines()[-12:]), flush=True)
     if args.record:
         for rec in (ROOT / "content" / "recorded").glob("*/workbench-*.json"):
             if rec.stat().st_mtime > time.time() - (time.monotonic() - started) - 5:

@@ -270,3 +270,46 @@ def test_a_not_credible_point_makes_a_not_credible_verdict():
     v = wb._finish(dict(verdict, notes=[]), ADD, run, [{"case": "5", "passed": True}], [row], target, info,
                    {row["point"]: wrong}, "")
     assert v["status"] == "wrong" and "timed call 2 of 3" in v["message"]
+
+
+# ------------------------------------------------------------------------------------------------
+# Which jail the profiler can work with: tried once on our own solution, fail closed
+# ------------------------------------------------------------------------------------------------
+NEEDS_PRIVATE_IPC = '''#!{python}
+"""Stand-in for an ncu that works only when it has an IPC namespace of its own (shared with the jail)."""
+import os, sys
+if os.readlink("/proc/self/ns/ipc") == {app_ipc!r}:  # the app's own IPC namespace
+    sys.exit(6)  # as Nsight Compute did on the H100, outside a jail that shares nothing with it
+args, i = sys.argv[1:], 0
+'''
+
+
+@needs_jail
+def test_the_judge_picks_the_first_jail_the_profiler_works_with(ncu_with, monkeypatch, tmp_path):
+    monkeypatch.setenv("ROOFLINE_CACHE", str(tmp_path))
+    folder = ncu_with(kernel_rows(ADD_KERNELS))
+    script = folder / "ncu"
+    body = script.read_text().split("\n", 1)[1]  # the working stand-in, after its shebang line
+    script.write_text(NEEDS_PRIVATE_IPC.format(python=sys.executable, app_ipc=os.readlink("/proc/self/ns/ipc")) + body)
+    judged = judge.judge_point(ADD, ADD.solution(), SMALL, LIMITS, False)
+    assert judged["status"] == "measured" and judged["shared"] == ["ipc"]
+    saved = (tmp_path / "workbench-judge.json").read_text()
+    assert '"shared": ["ipc"]' in saved and "isolated: " in saved and "status 6" in saved
+
+
+@needs_jail
+def test_a_profiler_that_fails_everywhere_leaves_verdicts_self_timed(ncu_with, monkeypatch, tmp_path):
+    monkeypatch.setenv("ROOFLINE_CACHE", str(tmp_path))
+    folder = ncu_with(kernel_rows(ADD_KERNELS))
+    (folder / "ncu").write_text(f"#!{sys.executable}\nimport sys\nsys.exit(6)\n")
+    with pytest.raises(judge.JudgeUnavailable) as info:
+        judge.judge_point(ADD, ADD.solution(), SMALL, LIMITS, False)
+    assert "could not judge our own solution in any jail" in str(info.value)
+    # the verdict then keeps the learner's own time, and says it is not trusted
+    row, _, target = judged_row(ADD, 1.0)
+    run = sandbox.WorkerRun("ok", result={"device": "H100"}, jail="bubblewrap (test)")
+    info_gpu = type("Info", (), {"available": True, "reason": ""})()
+    v = wb._finish({"exercise": "add", "notes": [], "jail": "", "measured_by": "", "credible": False}, ADD, run,
+                   [{"case": "5", "passed": True}], [row], target, info_gpu, {}, str(info.value))
+    assert v["status"] == "correct" and v["measured_by"] == judge.SELF_TIMED and v["credible"] is False
+    assert any("Timing not verified" in n for n in v["notes"])

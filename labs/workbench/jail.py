@@ -7,8 +7,10 @@ What the learner's process sees and may do (built by `bwrap_args`):
   CUDA driver reads the PCI topology there), a private /tmp, and its own run folder as /run/learner (writable, its
   Triton cache inside). Nothing of the repository, /root, /home, other runs' folders or the app's
   environment variables (`--clearenv`, then only what Python, CUDA and Triton need);
-- `--unshare-all`: its own user, PID, IPC, UTS, cgroup and network namespaces (the network one holds only
-  a loopback device: nothing outside is reachable);
+- its own user, PID, IPC, UTS, cgroup and network namespaces (what `--unshare-all` makes; the network one
+  holds only a loopback device: nothing outside is reachable). Under the judge's profiler (ncu, outside the
+  jail) the network namespace, and where ncu needs them the IPC and PID ones, are the profiler's private
+  ones, made for that run (labs.workbench.judge);
 - its own uid: as root the app first drops to a per-run host uid (`setpriv`) where the Python installation
   is readable by it, else bwrap maps a per-run uid inside a user namespace with no capabilities;
 - `--die-with-parent`: when the app (or the CLI, or ncu that launched it) dies, the whole jail dies;
@@ -89,31 +91,53 @@ def python_paths() -> list[Path]:
     return paths
 
 
+def _closed(p: Path) -> bool:
+    """A path the jail never shows, whatever the environment says: the repository, homes, /root."""
+    r = p.resolve()
+    return _inside_repo(r) or r == Path("/") or str(r).startswith(("/root", "/home")) and not \
+        any(r == q or q in r.parents for q in python_paths())
+
+
+def _install_root(p: Path) -> Path:
+    """/opt/gcc for /opt/gcc/bin/gcc: a tool's installation, libraries beside its bin/ included."""
+    folder = p if p.is_dir() else p.parent
+    return folder.parent if folder.name == "bin" else folder
+
+
 def library_paths() -> list[Path]:
-    """CUDA and other libraries outside /usr that the app's environment points at (read-only)."""
-    found = []
+    """CUDA libraries and tools outside /usr that the app's environment points at (read-only): its
+    LD_LIBRARY_PATH and CUDA_HOME, the compiler ($CC: Triton builds its launcher with it) and Triton's tool
+    paths, and the PATH's folders outside /usr (a compiler found there)."""
+    candidates = []
     for var in ("LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH"):
-        for part in os.environ.get(var, "").split(os.pathsep):
-            if not part:
-                continue
-            p = Path(part)
-            if p.is_dir() and not str(p.resolve()).startswith("/usr/") and not _inside_repo(p) and p not in found:
-                found.append(p)
-    for extra in ("/usr/local/nvidia", "/opt/nvidia"):  # driver libraries and Nsight in some images
-        p = Path(extra)
-        if p.is_dir() and p not in found:
+        candidates += [Path(part) for part in os.environ.get(var, "").split(os.pathsep) if part]
+    for var in ("CC", "CXX", "TRITON_PTXAS_PATH", "TRITON_LIBCUDA_PATH", "TRITON_CUOBJDUMP_PATH",
+                "TRITON_NVDISASM_PATH"):
+        value = os.environ.get(var, "")
+        if value:
+            found = shutil.which(value) or value
+            candidates.append(_install_root(Path(found)))
+    candidates += [_install_root(Path(part)) for part in os.environ.get("PATH", "").split(os.pathsep) if part]
+    candidates += [Path("/usr/local/nvidia"), Path("/opt/nvidia")]  # driver libraries and Nsight in some images
+    found = []
+    for p in candidates:
+        if p.is_dir() and not str(p.resolve()).startswith("/usr/") and str(p.resolve()) not in ("/usr", "/bin", "/sbin") \
+                and not _closed(p) and p not in found and p not in python_paths():
             found.append(p)
     return found
 
 
 def bwrap_args(work: Path, gpu: bool, uid: Optional[int], env: dict, share_net: bool = False,
-               extra_ro: tuple = (), extra: tuple = ()) -> list:
+               extra_ro: tuple = (), extra: tuple = (), shared: tuple = ()) -> list:
     """bwrap's options (without the binary and without the command). share_net: a profiler outside the jail
-    (in a network namespace of its own) injects into the worker: its variables pass (no --clearenv; the
-    process that starts bwrap already has the clean environment) and its loopback is shared."""
-    args = ["--unshare-all", "--die-with-parent", "--new-session", "--hostname", HOSTNAME, "--cap-drop", "ALL"]
-    if share_net:  # ncu, outside the jail, talks to its injection inside over loopback: its own netns
-        args.append("--share-net")
+    (in namespaces of its own, made for this run) injects into the worker: its variables pass (no --clearenv;
+    the process that starts bwrap already has the clean environment) and its network namespace (a loopback
+    only) is shared; `shared` may name more of the profiler's private namespaces to keep: "ipc", "pid"."""
+    args = ["--unshare-user-try", "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent", "--new-session",
+            "--hostname", HOSTNAME, "--cap-drop", "ALL"]
+    args += [] if share_net else ["--unshare-net"]
+    args += [] if "ipc" in shared else ["--unshare-ipc"]
+    args += [] if "pid" in shared else ["--unshare-pid"]
     if uid is not None:
         args += ["--unshare-user", "--uid", str(uid), "--gid", str(uid)]
     args += ["--ro-bind", "/usr", "/usr"]
@@ -125,7 +149,9 @@ def bwrap_args(work: Path, gpu: bool, uid: Optional[int], env: dict, share_net: 
             args += ["--ro-bind", str(top), str(top)]
     for f in ETC_FILES:
         args += ["--ro-bind-try", f, f]
-    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--dir", "/tmp/home"]
+    # in the profiler's PID namespace, its /proc (mounted for that namespace) is bound read-only
+    args += ["--ro-bind", "/proc", "/proc"] if "pid" in shared else ["--proc", "/proc"]
+    args += ["--dev", "/dev", "--tmpfs", "/tmp", "--dir", "/tmp/home"]
     if gpu:
         for node in sorted(Path("/dev").glob("nvidia*")):
             if node.is_char_device() or node.is_dir():
@@ -214,8 +240,9 @@ def status() -> JailStatus:
         if not complaint:
             uid_words = ("a uid of its own on this machine" if mode == "host-uid"
                          else "a uid of its own inside a user namespace without capabilities")
-            return JailStatus(True, True, mode, f"{version}: --unshare-all (no network), {uid_words}, "
-                                                f"--die-with-parent, minimal read-only file view, rlimits")
+            return JailStatus(True, True, mode, f"{version}: namespaces of its own (user, PID, IPC, UTS, cgroup, "
+                                                f"network: no network), {uid_words}, --die-with-parent, minimal "
+                                                f"read-only file view, rlimits")
         complaints.append(f"{mode}: {complaint}")
     return _unjailed_or_refused(f"bubblewrap is installed but could not start a jail here ({'; '.join(complaints)}).")
 

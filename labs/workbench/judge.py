@@ -149,15 +149,19 @@ def summarise(kernels: list, calls: int) -> dict:
 
 
 def judge_point(ex: Exercise, code: str, point: Point, limits: sandbox.Limits, gpu: bool,
-                reuse: Optional[sandbox.WorkerRun] = None, calls: int = CALLS) -> dict:
+                reuse: Optional[sandbox.WorkerRun] = None, calls: int = CALLS,
+                shared: Optional[tuple] = None) -> dict:
     """Run the learner's function `calls` times on fresh inputs under ncu (outside the jail); return
     {"status": "measured"|"wrong"|"failed", ...summarise(), "checks": [...], "message": ...}.
+    shared: the profiler's private namespaces the jail keeps (None: the variant this server's self-test chose).
     Raises JudgeUnavailable when ncu cannot be used here. The caller holds the GPU lock."""
     from labs.engine import counters
 
     why = unavailable(gpu) if gpu else ""
     if why:
         raise JudgeUnavailable(why)
+    if shared is None:
+        shared = variant(gpu, limits)
     ncu = counters.ncu_path()
     if ncu is None:
         raise JudgeUnavailable(unavailable(True))
@@ -185,7 +189,8 @@ def judge_point(ex: Exercise, code: str, point: Point, limits: sandbox.Limits, g
     try:
         job = {"entry": ex.entry, "gpu": gpu, "mode": "judge"}
         run = sandbox.run_worker(code, job, {}, limits, gpu, keep_dir=True, reuse=reuse, profiler=under_ncu,
-                                 files={"judge-in.pt": inputs}, outer_env=outer_env, jail_extra=tuple(extra))
+                                 files={"judge-in.pt": inputs}, outer_env=outer_env, jail_extra=tuple(extra),
+                                 shared=tuple(shared))
         text = log.read_text(errors="replace") if log.is_file() else ""
         outputs = None
         out_file = run.workdir / "judge-out.pt" if run.workdir else None
@@ -206,9 +211,11 @@ def judge_point(ex: Exercise, code: str, point: Point, limits: sandbox.Limits, g
         raise JudgeUnavailable(problem)
     if run.status != "ok":
         first = (run.message or "the worker stopped").strip().splitlines()
+        said = [line for line in run.stderr_tail.strip().splitlines() if line.strip()][-4:]
         return {"status": "failed", "killed": run.status == "killed", "freed_s": run.freed_s,
                 "message": " ".join(filter(None, [first[0] if first else "", first[-1] if len(first) > 1 else "",
-                                                  problem or ""])), "seconds": run.seconds}
+                                                  problem or ""] + (["Last lines: " + " | ".join(said)] if said else []))),
+                "seconds": run.seconds}
     kernels = kernels_from_log(text)
     if problem and not kernels and "No kernels were profiled" not in problem:
         return {"status": "failed", "message": problem, "seconds": run.seconds}
@@ -216,7 +223,80 @@ def judge_point(ex: Exercise, code: str, point: Point, limits: sandbox.Limits, g
     summary = summarise(kernels, calls)
     status = "measured" if all(c.get("passed") for c in checks) else "wrong"
     return {"status": status, **summary, "checks": checks, "calls": calls, "seconds": run.seconds,
+            "shared": list(shared),
             "message": "" if status == "measured" else "the output of a timed call was wrong"}
+
+
+# ---------------------------------------------------------------------------------------------
+# Which jail the profiler can work with on this server: tried once on our own solution
+# ---------------------------------------------------------------------------------------------
+VARIANTS = ((), ("ipc",), ("ipc", "pid"))  # profiler's private namespaces the jail shares, least first
+def self_test_point(gpu: bool) -> Point:
+    n = 2**22 if gpu else 1003  # a real kernel on a GPU; the interpreter (tests) takes a small one
+    return Point(f"n={n}", ({"shape": [n], "dtype": "float32"},) * 2, {"n": n})
+_VARIANT: dict = {}
+
+
+def _variant_file() -> Path:
+    base = os.environ.get("ROOFLINE_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "roofline")
+    return Path(base) / "workbench-judge.json"
+
+
+def _server_key(gpu: bool) -> str:
+    from labs.engine import counters, gpu as gpu_mod
+
+    st = sandbox.jail.status()
+    return "|".join([gpu_mod.detect().name if gpu else "cpu", str(counters.ncu_path()), st.description, st.mode])
+
+
+def variant(gpu: bool, limits: sandbox.Limits) -> tuple:
+    """The namespaces the jail shares with the profiler on this server: the first of VARIANTS under which our
+    own add solution is judged correctly (its outputs checked, its kernels counted). Remembered in this process
+    and in ROOFLINE_CACHE/workbench-judge.json; raises JudgeUnavailable (with what each variant said) when none
+    works: verdicts are then self-timed and marked so. Sharing the profiler's PID namespace is trusted only
+    where the worker runs under a host uid of its own (it cannot reach the root-owned profiler's files)."""
+    import json
+
+    key = _server_key(gpu)
+    if key not in _VARIANT:
+        try:
+            saved = json.loads(_variant_file().read_text())
+            if saved.get("key") == key:
+                _VARIANT[key] = saved
+        except (OSError, ValueError):
+            pass
+    if key not in _VARIANT:
+        from labs.workbench.exercises import get_exercise
+
+        add, said = get_exercise("add"), []
+        for shared in VARIANTS:
+            if "pid" in shared and sandbox.jail.status().mode != "host-uid":
+                said.append(f"{'+'.join(shared)}: not trusted without a host uid of its own")
+                continue
+            try:
+                got = judge_point(add, add.solution(), self_test_point(gpu), limits, gpu, shared=shared)
+            except JudgeUnavailable:
+                raise
+            if got["status"] == "measured" and got.get("kernels"):
+                _VARIANT[key] = {"key": key, "shared": list(shared), "said": said}
+                break
+            said.append(f"{'+'.join(shared) or 'isolated'}: {got.get('message', got['status'])[:400]}")
+        else:
+            _VARIANT[key] = {"key": key, "shared": None, "said": said}
+        try:
+            _variant_file().parent.mkdir(parents=True, exist_ok=True)
+            _variant_file().write_text(json.dumps(_VARIANT[key]))
+        except OSError:
+            pass
+    found = _VARIANT[key]
+    if found["shared"] is None:
+        raise JudgeUnavailable("Nsight Compute could not judge our own solution in any jail on this server ("
+                               + "; ".join(found["said"]) + ").")
+    return tuple(found["shared"])
+
+
+def variant_words(shared: tuple) -> str:
+    return "" if not shared else f"; ncu and the jail share private {' and '.join(x.upper() for x in shared)} namespaces made for the run"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -153,16 +153,22 @@ LOOPBACK_UP = ("import fcntl, socket, struct; s = socket.socket(socket.AF_INET, 
                "fcntl.ioctl(s, 0x8914, struct.pack('16sh22x', b'lo', flags | 1))")  # SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP
 
 
-def _profiled(profiler: list, inner: list) -> list:
+def _profiled(profiler: list, inner: list, shared: tuple = ()) -> list:
     """A profiler (ncu) outside the jail: it and the jail share a network namespace of their own (only a
-    loopback device, brought up here), so ncu reaches its injection inside and nothing reaches the world.
+    loopback device, brought up here), so ncu reaches its injection inside and nothing reaches the world;
+    `shared` ("ipc", "pid") gives the two a private IPC or PID namespace of their own as well.
     setpriv --pdeathsig: the profiler dies with the app, and the jail (--die-with-parent) with the profiler."""
     ns = ["unshare", "--net"] if os.geteuid() == 0 else ["unshare", "--user", "--map-root-user", "--net"]
+    if "ipc" in shared:
+        ns.append("--ipc")
+    if "pid" in shared:
+        ns += ["--pid", "--fork", "--kill-child", "--mount", "--mount-proc"]
     script = f"'{sys.executable}' -I -c \"{LOOPBACK_UP}\" || exit 97; exec \"$@\""
     return ["setpriv", "--pdeathsig", "KILL", "--"] + ns + ["sh", "-c", script, "roofline-judge"] + profiler + inner
 
 
-def _command(work: Path, uid: int, limits: Limits, gpu: bool, profiler: Optional[list], extra: tuple = ()) -> list:
+def _command(work: Path, uid: int, limits: Limits, gpu: bool, profiler: Optional[list], extra: tuple = (),
+             shared: tuple = ()) -> list:
     st = jail.status()
     if not st.jailed:  # the operator's opt-in: the worker runs as the app's user, with rlimits only
         return ["setpriv", "--pdeathsig", "KILL", "--"] + (profiler or []) + _rlimits(limits, gpu) + [sys.executable, "-B", "-s", str(work / "harness.py"),
@@ -172,9 +178,10 @@ def _command(work: Path, uid: int, limits: Limits, gpu: bool, profiler: Optional
         mode = "userns-uid"  # inside the profiler's user namespace only its root is mapped
     env = jail.environment(gpu)
     inner = _rlimits(limits, gpu) + jail.prefix(mode, uid) + \
-        jail.bwrap_args(work, gpu, jail.bwrap_uid(mode, uid), env, share_net=bool(profiler), extra=extra) + \
+        jail.bwrap_args(work, gpu, jail.bwrap_uid(mode, uid), env, share_net=bool(profiler), extra=extra,
+                        shared=shared) + \
         [sys.executable, "-B", "-s", str(jail.INSIDE / "harness.py"), str(jail.INSIDE)]
-    return _profiled(profiler, inner) if profiler else inner
+    return _profiled(profiler, inner, shared) if profiler else inner
 
 
 def _unjailed_env(work: Path, gpu: bool) -> dict:
@@ -290,7 +297,7 @@ def refused_run() -> Optional[WorkerRun]:
 def run_worker(code: str, job: dict, inputs: dict, limits: Limits, gpu: bool, keep_dir: bool = False,
                reuse: Optional[WorkerRun] = None, profiler: Optional[Callable[[Path], list]] = None,
                collect: tuple = (), files: Optional[dict] = None, outer_env: Optional[dict] = None,
-               jail_extra: tuple = ()) -> WorkerRun:
+               jail_extra: tuple = (), shared: tuple = ()) -> WorkerRun:
     """Run `code` in a jailed worker. `inputs` (name -> tensor or list) are handed over in inputs.pt, and
     `files` ({name: object}) saved with torch.save; the worker writes result.json and its output tensors.
 
@@ -298,7 +305,7 @@ def run_worker(code: str, job: dict, inputs: dict, limits: Limits, gpu: bool, ke
     then stays, like with keep_dir, until discard(). profiler(work) -> argv of a profiler started *outside*
     the jail around it (ncu); outer_env: what the profiler's own environment adds (its HOME, TMPDIR: the
     jail sets its own). collect: names of text files in the run's folder read back into `files`.
-    jail_extra: more bwrap options (diagnostics)."""
+    jail_extra: more bwrap options (diagnostics); shared: the profiler's private namespaces the jail keeps."""
     import torch
 
     refused = refused_run()
@@ -320,7 +327,7 @@ def run_worker(code: str, job: dict, inputs: dict, limits: Limits, gpu: bool, ke
                 _own(f, uid)
                 os.chmod(f, 0o600)
         st = jail.status()
-        argv = _command(work, uid, limits, gpu, profiler(work) if profiler else None, tuple(jail_extra))
+        argv = _command(work, uid, limits, gpu, profiler(work) if profiler else None, tuple(jail_extra), tuple(shared))
         env = jail.environment(gpu) if st.jailed else _unjailed_env(work, gpu)
         if profiler:
             env.update(outer_env or {})

@@ -403,7 +403,8 @@ def _finish(verdict: dict, ex: Exercise, run: sandbox.WorkerRun, checks: list, r
         verdict["notes"].append(f"Timing not verified: {why_untrusted} The times shown are self-timed by your own "
                                 "process, which your code could alter.")
         return verdict | {"status": "correct", "message": message, "measured_by": judge.SELF_TIMED}
-    verdict["measured_by"] = judge.MEASURED_BY.format(calls=judge.CALLS)
+    shared = next((tuple(j.get("shared") or ()) for j in judged.values()), ())
+    verdict["measured_by"] = judge.MEASURED_BY.format(calls=judge.CALLS) + judge.variant_words(shared)
     reasons = [f"{r['point']}: {why}" for r in rows for why in r.get("not_credible", [])]
     if reasons:
         return verdict | {"status": "not credible", "message": message + " Its time is not credible: " +
