@@ -313,3 +313,10 @@ def test_a_profiler_that_fails_everywhere_leaves_verdicts_self_timed(ncu_with, m
                    [{"case": "5", "passed": True}], [row], target, info_gpu, {}, str(info.value))
     assert v["status"] == "correct" and v["measured_by"] == judge.SELF_TIMED and v["credible"] is False
     assert any("Timing not verified" in n for n in v["notes"])
+    # a self-timed time beyond physics is not credible even where no trusted time can be had
+    target = wb.model_target("H100 SXM")
+    fast = wb.point_rows(ADD, target, {ADD.points[0].label: 1e-3}, {})[0]
+    assert fast["measured_by"] == "self-timed" and fast["beyond_physics"]
+    v = wb._finish({"exercise": "add", "notes": [], "jail": "", "measured_by": "", "credible": False}, ADD, run,
+                   [{"case": "5", "passed": True}], [fast], target, info_gpu, {}, str(info.value))
+    assert v["status"] == "not credible" and "below this GPU's physics floor" in v["message"]

@@ -233,8 +233,11 @@ def point_rows(ex: Exercise, target, self_timings: dict, judged: Optional[dict] 
             row.update({"credible": False, "not_credible": judge.credibility(ex, got, work, target, self_ms)})
         elif self_ms is not None:
             ms, by = self_ms, "self-timed"
-            row.update({"credible": False, "not_credible": [(got or {}).get("message") or
-                                                            "no trusted measurement of this point"]})
+            floor, floor_what = judge.floor_ms(ex, work, target)
+            beyond = [f"your self-timed {self_ms:.4g} ms per call is below this GPU's physics floor of {floor:.4g} ms "
+                      f"({floor_what})"] if floor is not None and self_ms < floor else []
+            row.update({"credible": False, "beyond_physics": bool(beyond), "floor_ms": floor, "floor": floor_what,
+                        "not_credible": beyond + [(got or {}).get("message") or "no trusted measurement of this point"]})
         if ms is not None:
             row.update({"measured_ms": ms, "measured_by": by,
                         f"measured_{ex.metric}": rate(ex.metric, work["bytes"], work["flops"], ms),
@@ -402,6 +405,10 @@ def _finish(verdict: dict, ex: Exercise, run: sandbox.WorkerRun, checks: list, r
     if why_untrusted:
         verdict["notes"].append(f"Timing not verified: {why_untrusted} The times shown are self-timed by your own "
                                 "process, which your code could alter.")
+        beyond = [f"{r['point']}: {r['not_credible'][0]}" for r in rows if r.get("beyond_physics")]
+        if beyond:  # no verdict beyond physics, trusted or not
+            return verdict | {"status": "not credible", "measured_by": judge.SELF_TIMED,
+                              "message": message + " Its time is not credible: " + "; ".join(beyond) + "."}
         return verdict | {"status": "correct", "message": message, "measured_by": judge.SELF_TIMED}
     shared = next((tuple(j.get("shared") or ()) for j in judged.values()), ())
     verdict["measured_by"] = judge.MEASURED_BY.format(calls=judge.CALLS) + judge.variant_words(shared)
