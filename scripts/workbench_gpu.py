@@ -138,7 +138,6 @@ def main() -> int:
         for (kind, exercise, path), (v, wall, stderr) in zip(together, results):
             record_one(out, summary, kind + "*", exercise, path, v, wall, stderr)
         items = [it for it in items if it not in together]
-    diagnosed = False
     for kind, exercise, path in items:
         if time.monotonic() - started > args.budget_s:
             print(f"budget spent: {kind} {path.name} not run", flush=True)
@@ -146,11 +145,6 @@ def main() -> int:
         cwd = Path(args.old).resolve() if kind == "old" else ROOT
         v, wall, stderr = submit(exercise, path, args.record and kind == "solution", cwd)
         record_one(out, summary, kind, exercise, path, v, wall, stderr)
-        if kind == "solution" and not diagnosed and v.get("status") != "correct":  # diagnose the first one
-            diagnosed = True
-            v2, wall2, err2 = submit(exercise, path, False, cwd, {"ROOFLINE_JUDGE_SHARE": "tmp,shm"})
-            print("  diagnose with ROOFLINE_JUDGE_SHARE=tmp,shm: " + line(kind, path.stem, v2, wall2) + "\n"
-                  + "\n".join("            | " + s for s in err2.strip().splitlines()[-12:]), flush=True)
     if args.record:
         for rec in (ROOT / "content" / "recorded").glob("*/workbench-*.json"):
             if rec.stat().st_mtime > time.time() - (time.monotonic() - started) - 5:

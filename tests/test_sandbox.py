@@ -21,7 +21,9 @@ from labs.workbench import verdict as wb
 ADD = get_exercise("add")
 STATUS = jail.status()
 FAST = sandbox.Limits(compile_s=60, cpu_s=60)
-needs_jail = pytest.mark.skipif(not STATUS.jailed, reason=f"no bubblewrap jail here: {STATUS.reason}")
+# in CI (.ci/run installs bubblewrap) a missing jail fails these tests instead of skipping them
+needs_jail = pytest.mark.skipif(not jail.status().jailed and not os.environ.get("CI"),
+                                reason=f"no bubblewrap jail here: {jail.status().reason}")
 
 # A submission that passes the static check (it imports only torch) and takes __import__ and open from
 # the builtins torch hands out: every module and file of the machine is then one call away.

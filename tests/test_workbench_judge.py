@@ -28,7 +28,9 @@ ADD = get_exercise("add")
 TRANSPOSE = get_exercise("transpose")
 LIMITS = sandbox.Limits(compile_s=90, run_s=60, cpu_s=90)
 SMALL = Point("n=1003", (tensor(1003), tensor(1003)), {"n": 1003})
-needs_jail = pytest.mark.skipif(not jail.status().jailed, reason=f"no bubblewrap jail here: {jail.status().reason}")
+# in CI (.ci/run installs bubblewrap) a missing jail fails these tests instead of skipping them
+needs_jail = pytest.mark.skipif(not jail.status().jailed and not os.environ.get("CI"),
+                                reason=f"no bubblewrap jail here: {jail.status().reason}")
 HEADER = ('"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size",'
           '"Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"')
 
@@ -69,7 +71,7 @@ sys.exit(code)
 
 
 def fake_ncu(payload: str, run_target: bool = True) -> Path:
-    folder = Path(tempfile.mkdtemp(prefix="roofline-fake-ncu-"))
+    folder = Path(tempfile.mkdtemp(prefix="roofline-fake-ncu-", dir="/var/tmp" if os.path.isdir("/var/tmp") else None))
     (folder / "payload.txt").write_text(payload)
     script = folder / "ncu"
     script.write_text(FAKE_NCU.format(python=sys.executable, payload=str(folder / "payload.txt"), run_target=run_target))
@@ -320,3 +322,37 @@ def test_a_profiler_that_fails_everywhere_leaves_verdicts_self_timed(ncu_with, m
     v = wb._finish({"exercise": "add", "notes": [], "jail": "", "measured_by": "", "credible": False}, ADD, run,
                    [{"case": "5", "passed": True}], [fast], target, info_gpu, {}, str(info.value))
     assert v["status"] == "not credible" and "below this GPU's physics floor" in v["message"]
+
+
+SEES_TMP = """import torch
+
+
+def add(x, y):
+    b = torch.__builtins__
+    get = b.get if isinstance(b, dict) else lambda name: getattr(b, name)
+    os = get("__import__")("os")
+    seen = sorted(os.listdir("/tmp")) + ["HOME=" + str(os.path.isdir(os.environ["HOME"]))]
+    get("open")("/run/learner/seen.txt", "w").write(" ".join(seen))
+    return x + y
+"""
+
+
+@needs_jail
+@pytest.mark.parametrize("shared", [(), ("ipc", "tmp")], ids=["isolated", "shared tmp"])
+def test_the_profiler_s_tmp_is_the_jail_s_only_in_that_variant(ncu_with, shared):
+    folder = ncu_with(kernel_rows(ADD_KERNELS))
+    script = folder / "ncu"
+    mark = f"ncu-was-here-{os.getpid()}-{len(shared)}"
+    script.write_text(script.read_text().replace("code = subprocess.call",
+                                                 f"open('/tmp/{mark}', 'w').write('x'); code = subprocess.call"))
+    checked = sandbox.run_worker(SEES_TMP, {"entry": "add", "gpu": False, "mode": "check"}, {"cases": []}, LIMITS,
+                                 False, keep_dir=True)
+    try:
+        judged = judge.judge_point(ADD, SEES_TMP, SMALL, LIMITS, False, shared=shared, reuse=checked)
+        seen = (checked.workdir / "seen.txt").read_text().split()
+    finally:
+        sandbox.discard(checked)
+    assert judged["status"] == "measured" and judged["shared"] == list(shared)
+    assert (mark in seen) == ("tmp" in shared) and "HOME=True" in seen
+    assert Path(f"/tmp/{mark}").exists() == ("tmp" not in shared)  # shared: a private /tmp, not the host's
+    Path(f"/tmp/{mark}").unlink(missing_ok=True)

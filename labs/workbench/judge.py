@@ -177,15 +177,15 @@ def judge_point(ex: Exercise, code: str, point: Point, limits: sandbox.Limits, g
     run = None
     outer_env = {"HOME": str(judge_dir), "TMPDIR": str(judge_dir)}  # ncu's own, outside the jail
     extra = []
-    share = os.environ.get("ROOFLINE_JUDGE_SHARE", "")  # diagnostics only: what ncu may need to share
-    if "tmp" in share:
-        judge_dir.chmod(0o711)
-        (judge_dir / "tmp").mkdir(mode=0o1777)
-        (judge_dir / "tmp").chmod(0o1777)
-        outer_env["TMPDIR"] = str(judge_dir / "tmp")
-        extra += ["--bind", str(judge_dir / "tmp"), "/tmp"]
-    if "shm" in share and Path("/dev/shm").is_dir():
-        extra += ["--dev-bind", "/dev/shm", "/dev/shm"]
+    if "tmp" in shared:  # ncu's /tmp and /dev/shm are the jail's (its log stays in judge_dir, out of sight)
+        judge_dir.chmod(0o711)  # the jail's uid must reach the two folders to bind them; it never sees judge_dir
+        for name, inside in (("tmp", "/tmp"), ("shm", "/dev/shm")):
+            (judge_dir / name).mkdir()
+            (judge_dir / name).chmod(0o1777)
+            extra += ["--bind", str(judge_dir / name), inside]
+        extra += ["--dir", "/tmp/home"]  # the learner's HOME, inside the shared /tmp
+        outer_env.update({"ROOFLINE_JUDGE_TMP": str(judge_dir / "tmp"), "ROOFLINE_JUDGE_SHM": str(judge_dir / "shm"),
+                          "TMPDIR": "/tmp"})
     try:
         job = {"entry": ex.entry, "gpu": gpu, "mode": "judge"}
         run = sandbox.run_worker(code, job, {}, limits, gpu, keep_dir=True, reuse=reuse, profiler=under_ncu,
@@ -230,7 +230,8 @@ def judge_point(ex: Exercise, code: str, point: Point, limits: sandbox.Limits, g
 # ---------------------------------------------------------------------------------------------
 # Which jail the profiler can work with on this server: tried once on our own solution
 # ---------------------------------------------------------------------------------------------
-VARIANTS = ((), ("ipc",), ("ipc", "pid"))  # profiler's private namespaces the jail shares, least first
+# what of the profiler's private namespaces (made for the run) the jail shares besides its network, least first
+VARIANTS = ((), ("ipc",), ("ipc", "tmp"), ("ipc", "tmp", "pid"))
 def self_test_point(gpu: bool) -> Point:
     n = 2**22 if gpu else 1003  # a real kernel on a GPU; the interpreter (tests) takes a small one
     return Point(f"n={n}", ({"shape": [n], "dtype": "float32"},) * 2, {"n": n})
@@ -273,6 +274,9 @@ def variant(gpu: bool, limits: sandbox.Limits) -> tuple:
             if "pid" in shared and sandbox.jail.status().mode != "host-uid":
                 said.append(f"{'+'.join(shared)}: not trusted without a host uid of its own")
                 continue
+            if "tmp" in shared and any(str(sandbox.SANDBOX_BASE).startswith(t) for t in ("/tmp", "/dev/shm")):
+                said.append(f"{'+'.join(shared)}: the runs' folders ({sandbox.SANDBOX_BASE}) are under /tmp")
+                continue
             try:
                 got = judge_point(add, add.solution(), self_test_point(gpu), limits, gpu, shared=shared)
             except JudgeUnavailable:
@@ -296,7 +300,9 @@ def variant(gpu: bool, limits: sandbox.Limits) -> tuple:
 
 
 def variant_words(shared: tuple) -> str:
-    return "" if not shared else f"; ncu and the jail share private {' and '.join(x.upper() for x in shared)} namespaces made for the run"
+    names = {"ipc": "IPC namespace", "pid": "PID namespace", "tmp": "/tmp and /dev/shm"}
+    return "" if not shared else ("; ncu and the jail also share a private " +
+                                  ", ".join(names[x] for x in shared) + ", made for the run")
 
 
 # ---------------------------------------------------------------------------------------------

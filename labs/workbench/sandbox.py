@@ -34,7 +34,11 @@ from labs.workbench import jail
 
 REPO = jail.REPO
 HARNESS_FILES = (Path(__file__).with_name("harness.py"), REPO / "labs" / "engine" / "timing.py")
-SANDBOX_BASE = Path(os.environ.get("ROOFLINE_SANDBOX_DIR", Path(tempfile.gettempdir()) / "roofline-sandbox"))
+# runs' folders: not under /tmp, which the judge's profiler may have to share with the jail (judge.VARIANTS)
+_VAR_TMP = Path("/var/tmp")
+SANDBOX_BASE = Path(os.environ.get("ROOFLINE_SANDBOX_DIR") or
+                    ((_VAR_TMP if _VAR_TMP.is_dir() and os.access(_VAR_TMP, os.W_OK) else Path(tempfile.gettempdir()))
+                     / "roofline-sandbox"))
 UID_BASE, UID_SPAN = 200_000, 50_000  # per-run user ids, outside any account on the machine
 ALLOWED_MODULES = {"torch", "triton", "math", "numpy", "functools", "typing", "dataclasses", "itertools",
                    "operator", "__future__"}
@@ -156,14 +160,22 @@ LOOPBACK_UP = ("import fcntl, socket, struct; s = socket.socket(socket.AF_INET, 
 def _profiled(profiler: list, inner: list, shared: tuple = ()) -> list:
     """A profiler (ncu) outside the jail: it and the jail share a network namespace of their own (only a
     loopback device, brought up here), so ncu reaches its injection inside and nothing reaches the world;
-    `shared` ("ipc", "pid") gives the two a private IPC or PID namespace of their own as well.
+    `shared` ("ipc", "pid") gives the two a private IPC or PID namespace of their own as well, and "tmp" a
+    private /tmp and /dev/shm: the folders named by ROOFLINE_JUDGE_TMP and ROOFLINE_JUDGE_SHM in the
+    profiler's environment, mounted over its /tmp and /dev/shm and bound as the jail's.
     setpriv --pdeathsig: the profiler dies with the app, and the jail (--die-with-parent) with the profiler."""
     ns = ["unshare", "--net"] if os.geteuid() == 0 else ["unshare", "--user", "--map-root-user", "--net"]
     if "ipc" in shared:
         ns.append("--ipc")
+    if "tmp" in shared or "pid" in shared:
+        ns.append("--mount")
     if "pid" in shared:
-        ns += ["--pid", "--fork", "--kill-child", "--mount", "--mount-proc"]
-    script = f"'{sys.executable}' -I -c \"{LOOPBACK_UP}\" || exit 97; exec \"$@\""
+        ns += ["--pid", "--fork", "--kill-child", "--mount-proc"]
+    script = f"'{sys.executable}' -I -c \"{LOOPBACK_UP}\" || exit 97; "
+    if "tmp" in shared:
+        script += ('mount --bind "$ROOFLINE_JUDGE_TMP" /tmp && mount --bind "$ROOFLINE_JUDGE_SHM" /dev/shm '
+                   '|| exit 96; ')
+    script += 'exec "$@"'
     return ["setpriv", "--pdeathsig", "KILL", "--"] + ns + ["sh", "-c", script, "roofline-judge"] + profiler + inner
 
 
