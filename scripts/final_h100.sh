@@ -6,6 +6,8 @@ set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD ROOFLINE_CACHE=/tmp/rc
 BUDGET_S=${BUDGET_S:-380}
 mkdir -p /tmp/final
+# the workbench's jail: bubblewrap, unpacked from its .deb (carry .whl; README, "Threat model: the workbench")
+for deb in .whl/bubblewrap_*.deb; do [ -f "$deb" ] && dpkg -x "$deb" /tmp/bw && export ROOFLINE_BWRAP=/tmp/bw/usr/bin/bwrap; done
 pack() { tar czf "$OUT/final.tgz" content/recorded/nvidia-h100-80gb-hbm3 /tmp/final 2>/dev/null; }
 step() {  # step NAME COMMAND...
   local name=$1; shift

@@ -1,8 +1,9 @@
 """Device-side check of the workbench's judge (issue 31), every submission through the CLI:
 
     export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD ROOFLINE_CACHE=/tmp/rc ROOFLINE_BWRAP=/path/to/bwrap
-    python3 scripts/workbench_gpu.py --out DIR [--budget-s 270] [--only solutions|adversarial] [--record]
+    python3 scripts/workbench_gpu.py [--out DIR] [--budget-s 270] [--only solutions|adversarial] [--record]
                                      [--old DIR]     (DIR: a checkout of the workbench before the jail, timed alike)
+                                     [--parallel STEMS] [--order STEMS]
 
 Runs `python -m labs workbench run EXERCISE FILE --json` for our solutions (content/workbench/*_solution.py)
 and for the adversarial submissions (tests/data/adversarial/*.py: patched timer and harness, cached, lazy,
@@ -93,18 +94,21 @@ def record_one(out: Path, summary: list, kind: str, exercise: str, path: Path, v
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--out", required=True)
+    parser.add_argument("--out", default="/tmp/final/workbench")
     parser.add_argument("--budget-s", type=float, default=270)
     parser.add_argument("--only", default="")
     parser.add_argument("--record", action="store_true")
     parser.add_argument("--old", default="", help="an older checkout to time the same solutions with (baseline)")
     parser.add_argument("--exercises", default=",".join(SOLUTIONS))
+    parser.add_argument("--counters", action="store_true", help="(scripts/final_h100.sh) = --only adversarial")
+    parser.add_argument("--skip-probes", action="store_true", help="(scripts/final_h100.sh) = --only solutions")
     parser.add_argument("--adversarial", default="")
     parser.add_argument("--order", default="", help="comma-separated file stems: run these first, in this order")
     parser.add_argument("--parallel", default="",
                         help="comma-separated file stems run at the same time before the rest: only submissions "
                              "whose outcome cannot depend on timing (wrong outputs, no kernel at all)")
     args = parser.parse_args()
+    args.only = "adversarial" if args.counters else "solutions" if args.skip_probes else args.only
     out = Path(args.out)
     (out / "verdicts").mkdir(parents=True, exist_ok=True)
     started = time.monotonic()

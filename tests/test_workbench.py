@@ -109,7 +109,7 @@ def test_gap_sentences_name_the_gap_from_what_was_measured():
               "waves": 30.3}
     judged = {"dram_bytes": 2 * work["bytes"], "launch": launch, "kernels_per_call": 1.0}
     doubled = wb.gap_sentence(ex, 4 * work["predicted_ms"], work, None, target, judged)
-    assert "moved 2.0x the DRAM bytes" in doubled and "65536 blocks of 128 threads (30 registers" in doubled
+    assert "moved 2.0x the DRAM bytes" in doubled and "65536 blocks of 128 threads (4 warps) (30 registers" in doubled
     few = wb.gap_sentence(ex, 4 * work["predicted_ms"], work, None, target,
                           {"dram_bytes": work["bytes"], "kernels_per_call": 1.0, "launch": dict(launch, grid_blocks=8.0)})
     assert f"only 8 blocks for {target.sm_count} SMs" in few

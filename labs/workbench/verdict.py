@@ -130,15 +130,16 @@ def counted_clause(dram_ratio: Optional[float]) -> str:
 
 def launch_clause(judged: Optional[dict]) -> str:
     """What ncu read of the learner's own launch: ' Your longest kernel, add_kernel, ran 65536 blocks of 128
-    threads (26 registers per thread), 1 kernel per call.' (empty when nothing was read)."""
+    threads (4 warps) (26 registers per thread); 1 kernel per call.' (empty when nothing was read)."""
     launch = (judged or {}).get("launch") or {}
     if not launch.get("grid_blocks") or not launch.get("block_threads"):
         return ""
     regs = f" ({launch['registers']:.0f} registers per thread)" if launch.get("registers") else ""
     per_call = judged.get("kernels_per_call") or 0
+    warps = launch["block_threads"] / 32
     return (f" Your longest kernel, {launch['kernel']}, ran {launch['grid_blocks']:.0f} blocks of "
-            f"{launch['block_threads']:.0f} threads{regs}; {per_call:.0f} kernel{'s' if per_call >= 1.5 else ''} "
-            f"per call.")
+            f"{launch['block_threads']:.0f} threads ({warps:.0f} warp{'s' if warps != 1 else ''}){regs}; "
+            f"{per_call:.0f} kernel{'s' if per_call >= 1.5 else ''} per call.")
 
 
 def explanation(ex: Exercise, judged: Optional[dict], dram_ratio: Optional[float], target, ours_close: bool) -> str:
