@@ -156,6 +156,19 @@ def test_an_endless_submission_is_killed_and_leaves_no_process():
     assert _alive(seen) == []  # ... and none is left
 
 
+@needs_jail
+def test_a_fifo_in_place_of_the_phase_file_does_not_stall_the_watch():
+    """The app reads the worker's `phase` file to pick the budget: a FIFO there must not block the app."""
+    code = ("import torch\n\n\ndef add(x, y):\n    b = torch.__builtins__\n"
+            "    os = (b['__import__'] if isinstance(b, dict) else b.__import__)('os')\n"
+            "    if os.path.exists('/run/learner/phase'):\n        os.remove('/run/learner/phase')\n"
+            "    os.mkfifo('/run/learner/phase')\n    while True:\n        pass\n")
+    started = time.monotonic()
+    v = wb.submit(ADD, code, limits=sandbox.Limits(compile_s=6, cpu_s=60))
+    assert v["status"] == "killed" and "compile budget of 6 s" in v["message"], v
+    assert time.monotonic() - started < 40
+
+
 def test_the_run_budget_starts_once_the_code_runs():
     """After the first call returned (the code compiled and ran), the shorter run budget applies: the second
     check case never returns and is stopped at the run budget, long before the compile budget."""

@@ -194,7 +194,11 @@ def judge_point(ex: Exercise, code: str, point: Point, limits: sandbox.Limits, g
         text = log.read_text(errors="replace") if log.is_file() else ""
         outputs = None
         out_file = run.workdir / "judge-out.pt" if run.workdir else None
-        if run.status == "ok" and out_file is not None and out_file.is_file():
+        expected = sum(a.numel() * a.element_size() for args in inputs for a in args if isinstance(a, torch.Tensor))
+        if run.status == "ok" and out_file is not None and out_file.is_file() and not out_file.is_symlink() \
+                and out_file.stat().st_size > 4 * expected + 2**20:
+            outputs = f"too large ({out_file.stat().st_size} bytes)"  # never read a file the learner blew up
+        elif run.status == "ok" and out_file is not None and out_file.is_file() and not out_file.is_symlink():
             try:
                 outputs = torch.load(out_file, map_location="cpu", weights_only=True)
             except Exception as exc:  # noqa: BLE001 - the learner's process wrote it

@@ -21,6 +21,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -258,10 +259,17 @@ def kill_jail(proc: subprocess.Popen, grace_s: float = KILL_GRACE_S) -> float:
 
 
 def _phase(work: Path) -> str:
+    """The worker's `phase` file, read without ever blocking: the learner may have made it a FIFO or a link."""
     try:
-        return (work / "phase").read_text()[:16]
+        fd = os.open(work / "phase", os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
     except OSError:
         return ""
+    try:
+        return os.read(fd, 16).decode(errors="replace") if stat.S_ISREG(os.fstat(fd).st_mode) else ""
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
 
 
 def _watch(proc: subprocess.Popen, work: Path, limits: Limits) -> tuple[Optional[str], float, Optional[float]]:
@@ -419,6 +427,9 @@ def _read_back(work: Path, returncode: int, stderr: str, seconds: float) -> Work
                          seconds=seconds)
     outputs = {}
     out_file = work / "outputs.pt"
+    if out_file.is_file() and not out_file.is_symlink() and out_file.stat().st_size > 512 * 2**20:
+        return WorkerRun("crashed", "The worker's outputs file is far larger than the check cases' outputs.",
+                         result, stderr_tail=stderr, seconds=seconds)
     if out_file.is_file() and not out_file.is_symlink():
         try:
             outputs = torch.load(out_file, map_location="cpu", weights_only=True)
