@@ -251,6 +251,18 @@ def test_a_self_timing_far_from_the_trusted_one_is_not_credible():
     assert row["measured_ms"] == 2 * floor and row["self_ms"] == 1.5 * floor  # the verdict's time is the trusted one
 
 
+def test_a_second_process_on_the_gpu_is_not_credible():
+    """Kernels of a child process that dropped the profiler's variables would escape the count."""
+    floor = mwork_floor(ADD)
+    target = wb.model_target("H100 SXM")
+    work = ADD.work(ADD.points[0], target)
+    got = {"status": "measured", "trusted_ms": 2 * floor, "kernels": judge.CALLS, "kernels_per_call": 1.0,
+           "calls": judge.CALLS, "gpu_processes": 2}
+    reasons = judge.credibility(ADD, got, work, target, None)
+    assert reasons and "2 processes of yours held the GPU" in reasons[0]
+    assert judge.credibility(ADD, dict(got, gpu_processes=1), work, target, None) == []
+
+
 def test_right_outputs_without_any_kernel_are_not_credible():
     row, _, _ = judged_row(ADD, None, kernels=0)
     assert row["credible"] is False and "no kernel of yours ran on the GPU" in row["not_credible"][0]

@@ -227,6 +227,7 @@ def judge_point(ex: Exercise, code: str, point: Point, limits: sandbox.Limits, g
     summary = summarise(kernels, calls)
     status = "measured" if all(c.get("passed") for c in checks) else "wrong"
     return {"status": status, **summary, "checks": checks, "calls": calls, "seconds": run.seconds,
+            "gpu_processes": run.gpu_processes,
             "shared": list(shared),
             "message": "" if status == "measured" else "the output of a timed call was wrong"}
 
@@ -338,6 +339,9 @@ def credibility(ex: Exercise, judged: dict, work: dict, target, self_ms: Optiona
     if judged["kernels"] >= MAX_KERNELS:
         reasons.append(f"your code launched {MAX_KERNELS} kernels or more in {judged.get('calls', CALLS)} calls: "
                        "past the profiler's cap, so part of its time went unmeasured")
+    if judged.get("gpu_processes", 0) > 1:
+        reasons.append(f"{judged['gpu_processes']} processes of yours held the GPU at once during the timed calls: "
+                       "kernels of a second process can escape the profiler")
     floor, what = floor_ms(ex, work, target)
     if ms is not None and floor is not None and ms < floor:
         reasons.append(f"{ms:.4g} ms per call is below this GPU's physics floor of {floor:.4g} ms ({what})")

@@ -125,6 +125,7 @@ class WorkerRun:
     uid: Optional[int] = None  # the run's own user id
     jail: str = ""  # how it ran (jail.status().description)
     freed_s: Optional[float] = None  # after a kill: seconds until the jail's processes were gone
+    gpu_processes: int = 0  # most processes inside the jail seen holding the GPU at once (watch_gpu runs)
 
 
 def _new_workdir(uid: Optional[int]) -> Path:
@@ -272,17 +273,54 @@ def _phase(work: Path) -> str:
         os.close(fd)
 
 
-def _watch(proc: subprocess.Popen, work: Path, limits: Limits) -> tuple[Optional[str], float, Optional[float]]:
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def jailed_processes(root: int) -> list[int]:
+    """The processes inside the jail: below the first bwrap of the tree, bwrap's own processes left out."""
+    bwraps = [p for p in descendants(root) if _comm(p) == "bwrap"]
+    return [p for p in descendants(bwraps[0]) if _comm(p) != "bwrap"] if bwraps else []
+
+
+COMPILER_TOOLS = {"ptxas", "gcc", "cc", "cc1", "as", "ld", "collect2", "clang", "nvlink", "cuobjdump", "sh"}
+
+
+def holds_gpu(pid: int) -> bool:
+    """Whether a process has a GPU device open (/dev/nvidia0, /dev/nvidia-uvm...): it made a CUDA context.
+    Compilers Triton runs (by their executable, which a learner's process cannot take) do not count."""
+    try:
+        if Path(os.readlink(f"/proc/{pid}/exe")).name in COMPILER_TOOLS:
+            return False
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            target = os.readlink(fd)
+            if target.startswith("/dev/nvidia") and target != "/dev/nvidiactl":
+                return True
+    except OSError:
+        pass
+    return False
+
+
+def _watch(proc: subprocess.Popen, work: Path, limits: Limits,
+           gpu_seen: Optional[list] = None) -> tuple[Optional[str], float, Optional[float]]:
     """Wait for the worker; kill it past a budget or the memory limit. (why killed, seconds, freed after s).
-    Time is charged to the run budget while the worker's `phase` file says "running", else to the compile one."""
+    Time is charged to the run budget while the worker's `phase` file says "running", else to the compile one.
+    gpu_seen: a one-element list, set to the most processes inside the jail seen holding the GPU at once."""
     started = last = time.monotonic()
     spent = {"compile": 0.0, "run": 0.0}
+    polls = 0
     while True:
         try:
             proc.wait(timeout=0.1)
             return None, time.monotonic() - started, None
         except subprocess.TimeoutExpired:
             pass
+        polls += 1
+        if gpu_seen is not None and polls % 3 == 0:
+            gpu_seen[0] = max(gpu_seen[0], sum(holds_gpu(p) for p in jailed_processes(proc.pid)))
         now = time.monotonic()
         running = _phase(work) == "running"
         spent["run" if running and limits.run_s is not None else "compile"] += now - last
@@ -354,13 +392,15 @@ def run_worker(code: str, job: dict, inputs: dict, limits: Limits, gpu: bool, ke
         proc = subprocess.Popen(argv, cwd=work if not st.jailed else "/", env=env, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE, start_new_session=True)
         tail = _TailReader(proc.stderr)
-        killed, seconds, freed = _watch(proc, work, limits)
+        gpu_seen = [0] if profiler else None  # judged runs: a second process on the GPU escapes the count
+        killed, seconds, freed = _watch(proc, work, limits, gpu_seen)
         stderr = tail.text()
         if killed:
             run = WorkerRun("killed", killed, stderr_tail=stderr, seconds=seconds)
         else:
             run = _read_back(work, proc.returncode, stderr, seconds)
         run.returncode, run.uid, run.jail, run.freed_s = proc.returncode, uid, st.description, freed
+        run.gpu_processes = gpu_seen[0] if gpu_seen else 0
         run.files = _collect(work, collect)
         run.workdir = work if keep_dir else None
         return run
