@@ -30,6 +30,7 @@ import os
 import secrets
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -241,6 +242,7 @@ def self_test_point(gpu: bool) -> Point:
     n = 2**22 if gpu else 1003  # a real kernel on a GPU; the interpreter (tests) takes a small one
     return Point(f"n={n}", ({"shape": [n], "dtype": "float32"},) * 2, {"n": n})
 _VARIANT: dict = {}
+RETRY_NONE_S = 600  # a server where no jail worked for the profiler tries again after this long
 
 
 def _variant_file() -> Path:
@@ -267,7 +269,8 @@ def variant(gpu: bool, limits: sandbox.Limits) -> tuple:
     if key not in _VARIANT:
         try:
             saved = json.loads(_variant_file().read_text())
-            if saved.get("key") == key:
+            retry = saved.get("shared") is None and time.time() - saved.get("time", 0) > RETRY_NONE_S
+            if saved.get("key") == key and not retry:  # "none works" is tried again after a while
                 _VARIANT[key] = saved
         except (OSError, ValueError):
             pass
@@ -287,11 +290,11 @@ def variant(gpu: bool, limits: sandbox.Limits) -> tuple:
             except JudgeUnavailable:
                 raise
             if got["status"] == "measured" and got.get("kernels"):
-                _VARIANT[key] = {"key": key, "shared": list(shared), "said": said}
+                _VARIANT[key] = {"key": key, "shared": list(shared), "said": said, "time": time.time()}
                 break
             said.append(f"{'+'.join(shared) or 'isolated'}: {got.get('message', got['status'])[:400]}")
         else:
-            _VARIANT[key] = {"key": key, "shared": None, "said": said}
+            _VARIANT[key] = {"key": key, "shared": None, "said": said, "time": time.time()}
         try:
             _variant_file().parent.mkdir(parents=True, exist_ok=True)
             _variant_file().write_text(json.dumps(_VARIANT[key]))
