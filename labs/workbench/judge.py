@@ -266,6 +266,9 @@ def variant(gpu: bool, limits: sandbox.Limits) -> tuple:
     import json
 
     key = _server_key(gpu)
+    stale = _VARIANT.get(key, {})
+    if stale and stale["shared"] is None and time.time() - stale.get("time", 0) > RETRY_NONE_S:
+        del _VARIANT[key]
     if key not in _VARIANT:
         try:
             saved = json.loads(_variant_file().read_text())
