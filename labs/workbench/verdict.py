@@ -348,6 +348,9 @@ def submit(ex: Exercise, code: str, progress: Callable[[float, str], None] = noo
                     except judge.JudgeUnavailable as exc:
                         why_untrusted = str(exc)
                         break
+                    except Exception as exc:  # noqa: BLE001 - the judge's own failure: no trusted time, said so
+                        judged[point.label] = {"status": "failed", "message": f"the judge failed ({type(exc).__name__}: "
+                                                                              f"{str(exc)[:300]})"}
                 progress(0.85, "timing our kernel and the library at the same size")
                 self_ms = {t["label"]: t["ms"] for t in run.result.get("timings", []) if isinstance(t, dict)}
                 rows = point_rows(ex, target, self_ms, judged)
