@@ -178,6 +178,9 @@ def judge_point(ex: Exercise, code: str, point: Point, limits: sandbox.Limits, g
     run = None
     outer_env = {"HOME": str(judge_dir), "TMPDIR": str(judge_dir)}  # ncu's own, outside the jail
     extra = []
+    uid = reuse.uid if reuse is not None and reuse.uid is not None else sandbox._next_uid()
+    if "uid" in shared:  # ncu, as the run's uid, writes its log there
+        os.chown(judge_dir, uid, uid)
     if "tmp" in shared:  # ncu's /tmp and /dev/shm are the jail's (its log stays in judge_dir, out of sight)
         judge_dir.chmod(0o711)  # the jail's uid must reach the two folders to bind them; it never sees judge_dir
         for name, inside in (("tmp", "/tmp"), ("shm", "/dev/shm")):
@@ -191,7 +194,7 @@ def judge_point(ex: Exercise, code: str, point: Point, limits: sandbox.Limits, g
         job = {"entry": ex.entry, "gpu": gpu, "mode": "judge"}
         run = sandbox.run_worker(code, job, {}, limits, gpu, keep_dir=True, reuse=reuse, profiler=under_ncu,
                                  files={"judge-in.pt": inputs}, outer_env=outer_env, jail_extra=tuple(extra),
-                                 shared=tuple(shared))
+                                 shared=tuple(shared), uid=uid)
         text = log.read_text(errors="replace") if log.is_file() else ""
         outputs = None
         out_file = run.workdir / "judge-out.pt" if run.workdir else None
@@ -237,7 +240,8 @@ def judge_point(ex: Exercise, code: str, point: Point, limits: sandbox.Limits, g
 # Which jail the profiler can work with on this server: tried once on our own solution
 # ---------------------------------------------------------------------------------------------
 # what of the profiler's private namespaces (made for the run) the jail shares besides its network, least first
-VARIANTS = ((), ("ipc",), ("ipc", "tmp"), ("ipc", "tmp", "pid"))
+# "uid": ncu runs as the run's own uid, as in the sandbox that counted bytes before the jail (host-uid mode only)
+VARIANTS = ((), ("ipc",), ("ipc", "tmp"), ("ipc", "tmp", "uid"), ("ipc", "tmp", "pid"))
 def self_test_point(gpu: bool) -> Point:
     n = 2**22 if gpu else 1003  # a real kernel on a GPU; the interpreter (tests) takes a small one
     return Point(f"n={n}", ({"shape": [n], "dtype": "float32"},) * 2, {"n": n})
@@ -282,7 +286,7 @@ def variant(gpu: bool, limits: sandbox.Limits) -> tuple:
 
         add, said = get_exercise("add"), []
         for shared in VARIANTS:
-            if "pid" in shared and sandbox.jail.status().mode != "host-uid":
+            if ("pid" in shared or "uid" in shared) and sandbox.jail.status().mode != "host-uid":
                 said.append(f"{'+'.join(shared)}: not trusted without a host uid of its own")
                 continue
             if "tmp" in shared and any(str(sandbox.SANDBOX_BASE).startswith(t) for t in ("/tmp", "/dev/shm")):
@@ -312,8 +316,9 @@ def variant(gpu: bool, limits: sandbox.Limits) -> tuple:
 
 def variant_words(shared: tuple) -> str:
     names = {"ipc": "IPC namespace", "pid": "PID namespace", "tmp": "/tmp and /dev/shm"}
-    return "" if not shared else ("; ncu and the jail also share a private " +
-                                  ", ".join(names[x] for x in shared) + ", made for the run")
+    words = "" if not shared else ("; ncu and the jail also share a private " +
+                                   ", ".join(names[x] for x in shared if x in names) + ", made for the run")
+    return words + ("; ncu runs as the run's own uid, unseen by the jail" if "uid" in shared else "")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -164,7 +164,8 @@ def _profiled(profiler: list, inner: list, shared: tuple = ()) -> list:
     loopback device, brought up here), so ncu reaches its injection inside and nothing reaches the world;
     `shared` ("ipc", "pid") gives the two a private IPC or PID namespace of their own as well, and "tmp" a
     private /tmp and /dev/shm: the folders named by ROOFLINE_JUDGE_TMP and ROOFLINE_JUDGE_SHM in the
-    profiler's environment, mounted over its /tmp and /dev/shm and bound as the jail's.
+    profiler's environment, mounted over its /tmp and /dev/shm and bound as the jail's; with "uid" the
+    profiler's argv already drops to the run's uid (after the namespaces and mounts are made as root).
     setpriv --pdeathsig: the profiler dies with the app, and the jail (--die-with-parent) with the profiler."""
     ns = ["unshare", "--net"] if os.geteuid() == 0 else ["unshare", "--user", "--map-root-user", "--net"]
     if "ipc" in shared:
@@ -185,16 +186,19 @@ def _command(work: Path, uid: int, limits: Limits, gpu: bool, profiler: Optional
              shared: tuple = ()) -> list:
     st = jail.status()
     if not st.jailed:  # the operator's opt-in: the worker runs as the app's user, with rlimits only
-        return ["setpriv", "--pdeathsig", "KILL", "--"] + (profiler or []) + _rlimits(limits, gpu) + [sys.executable, "-B", "-s", str(work / "harness.py"),
-                                                          str(work)]
+        return ["setpriv", "--pdeathsig", "KILL", "--"] + (profiler or []) + _rlimits(limits, gpu) + \
+            [sys.executable, "-B", "-s", str(work / "harness.py"), str(work)]
     mode = st.mode
-    if profiler and os.geteuid() != 0:
-        mode = "userns-uid"  # inside the profiler's user namespace only its root is mapped
+    if profiler and (os.geteuid() != 0 or "uid" in shared):
+        mode = "userns-uid"  # inside the profiler's user namespace only its root is mapped; or ncu has the uid
     env = jail.environment(gpu)
     inner = _rlimits(limits, gpu) + jail.prefix(mode, uid) + \
         jail.bwrap_args(work, gpu, jail.bwrap_uid(mode, uid), env, share_net=bool(profiler), extra=extra,
                         shared=shared) + \
         [sys.executable, "-B", "-s", str(jail.INSIDE / "harness.py"), str(jail.INSIDE)]
+    if profiler and "uid" in shared:  # ncu itself runs as the run's uid (the jail's own processes cannot see it)
+        profiler = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--pdeathsig", "KILL", "--"] \
+            + list(profiler)
     return _profiled(profiler, inner, shared) if profiler else inner
 
 
@@ -355,7 +359,7 @@ def refused_run() -> Optional[WorkerRun]:
 def run_worker(code: str, job: dict, inputs: dict, limits: Limits, gpu: bool, keep_dir: bool = False,
                reuse: Optional[WorkerRun] = None, profiler: Optional[Callable[[Path], list]] = None,
                collect: tuple = (), files: Optional[dict] = None, outer_env: Optional[dict] = None,
-               jail_extra: tuple = (), shared: tuple = ()) -> WorkerRun:
+               jail_extra: tuple = (), shared: tuple = (), uid: Optional[int] = None) -> WorkerRun:
     """Run `code` in a jailed worker. `inputs` (name -> tensor or list) are handed over in inputs.pt, and
     `files` ({name: object}) saved with torch.save; the worker writes result.json and its output tensors.
 
@@ -369,7 +373,7 @@ def run_worker(code: str, job: dict, inputs: dict, limits: Limits, gpu: bool, ke
     refused = refused_run()
     if refused is not None:
         return refused
-    uid = reuse.uid if reuse is not None and reuse.uid is not None else _next_uid()
+    uid = reuse.uid if reuse is not None and reuse.uid is not None else uid if uid is not None else _next_uid()
     work = reuse.workdir if reuse is not None and reuse.workdir else _new_workdir(uid)
     keep_dir = keep_dir or reuse is not None
     try:
