@@ -1,6 +1,7 @@
 # Roofline on a CUDA machine:
 #   docker build -t roofline .
-#   docker run --gpus all -p 8501:8501 roofline
+#   docker run --gpus all -p 8501:8501 --security-opt seccomp=unconfined --security-opt apparmor=unconfined roofline
+#   (the two options let the workbench's jail, bubblewrap, make its namespaces: README, "Threat model")
 # A GPU pool (README, "A class on a GPU pool"), the same image with another command, TLS with certificates
 # made once by `bash scripts/pool_certs.sh ./pool-certs` (README, "Threat model: the web surface and the pool"):
 #   docker run -p 8786:8786 -v $PWD/pool-certs:/certs:ro -e ROOFLINE_POOL_CERTS=/certs roofline \
@@ -15,7 +16,7 @@
 FROM pytorch/pytorch:2.7.1-cuda12.8-cudnn9-devel
 
 RUN apt-get update \
- && apt-get install -y --no-install-recommends build-essential curl \
+ && apt-get install -y --no-install-recommends build-essential curl bubblewrap util-linux \
  && rm -rf /var/lib/apt/lists/*
 
 # a non-root user with a writable home: Triton and torch cache compiled kernels there

@@ -8,7 +8,7 @@
     python -m labs --cluster tcp://HOST:8786 run roofline on a GPU of a pool (labs/pool.py; or ROOFLINE_CLUSTER)
     python -m labs count roofline [k=v ...] [--record]    hardware counters (ncu) beside the model's bytes and FLOPs
     python -m labs workbench list                         the workbench exercises
-    python -m labs workbench run matmul my_kernel.py      check (and on a GPU, time) a kernel in the sandbox [--record]
+    python -m labs workbench run matmul my_kernel.py      check (and on a GPU, judge) a kernel in the jail [--record]
         [--learner NAME --class CODE]                     ... and keep it in the class store, as the page does
     python -m labs class new [TITLE] | list | board EXERCISE [--class CODE] [--csv]   the class (labs/classroom)
 
@@ -160,6 +160,7 @@ def cmd_workbench(args) -> int:
                             on_wait=lambda pos: _progress(0, f"waiting for the GPU ({pos} ahead)"))
     print(json.dumps(verdict, indent=1, default=str) if args.json else wb.summary_line(verdict))
     print(verdict.get("message", ""), file=sys.stderr)
+    print(f"measured by: {verdict.get('measured_by')}; jail: {verdict.get('jail')}", file=sys.stderr)
     for row in verdict.get("points", []):
         if row.get("gap"):
             print(f"{row['point']}: {row['gap']}", file=sys.stderr)

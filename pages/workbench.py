@@ -102,17 +102,20 @@ else:
 code = st.session_state[code_key]
 store.save(token, ex.name, code)
 
-caps = sandbox.capabilities()
-with st.expander("The sandbox your code runs in" + ("" if all(a for _, a, _ in caps.lines()) else
-                                                      " (some protections are off on this machine)")):
-    for name, active, meaning in caps.lines():
+jail_status = sandbox.jail.status()
+if not jail_status.ok:  # no jail here: learner code is refused, and the page says why and what to do
+    st.error(jail_status.reason)
+lines = sandbox.protection_lines()
+with st.expander("The jail your code runs in" + ("" if all(a for _, a, _ in lines) else
+                                                  " (some protections are off on this machine)")):
+    for name, active, meaning in lines:
         # Streamlit's own icons: an emoji needs a font the learner's machine may not have (it drew empty boxes)
         st.markdown(f"{':green[:material/check_circle:]' if active else ':red[:material/cancel:]'} **{name}**: {meaning}")
-    if not all(active for _, active, _ in caps.lines()):
-        st.warning("This machine does not allow every protection (a container without namespaces, or not run as "
-                   "root): the remaining limits still apply. See the README's 'Workbench and its sandbox'.")
+    if jail_status.ok and not jail_status.jailed:
+        st.warning(f"Submissions run without a jail on this machine ({sandbox.jail.UNJAILED_ENV}=1): fine for a "
+                   "single-user laptop, never for a class. See the README's 'Threat model: the workbench'.")
 
-if st.button("Run", type="primary", key="run") or submitted:
+if st.button("Run", type="primary", key="run", disabled=not jail_status.ok) or (submitted and jail_status.ok):
     bar = st.progress(0.0, "starting")
     queue = st.empty()
     try:  # judged and kept in the class store (labs/classroom); refused past the size or per-minute limit
@@ -165,7 +168,10 @@ def show_verdict(v: dict) -> None:
     status = v.get("status")
     # the message can carry what the learner's code printed: text, never Markdown; its extra lines as code
     first, _, rest = str(v.get("message", "")).partition("\n")
-    (st.success if status == "correct" else st.error)(text.plain(first, 500))
+    if status == "not credible":
+        st.warning("Not credible. " + text.plain(first, 500))
+    else:
+        (st.success if status == "correct" else st.error)(text.plain(first, 500))
     if rest.strip():
         st.code(rest, language=None)
     for note in v.get("notes", []):
@@ -188,7 +194,9 @@ def show_verdict(v: dict) -> None:
                        "your programs": r.get("interpreter_programs"), "you, modelled (ms)": r.get("predicted_ms_yours"),
                        f"model ({unit})": r.get(f"predicted_{metric}"), "error (%)": r.get("error_pct"),
                        f"our kernel ({unit})": r.get(f"ours_{metric}"), f"{r['library']} ({unit})": r.get(f"library_{metric}"),
-                       "you (ms)": r.get("measured_ms"), "model (ms)": r.get("predicted_ms"),
+                       "you (ms)": r.get("measured_ms"), "measured by": r.get("measured_by"),
+                       "you, self-timed (ms)": r.get("self_ms"), "credible": r.get("credible"),
+                       "model (ms)": r.get("predicted_ms"),
                        "DRAM bytes, model": r.get("bytes"), "DRAM bytes, measured": r.get("counted_dram_bytes"),
                        "measured / model bytes": r.get("dram_bytes_ratio"),
                        "our kernel from": r.get("ours_source"), "library from": r.get("library_source")}
@@ -197,7 +205,7 @@ def show_verdict(v: dict) -> None:
         st.caption(f"Model: {rows[0].get('model', '')}, on the {v.get('model_gpu')}'s ceilings.")
         if v.get("counters", {}).get("status") in ("measured", "partial"):
             st.caption(v["counters"]["message"])
-    st.caption("Sandbox: " + ", ".join(v.get("sandbox", [])))
+    st.caption(f"Measured by: {v.get('measured_by', '?')}. Jail: {v.get('jail') or ', '.join(v.get('sandbox', []))}.")
     d1, d2 = st.columns(2)
     d1.download_button("Download your code", code, f"{ex.name}.py", "text/x-python", key="dl-code")
     d2.download_button("Download the verdict (JSON)", json.dumps(v, indent=1, default=str), f"{ex.name}-verdict.json",

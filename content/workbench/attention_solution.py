@@ -7,8 +7,8 @@ folds into one multiply-add before each exp2. With the causal mask, the key
 blocks left of the diagonal need no mask, the blocks on it are masked, and
 the blocks right of it are never loaded: about half the work of the full
 mask. Causal programs start with the last query tiles, which see the most
-keys, so the last wave is short. (Tiles chosen by scripts/workbench_gpu.py
---sweep attention on an H100.)
+keys, so the last wave is short. (Tiles chosen by a sweep of tile shapes on
+an H100.)
 """
 import math
 

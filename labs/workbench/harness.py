@@ -1,17 +1,21 @@
-"""The worker: runs inside the sandbox, in its own directory, with a copy of labs/engine/timing.py beside it.
+"""The worker: runs inside the jail (labs.workbench.jail), in its own folder (/run/learner), with a copy of
+labs/engine/timing.py beside it. Everything it reports is untrusted: the learner's code shares its process.
 
-    python harness.py WORKDIR
+    python harness.py /run/learner
 
-WORKDIR holds solution.py (the learner's code), job.json (which function, which points to time) and
-inputs.pt (the check cases, made by the app). The worker calls the learner's function on every check case
-and saves the outputs (the app compares them with float64 references), then, on a GPU, times the function
-on each timing point with fresh random inputs. It writes result.json; anything it prints is only a log.
+The folder holds solution.py (the learner's code) and job.json. Two modes:
 
-A job with "mode": "count" runs under Nsight Compute instead (ncu wraps this worker inside the sandbox):
-for each point, one launch of the learner's function between two marker kernels, inside the NVTX range
-that ncu profiles, so the app can add up that launch's DRAM bytes.
+- "check": call the learner's function on the check cases (inputs.pt, made by the app) and save the outputs
+  (outputs.pt: the app compares them with float64 references); then, on a GPU, time the function on each
+  timing point with do_bench. That time is *self-timed*: shown beside the trusted one, never the verdict's.
+- "judge": run under Nsight Compute, launched by the app *outside* the jail. Each call takes its inputs
+  from judge-in.pt (made by the app from a seed this process never sees, one fresh set per call) and its
+  output goes to judge-out.pt, which the app checks. This mode launches no kernel of its own: every kernel
+  ncu sees is the learner's, and the app adds them all up.
 
-Nothing here imports the repository: the sandbox hides it.
+The file `phase` says "compiling" while Triton compiles (its cache hook) and "running" once a kernel is
+compiled or launched, or a call returned: the app charges the time to the compile budget or to the (shorter)
+run budget accordingly. Lying about it only moves time between two budgets that both end in a kill. Nothing here imports the repository: the jail does not hold it.
 """
 
 from __future__ import annotations
@@ -25,15 +29,43 @@ import time
 import traceback
 from pathlib import Path
 
-import triton  # the worker always has Triton: the learner's kernels need it, and so do the markers below
-import triton.language as tl
-
 WORK = Path(sys.argv[1]) if len(sys.argv) > 1 else Path.cwd()
-NVTX_RANGE = "roofline_count"  # the range ncu profiles (labs.engine.counters.NVTX_RANGE)
 
 
 def write_result(**result) -> None:
     (WORK / "result.json").write_text(json.dumps(result))
+
+
+def mark(state: str) -> None:
+    """'compiling' or 'running': which budget the app charges from now on (labs.workbench.sandbox._watch)."""
+    (WORK / "phase").write_text(state)
+    PHASE[0] = state
+
+
+PHASE = [""]
+
+
+def mark_running(*_args, **_kwargs) -> None:
+    """The learner's code is compiled and launching: the run budget applies from now on."""
+    if PHASE[0] != "running":
+        mark("running")
+
+
+def mark_compiling(*_args, **_kwargs):
+    """Triton is about to compile a kernel: the compile budget applies until it launches."""
+    mark("compiling")
+    return None  # a true value would tell Triton to skip the compilation
+
+
+def watch_launches() -> None:
+    try:
+        from triton import knobs
+
+        knobs.runtime.jit_cache_hook = mark_compiling
+        knobs.runtime.jit_post_compile_hook = mark_running
+        knobs.runtime.launch_enter_hook = mark_running
+    except Exception:  # noqa: BLE001 - an older Triton: the first returned call marks the phase instead
+        pass
 
 
 def learner_traceback(exc: BaseException) -> str:
@@ -58,11 +90,23 @@ def load_solution(entry: str):
 
 
 def make_tensor(spec: dict, device: str):
-    """A fresh random input of one timing point (never zeros: zeros hide bugs and time faster)."""
+    """A fresh random input of a self-timed point (never zeros: zeros hide bugs and time faster)."""
     import torch
 
     dtype = getattr(torch, spec["dtype"])
     return torch.randn(spec["shape"], device=device, dtype=torch.float32).to(dtype)
+
+
+def call(fn, args: list, device: str):
+    import torch
+
+    out = fn(*args)
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"the function must return a tensor, not {type(out).__name__}")
+    if device == "cuda":
+        torch.cuda.synchronize()
+    mark_running()
+    return out.detach().to("cpu")
 
 
 def run_checks(fn, cases: list, device: str) -> list:
@@ -74,16 +118,12 @@ def run_checks(fn, cases: list, device: str) -> list:
         if device == "cuda":  # NaN in the memory the next allocations reuse: unwritten outputs show up
             nbytes = sum(a.numel() * a.element_size() for a in args if isinstance(a, torch.Tensor))
             torch.full((max(nbytes, 4) // 2,), float("nan"), device=device, dtype=torch.float32)
-        out = fn(*args)
-        if not isinstance(out, torch.Tensor):
-            raise TypeError(f"the function must return a tensor, not {type(out).__name__}")
-        if device == "cuda":
-            torch.cuda.synchronize()
-        outputs.append(out.detach().to("cpu"))
+        outputs.append(call(fn, args, device))
     return outputs
 
 
-def time_points(fn, points: list) -> list:
+def self_time(fn, points: list) -> list:
+    """do_bench in this process: what the learner would measure themselves (shown, never trusted)."""
     import torch
 
     import timing  # labs/engine/timing.py, copied beside this file
@@ -98,41 +138,18 @@ def time_points(fn, points: list) -> list:
     return timings
 
 
-@triton.jit
-def roofline_count_begin(flag_ptr):
-    tl.store(flag_ptr, 1.0)  # useless work: its name in ncu's list opens a counted launch (labs.engine.counters.MARK_BEGIN)
-
-
-@triton.jit
-def roofline_count_end(flag_ptr):
-    tl.store(flag_ptr, 2.0)  # its name closes it (labs.engine.counters.MARK_END)
-
-
-def count_points(fn, points: list, device: str) -> list:
-    """One launch of the learner's function per point, between the markers, inside the counted range.
-    Everything else (inputs, compilation, the markers' own first launch) happens outside it."""
+def judge(fn, device: str) -> int:
+    """One call per input set of judge-in.pt, each output saved for the app to check. No kernel of ours."""
     import torch
 
-    begin, end = roofline_count_begin, roofline_count_end
-    flag = torch.zeros(1, device=device)
-    begin[(1,)](flag)  # compiled here, outside the range: ncu does not see these two
-    end[(1,)](flag)
-    counted = []
-    for point in points:
-        args = [make_tensor(a, device) if isinstance(a, dict) else a for a in point["args"]]
-        fn(*args)  # compile and warm up outside the counted range
-        if device == "cuda":
-            torch.cuda.synchronize()
-            torch.cuda.nvtx.range_push(NVTX_RANGE)
-        begin[(1,)](flag)
-        fn(*args)
-        end[(1,)](flag)
-        if device == "cuda":
-            torch.cuda.synchronize()
-            torch.cuda.nvtx.range_pop()
-        counted.append(point["label"])
+    calls = torch.load(WORK / "judge-in.pt", weights_only=True)
+    outputs = []
+    for args in calls:
+        args = [a.to(device) if isinstance(a, torch.Tensor) else a for a in args]  # copies, not kernels
+        outputs.append(call(fn, args, device))
         del args
-    return counted
+    torch.save(outputs, WORK / "judge-out.pt")
+    return len(outputs)
 
 
 def out_of_cpu_time(signum, frame) -> None:
@@ -151,13 +168,14 @@ def main() -> None:
     device = "cuda" if job.get("gpu") else "cpu"
     if device == "cuda" and job.get("gpu_memory_fraction"):
         torch.cuda.set_per_process_memory_fraction(job["gpu_memory_fraction"])
+    watch_launches()
     stage = "loading solution.py"
     try:
         fn = load_solution(job["entry"])
-        if job.get("mode") == "count":
-            stage = "counting DRAM bytes"
-            counted = count_points(fn, job["points"], device)
-            write_result(status="ok", counted=counted, seconds=time.monotonic() - started)
+        if job.get("mode") == "judge":
+            stage = "running the timed calls"
+            calls = judge(fn, device)
+            write_result(status="ok", calls=calls, seconds=time.monotonic() - started)
             return
         inputs = torch.load(WORK / "inputs.pt", weights_only=True)
         stage = "running the check cases"
@@ -166,7 +184,7 @@ def main() -> None:
         timings = []
         if device == "cuda" and job.get("points"):
             stage = "timing"
-            timings = time_points(fn, job["points"])
+            timings = self_time(fn, job["points"])
     except torch.cuda.OutOfMemoryError as exc:
         write_result(status="error", stage=stage, kind="out of memory",
                      message=f"Out of GPU memory while {stage} (this worker may use "

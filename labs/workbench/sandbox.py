@@ -1,32 +1,27 @@
-"""The sandbox: a learner's code runs in a separate, fenced-in worker process, never in the app.
+"""A learner's code runs in a separate worker process inside the jail (labs.workbench.jail), never in the app.
 
-Each run gets a fresh worker process with, where the machine allows it:
-- no network: a new network namespace (`unshare --net`) holds only a loopback device that is down;
-- its own view of the files: a new mount namespace hides the repository (an empty tmpfs over it, the
-  virtual environment bound back when it lives inside the repository) and every other run's directory;
-- its own process tree: a new PID namespace, so it can neither see nor signal the app;
-- an unprivileged user: a user id of its own per run (`setpriv`), so it cannot read other runs' files;
-- limits: CPU seconds and open files (`prlimit`), address space on a CPU-only machine (RLIMIT_AS breaks
-  CUDA's start-up, which reserves huge virtual ranges), resident memory watched from outside, a share of
-  the GPU's memory (set in the worker), and a wall-clock limit after which the whole tree is killed;
-- its own temporary directory (HOME, TMPDIR, Triton's cache) removed after the run.
+Each run gets a fresh folder (its own uid, mode 0700) holding the worker (harness.py), the learner's file and
+the inputs; bubblewrap shows that folder as /run/learner and nothing else of this machine that a kernel does not
+need. The app watches the worker from outside:
+- two budgets: compiling (until the worker's first kernel launch, `Limits.compile_s`) and running (from
+  then on, `Limits.run_s`, which the verdict sets from the model's prediction: 50x, at least 10 s). Past
+  either, the whole jail is killed and the app waits until its processes are gone (the GPU is free);
+- resident memory, watched; rlimits set by `prlimit` (CPU seconds, files, processes, no core dumps);
+- the jail dies with the app: bwrap's --die-with-parent, and a profiler outside the jail (ncu) is started
+  with a parent-death signal too.
 
-`capabilities()` finds out, once, which of these this machine allows; the page shows the answer.
-A second run in the same folder, as the same user, can be wrapped in a profiler (`wrapper`): Nsight
-Compute then runs inside the fence with the worker, and the namespace's own loopback device is brought
-up for the two to talk (it reaches nothing outside the namespace).
-The static check (`static_problems`) only gives a clearer first message: the OS limits are the protection.
+`static_problems` gives a friendlier first message for imports a kernel needs none of; the jail is the wall.
 """
 
 from __future__ import annotations
 
 import ast
-import functools
 import itertools
 import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -34,63 +29,43 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
-REPO = Path(__file__).resolve().parents[2]
+from labs.workbench import jail
+
+REPO = jail.REPO
 HARNESS_FILES = (Path(__file__).with_name("harness.py"), REPO / "labs" / "engine" / "timing.py")
-SANDBOX_BASE = Path(os.environ.get("ROOFLINE_SANDBOX_DIR", Path(tempfile.gettempdir()) / "roofline-sandbox"))
+# runs' folders: not under /tmp, which the judge's profiler may have to share with the jail (judge.VARIANTS)
+_VAR_TMP = Path("/var/tmp")
+SANDBOX_BASE = Path(os.environ.get("ROOFLINE_SANDBOX_DIR") or
+                    ((_VAR_TMP if _VAR_TMP.is_dir() and os.access(_VAR_TMP, os.W_OK) else Path(tempfile.gettempdir()))
+                     / "roofline-sandbox"))
 UID_BASE, UID_SPAN = 200_000, 50_000  # per-run user ids, outside any account on the machine
 ALLOWED_MODULES = {"torch", "triton", "math", "numpy", "functools", "typing", "dataclasses", "itertools",
                    "operator", "__future__"}
 REFUSED_CALLS = {"__import__", "eval", "exec", "open", "compile", "breakpoint", "input", "globals", "vars"}
+KILL_GRACE_S = 30.0  # after a kill, how long the app waits for the jail's processes to be gone
 _run_ids = itertools.count()
 
 
-# ---------------------------------------------------------------------------------------------
-# What the machine allows
-# ---------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Capabilities:
-    network_namespace: bool
-    mount_namespace: bool
-    pid_namespace: bool
-    separate_user: bool
-    rlimits: bool
-
-    def lines(self) -> list[tuple[str, bool, str]]:
-        """(protection, active, what it means) for the page and the CLI."""
-        return [
-            ("no network", self.network_namespace, "a network namespace of its own: connections fail"),
-            ("repository and other runs hidden", self.mount_namespace,
-             "a mount namespace: the repository is an empty directory, other runs' folders are gone"),
-            ("own process tree", self.pid_namespace, "a PID namespace: the app's processes are invisible"),
-            ("unprivileged user", self.separate_user, "a user id of its own per run: no one else's files"),
-            ("CPU, file and memory limits", self.rlimits, "prlimit: CPU seconds, open files, file sizes, processes"),
-            ("wall-clock limit and memory watch", True, "the whole process tree is killed past its limits"),
-        ]
+def protection_lines() -> list[tuple[str, bool, str]]:
+    """(protection, active, what it means) for the page and the CLI."""
+    st = jail.status()
+    jailed = st.jailed
+    return [
+        ("bubblewrap jail", jailed, st.description if st.ok else st.reason),
+        ("no network", jailed, "a network namespace of its own with only a loopback device"),
+        ("minimal file view", jailed, "read-only /usr and Python, the GPU's device nodes, a private /tmp; "
+                                      "no repository, /root, /home, other runs or app environment"),
+        ("own uid and process tree", jailed, "a uid of its own; it cannot see or signal the app's processes"),
+        ("compile and run budgets", True, "killed past its compile budget, or past 50x the model's time once running"),
+        ("dies with the app", True, "bwrap --die-with-parent: killing the app or the CLI kills the submission"),
+        ("CPU, file and memory limits", bool(shutil.which("prlimit")), "prlimit: CPU seconds, files, processes"),
+    ]
 
 
-def _works(command: list) -> bool:
-    try:
-        return subprocess.run(command, capture_output=True, timeout=20).returncode == 0
-    except (OSError, subprocess.SubprocessError):
-        return False
-
-
-@functools.lru_cache(maxsize=1)
-def capabilities() -> Capabilities:
-    """Try each mechanism once with a harmless command."""
-    if os.environ.get("ROOFLINE_SANDBOX_PLAIN") == "1":  # the operator turned the namespaces off
-        return Capabilities(False, False, False, False, bool(shutil.which("prlimit")))
-    root = os.geteuid() == 0
-    ns = ["unshare"] if root else ["unshare", "--user", "--map-root-user"]
-    net = bool(shutil.which("unshare")) and _works(ns + ["--net", "true"])
-    mount = net and _works(ns + ["--mount", "--fork", "sh", "-c",
-                                 "mount -t tmpfs none /mnt 2>/dev/null || mount -t tmpfs none /tmp"])
-    pid = net and _works(ns + ["--pid", "--fork", "--mount-proc", "true"])
-    user = root and bool(shutil.which("setpriv")) and _works(["setpriv", f"--reuid={UID_BASE}",
-                                                             f"--regid={UID_BASE}", "--clear-groups", "true"])
-    return Capabilities(net, mount, pid, user, bool(shutil.which("prlimit")))
+def protections() -> list[str]:
+    return [name for name, active, _ in protection_lines() if active]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -122,18 +97,23 @@ def static_problems(code: str) -> list[str]:
 # ---------------------------------------------------------------------------------------------
 @dataclass
 class Limits:
-    wall_s: float = 120.0  # the whole worker, Triton's compilation included
-    cpu_s: int = 120  # CPU seconds (RLIMIT_CPU)
+    compile_s: float = 120.0  # from start to the first kernel launch (Triton's compilation included)
+    run_s: Optional[float] = None  # from the first launch on (None: only the compile budget, as on a CPU)
+    cpu_s: int = 240  # CPU seconds (RLIMIT_CPU)
     memory_bytes: int = 6 * 2**30  # resident memory, watched; also RLIMIT_AS without a GPU
     gpu_memory_fraction: float = 0.0  # share of the GPU's memory the worker may allocate (0: no GPU)
-    file_bytes: int = 2 * 2**30  # largest file it may write (RLIMIT_FSIZE)
+    file_bytes: int = 4 * 2**30  # largest file it may write (RLIMIT_FSIZE)
     processes: int = 512  # processes and threads of the run's own user id (a fork bomb stops here)
     open_files: int = 512  # RLIMIT_NOFILE
+
+    @property
+    def wall_s(self) -> float:
+        return self.compile_s + (self.run_s or 0.0)
 
 
 @dataclass
 class WorkerRun:
-    status: str  # "ok", "error" (the worker reported one), "killed" (limit), "crashed"
+    status: str  # "ok", "error" (the worker reported one), "killed" (a budget), "crashed", "refused" (no jail)
     message: str = ""  # for the learner
     result: dict = field(default_factory=dict)  # the worker's result.json
     outputs: dict = field(default_factory=dict)  # name -> tensor read back from the worker
@@ -142,7 +122,10 @@ class WorkerRun:
     returncode: Optional[int] = None
     files: dict = field(default_factory=dict)  # name -> text of the files asked for (`collect`), if written
     workdir: Optional[Path] = None  # kept (keep_dir=True) for a second run in the same folder: discard() it
-    uid: Optional[int] = None  # the run's own user id, if the machine gives it one
+    uid: Optional[int] = None  # the run's own user id
+    jail: str = ""  # how it ran (jail.status().description)
+    freed_s: Optional[float] = None  # after a kill: seconds until the jail's processes were gone
+    gpu_processes: int = 0  # most processes inside the jail seen holding the GPU at once (watch_gpu runs)
 
 
 def _new_workdir(uid: Optional[int]) -> Path:
@@ -151,30 +134,24 @@ def _new_workdir(uid: Optional[int]) -> Path:
     work = Path(tempfile.mkdtemp(prefix="run-", dir=SANDBOX_BASE))
     for f in HARNESS_FILES:
         shutil.copy(f, work / f.name)
-    if uid is not None:
-        os.chown(work, uid, uid)
+    _own(work, uid)
     os.chmod(work, 0o700)
     return work
 
 
-def _closed_ancestor(path: Path) -> Optional[Path]:
-    """The highest directory above `path` that other users cannot enter (e.g. /root for a pyenv Python)."""
-    for parent in reversed(path.parents):
-        if parent != Path("/") and parent.exists() and not parent.stat().st_mode & 0o001:
-            return parent
-    return None
+def _own(path: Path, uid: Optional[int]) -> None:
+    if uid is not None and os.geteuid() == 0 and jail.status().mode == "host-uid":
+        os.chown(path, uid, uid)
 
 
-def _hide_keeping(hidden: Path, keep: list, stage: Path) -> list:
-    """Shell lines: an empty tmpfs over `hidden`, with the paths in `keep` bound back at their places."""
-    lines = []
-    for i, path in enumerate(keep):
-        lines += [f"mkdir -p '{stage}/{i}'", f"mount --bind '{path}' '{stage}/{i}'"]
-    lines.append(f"mount -t tmpfs -o size=1m,mode=755 roofline-hidden '{hidden}'")
-    for i, path in enumerate(keep):
-        lines += [f"mkdir -p '{path}'", f"mount --bind '{stage}/{i}' '{path}'", f"umount '{stage}/{i}'",
-                  f"rmdir '{stage}/{i}'"]
-    return lines
+def _rlimits(limits: Limits, gpu: bool) -> list:
+    if not shutil.which("prlimit"):
+        return []
+    fence = ["prlimit", f"--cpu={int(limits.cpu_s)}:{int(limits.cpu_s) + 5}", f"--nofile={limits.open_files}",
+             f"--fsize={limits.file_bytes}", "--core=0", f"--nproc={limits.processes}"]
+    if not gpu:
+        fence.append(f"--as={limits.memory_bytes + 2 * 2**30}")  # torch itself reserves ~2 GB of addresses
+    return fence + ["--"]
 
 
 LOOPBACK_UP = ("import fcntl, socket, struct; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
@@ -182,165 +159,252 @@ LOOPBACK_UP = ("import fcntl, socket, struct; s = socket.socket(socket.AF_INET, 
                "fcntl.ioctl(s, 0x8914, struct.pack('16sh22x', b'lo', flags | 1))")  # SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP
 
 
-def _mount_script(work: Path, caps: Capabilities, loopback: bool = False) -> str:
-    """Shell run as root inside the new namespaces: (for a profiled run) bring up the namespace's own
-    loopback device, hide the repository and the other runs, then drop to the run's user and exec the
-    worker (its arguments follow the script)."""
-    lines = [f"'{sys.executable}' -I -c \"{LOOPBACK_UP}\" 2>/dev/null || true"] if loopback else []
-    if not caps.mount_namespace:
-        return "\n".join(lines + ['exec "$@"'])
-    interpreter = [Path(sys.prefix), Path(sys.base_prefix)]
-    lines += ["set -e", "mount --make-rprivate / 2>/dev/null || true"]
-    # the repository: empty, but for a virtual environment that lives inside it (staged in the run's folder)
-    lines += _hide_keeping(REPO, [p for p in interpreter if REPO in p.parents], work / ".stage")
-    stage = REPO / ".stage"  # the repository's tmpfs is ours to write from here on
-    # a Python installed under a closed home (/root/.pyenv): that home hidden, the installation kept
-    for path in interpreter:
-        closed = _closed_ancestor(path)
-        if closed is not None and REPO not in path.parents and closed != REPO:
-            lines += _hide_keeping(closed, [path], stage)
-    # other runs' folders: an empty tmpfs over the base, this run's folder bound back into it
-    lines += _hide_keeping(SANDBOX_BASE, [work], stage)
-    lines += [f"rmdir '{stage}' 2>/dev/null || true", 'exec "$@"']
-    return "\n".join(lines)
+def _profiled(profiler: list, inner: list, shared: tuple = ()) -> list:
+    """A profiler (ncu) outside the jail: it and the jail share a network namespace of their own (only a
+    loopback device, brought up here), so ncu reaches its injection inside and nothing reaches the world;
+    `shared` ("ipc", "pid") gives the two a private IPC or PID namespace of their own as well, and "tmp" a
+    private /tmp and /dev/shm: the folders named by ROOFLINE_JUDGE_TMP and ROOFLINE_JUDGE_SHM in the
+    profiler's environment, mounted over its /tmp and /dev/shm and bound as the jail's; with "uid" the
+    profiler's argv already drops to the run's uid (after the namespaces and mounts are made as root).
+    setpriv --pdeathsig: the profiler dies with the app, and the jail (--die-with-parent) with the profiler."""
+    ns = ["unshare", "--net"] if os.geteuid() == 0 else ["unshare", "--user", "--map-root-user", "--net"]
+    if "ipc" in shared:
+        ns.append("--ipc")
+    if "tmp" in shared or "pid" in shared:
+        ns.append("--mount")
+    if "pid" in shared:
+        ns += ["--pid", "--fork", "--kill-child", "--mount-proc"]
+    script = f"'{sys.executable}' -I -c \"{LOOPBACK_UP}\" || exit 97; "
+    if "tmp" in shared:
+        script += ('mount --bind "$ROOFLINE_JUDGE_TMP" /tmp && mount --bind "$ROOFLINE_JUDGE_SHM" /dev/shm '
+                   '|| exit 96; ')
+    script += 'exec "$@"'
+    return ["setpriv", "--pdeathsig", "KILL", "--"] + ns + ["sh", "-c", script, "roofline-judge"] + profiler + inner
 
 
-def _command(work: Path, uid: Optional[int], limits: Limits, caps: Capabilities, gpu: bool,
-             wrapper: tuple = (), loopback: bool = False) -> list:
-    python = list(wrapper) + [sys.executable, "-B", str(work / "harness.py"), str(work)]
-    fence = []
-    if caps.rlimits:
-        fence = ["prlimit", f"--cpu={int(limits.cpu_s)}:{int(limits.cpu_s) + 5}", f"--nofile={limits.open_files}",
-                 f"--fsize={limits.file_bytes}",
-                 "--core=0"]
-        if not gpu:
-            fence.append(f"--as={limits.memory_bytes + 2 * 2**30}")  # torch itself reserves ~2 GB of addresses
-        if uid is not None:  # RLIMIT_NPROC counts the processes and threads of a user id: this run's alone
-            fence.append(f"--nproc={limits.processes}")
-        fence.append("--")
-    user = []
-    if uid is not None:
-        user = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"]
-    inner = user + fence + python
-    if not caps.network_namespace:
-        return inner
-    ns = ["unshare"] if os.geteuid() == 0 else ["unshare", "--user", "--map-root-user"]
-    ns += ["--net"]
-    if caps.mount_namespace:
-        ns += ["--mount"]
-    if caps.pid_namespace:
-        ns += ["--pid", "--fork", "--mount-proc", "--kill-child"]
-    elif caps.mount_namespace:
-        ns += ["--fork"]
-    return ns + ["sh", "-c", _mount_script(work, caps, loopback), "roofline-sandbox"] + inner
+def _command(work: Path, uid: int, limits: Limits, gpu: bool, profiler: Optional[list], extra: tuple = (),
+             shared: tuple = ()) -> list:
+    st = jail.status()
+    if not st.jailed:  # the operator's opt-in: the worker runs as the app's user, with rlimits only
+        return ["setpriv", "--pdeathsig", "KILL", "--"] + (profiler or []) + _rlimits(limits, gpu) + \
+            [sys.executable, "-B", "-s", str(work / "harness.py"), str(work)]
+    mode = st.mode
+    if profiler and (os.geteuid() != 0 or "uid" in shared):
+        mode = "userns-uid"  # inside the profiler's user namespace only its root is mapped; or ncu has the uid
+    env = jail.environment(gpu)
+    inner = _rlimits(limits, gpu) + jail.prefix(mode, uid) + \
+        jail.bwrap_args(work, gpu, jail.bwrap_uid(mode, uid), env, share_net=bool(profiler), extra=extra,
+                        shared=shared) + \
+        [sys.executable, "-B", "-s", str(jail.INSIDE / "harness.py"), str(jail.INSIDE)]
+    if profiler and "uid" in shared:  # ncu itself runs as the run's uid (the jail's own processes cannot see it)
+        profiler = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--pdeathsig", "KILL", "--"] \
+            + list(profiler)
+    return _profiled(profiler, inner, shared) if profiler else inner
 
 
-def _environment(work: Path, gpu: bool) -> dict:
-    """A clean environment: nothing of the app's but what Python, CUDA and Triton need to start."""
-    keep = ("PATH", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES",
-            "TRITON_PTXAS_PATH", "TRITON_LIBCUDA_PATH", "CC", "LANG")
-    env = {k: os.environ[k] for k in keep if k in os.environ}
-    outside_repo = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
-                    if p and REPO != Path(p).resolve() and REPO not in Path(p).resolve().parents]
+def _unjailed_env(work: Path, gpu: bool) -> dict:
+    env = jail.environment(gpu)
     env.update({"HOME": str(work), "TMPDIR": str(work), "TRITON_CACHE_DIR": str(work / ".triton"),
-                "PYTHONPATH": os.pathsep.join([str(work)] + outside_repo), "PYTHONDONTWRITEBYTECODE": "1",
-                "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "MPLCONFIGDIR": str(work)})
-    if not gpu:
-        env["TRITON_INTERPRET"] = "1"
-        env["CUDA_VISIBLE_DEVICES"] = ""
+                "PYTHONPATH": str(work), "MPLCONFIGDIR": str(work)})
     return env
 
 
-def _rss_bytes(pid: int) -> int:
-    """Resident memory of a process and all its descendants (Linux /proc)."""
-    total, stack = 0, [pid]
-    while stack:
-        p = stack.pop()
+def _rss_bytes(pids: list) -> int:
+    total = 0
+    for p in pids:
         try:
             for line in Path(f"/proc/{p}/status").read_text().splitlines():
                 if line.startswith("VmRSS:"):
                     total += int(line.split()[1]) * 1024
-            for task in Path(f"/proc/{p}/task").iterdir():
-                children = (task / "children").read_text().split()
-                stack.extend(int(c) for c in children)
         except (OSError, ValueError):
             continue
     return total
 
 
-def _kill_tree(proc: subprocess.Popen) -> None:
+def descendants(pid: int) -> list[int]:
+    """A process and all its descendants (Linux /proc), the process first."""
+    found, stack = [], [pid]
+    while stack:
+        p = stack.pop()
+        found.append(p)
+        try:
+            for task in Path(f"/proc/{p}/task").iterdir():
+                stack.extend(int(c) for c in (task / "children").read_text().split())
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        return state != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def kill_jail(proc: subprocess.Popen, grace_s: float = KILL_GRACE_S) -> float:
+    """SIGKILL the worker's whole tree (its process group, and every descendant found, jail included) and
+    wait until none is left: the GPU context dies with the last one. Returns the seconds it took."""
+    started = time.monotonic()
+    tree = descendants(proc.pid)
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except OSError:
         pass
+    for p in tree:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except OSError:
+            pass
+    proc.wait()
+    while any(_alive(p) for p in tree[1:]) and time.monotonic() - started < grace_s:
+        time.sleep(0.05)
+    return time.monotonic() - started
 
 
-def _watch(proc: subprocess.Popen, limits: Limits) -> tuple[Optional[str], float]:
-    """Wait for the worker; kill it past its wall-clock or memory limit. Returns (why killed, seconds)."""
-    started = time.monotonic()
+def _phase(work: Path) -> str:
+    """The worker's `phase` file, read without ever blocking: the learner may have made it a FIFO or a link."""
+    try:
+        fd = os.open(work / "phase", os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+    except OSError:
+        return ""
+    try:
+        return os.read(fd, 16).decode(errors="replace") if stat.S_ISREG(os.fstat(fd).st_mode) else ""
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def jailed_processes(root: int) -> list[int]:
+    """The processes inside the jail: below the first bwrap of the tree, bwrap's own processes left out."""
+    bwraps = [p for p in descendants(root) if _comm(p) == "bwrap"]
+    return [p for p in descendants(bwraps[0]) if _comm(p) != "bwrap"] if bwraps else []
+
+
+COMPILER_TOOLS = {"ptxas", "gcc", "cc", "cc1", "as", "ld", "collect2", "clang", "nvlink", "cuobjdump", "sh"}
+
+
+def holds_gpu(pid: int) -> bool:
+    """Whether a process has a GPU device open (/dev/nvidia0, /dev/nvidia-uvm...): it made a CUDA context.
+    Compilers Triton runs (by their executable, which a learner's process cannot take) do not count."""
+    try:
+        if Path(os.readlink(f"/proc/{pid}/exe")).name in COMPILER_TOOLS:
+            return False
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            target = os.readlink(fd)
+            if target.startswith("/dev/nvidia") and target != "/dev/nvidiactl":
+                return True
+    except OSError:
+        pass
+    return False
+
+
+def _watch(proc: subprocess.Popen, work: Path, limits: Limits,
+           gpu_seen: Optional[list] = None) -> tuple[Optional[str], float, Optional[float]]:
+    """Wait for the worker; kill it past a budget or the memory limit. (why killed, seconds, freed after s).
+    Time is charged to the run budget while the worker's `phase` file says "running", else to the compile one.
+    gpu_seen: a one-element list, set to the most processes inside the jail seen holding the GPU at once."""
+    started = last = time.monotonic()
+    spent = {"compile": 0.0, "run": 0.0}
+    polls = 0
     while True:
         try:
-            proc.wait(timeout=0.2)
-            return None, time.monotonic() - started
+            proc.wait(timeout=0.1)
+            return None, time.monotonic() - started, None
         except subprocess.TimeoutExpired:
             pass
-        elapsed = time.monotonic() - started
-        if elapsed > limits.wall_s:
-            _kill_tree(proc)
-            proc.wait()
-            return (f"Your code ran past the wall-clock limit of {limits.wall_s:.0f} s and was stopped "
-                    "(an endless loop, or a kernel far too slow for this size?)."), elapsed
-        rss = _rss_bytes(proc.pid)
-        if rss > limits.memory_bytes:
-            _kill_tree(proc)
-            proc.wait()
-            return (f"Your code used {rss / 2**30:.1f} GiB of host memory, over the limit of "
-                    f"{limits.memory_bytes / 2**30:.1f} GiB, and was stopped."), elapsed
+        polls += 1
+        if gpu_seen is not None and polls % 3 == 0:
+            gpu_seen[0] = max(gpu_seen[0], sum(holds_gpu(p) for p in jailed_processes(proc.pid)))
+        now = time.monotonic()
+        running = _phase(work) == "running"
+        spent["run" if running and limits.run_s is not None else "compile"] += now - last
+        last = now
+        why = None
+        if spent["compile"] > limits.compile_s:
+            why = (f"Your code did not finish compiling within the compile budget of {limits.compile_s:.0f} s and "
+                   "was stopped (an endless loop before any kernel ran, or a compilation far too long?).")
+        elif limits.run_s is not None and spent["run"] > limits.run_s:
+            why = (f"Your code ran past its run budget of {limits.run_s:.0f} s (50x the time the model predicts "
+                   "for this phase, at least 10 s) and was stopped: an endless kernel, or one far too slow?")
+        else:
+            rss = _rss_bytes(descendants(proc.pid))
+            if rss > limits.memory_bytes:
+                why = (f"Your code used {rss / 2**30:.1f} GiB of host memory, over the limit of "
+                       f"{limits.memory_bytes / 2**30:.1f} GiB, and was stopped.")
+        if why:
+            freed = kill_jail(proc)
+            return why + f" The GPU was free again {freed:.1f} s later.", time.monotonic() - started, freed
 
 
-def _next_uid() -> Optional[int]:
-    return UID_BASE + (os.getpid() * 1000 + next(_run_ids)) % UID_SPAN if capabilities().separate_user else None
+def _next_uid() -> int:
+    return UID_BASE + (os.getpid() * 1000 + next(_run_ids)) % UID_SPAN
+
+
+def refused_run() -> Optional[WorkerRun]:
+    """A WorkerRun saying why learner code is not run here (None when it may run)."""
+    st = jail.status()
+    return None if st.ok else WorkerRun("refused", st.reason, jail=st.description)
 
 
 def run_worker(code: str, job: dict, inputs: dict, limits: Limits, gpu: bool, keep_dir: bool = False,
-               reuse: Optional[WorkerRun] = None, wrapper=None, collect: tuple = ()) -> WorkerRun:
-    """Run `code` in a sandboxed worker. `inputs` (name -> tensor or list) are handed over in a file; the
-    worker writes result.json and its output tensors, which are read back here.
+               reuse: Optional[WorkerRun] = None, profiler: Optional[Callable[[Path], list]] = None,
+               collect: tuple = (), files: Optional[dict] = None, outer_env: Optional[dict] = None,
+               jail_extra: tuple = (), shared: tuple = (), uid: Optional[int] = None) -> WorkerRun:
+    """Run `code` in a jailed worker. `inputs` (name -> tensor or list) are handed over in inputs.pt, and
+    `files` ({name: object}) saved with torch.save; the worker writes result.json and its output tensors.
 
-    reuse: run again in that run's folder, as its user (its Triton cache saves the compilation); the
-    folder then stays, like with keep_dir, until discard(). wrapper(work) -> argv prefix put before the
-    worker's python inside the fence (a profiler); it also brings up the namespace's loopback device.
-    collect: names of text files the worker (or the wrapper) writes in its folder, read back into `files`."""
+    reuse: run again in that run's folder, as its uid (its Triton cache saves the compilation); the folder
+    then stays, like with keep_dir, until discard(). profiler(work) -> argv of a profiler started *outside*
+    the jail around it (ncu); outer_env: what the profiler's own environment adds (its HOME, TMPDIR: the
+    jail sets its own). collect: names of text files in the run's folder read back into `files`.
+    jail_extra: more bwrap options (diagnostics); shared: the profiler's private namespaces the jail keeps."""
     import torch
 
-    caps = capabilities()
-    uid = reuse.uid if reuse is not None else _next_uid()
+    refused = refused_run()
+    if refused is not None:
+        return refused
+    uid = reuse.uid if reuse is not None and reuse.uid is not None else uid if uid is not None else _next_uid()
     work = reuse.workdir if reuse is not None and reuse.workdir else _new_workdir(uid)
     keep_dir = keep_dir or reuse is not None
     try:
-        for stale in ("result.json", "outputs.pt", *collect):
+        for stale in ("result.json", "outputs.pt", "phase", "judge-in.pt", "judge-out.pt", *collect):
             (work / stale).unlink(missing_ok=True)
         (work / "solution.py").write_text(code)
         (work / "job.json").write_text(json.dumps({**job, "gpu_memory_fraction": limits.gpu_memory_fraction}))
         torch.save(inputs, work / "inputs.pt")
+        for name, obj in (files or {}).items():
+            torch.save(obj, work / name)
         for f in work.iterdir():
-            if f.is_dir():
-                continue
-            if uid is not None:
-                os.chown(f, uid, uid)
-            os.chmod(f, 0o600)
-        prefix = tuple(wrapper(work)) if wrapper else ()
-        proc = subprocess.Popen(_command(work, uid, limits, caps, gpu, prefix, loopback=bool(prefix)), cwd=work,
-                                env=_environment(work, gpu), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                start_new_session=True)
+            if not f.is_dir():
+                _own(f, uid)
+                os.chmod(f, 0o600)
+        st = jail.status()
+        argv = _command(work, uid, limits, gpu, profiler(work) if profiler else None, tuple(jail_extra), tuple(shared))
+        env = jail.environment(gpu) if st.jailed else _unjailed_env(work, gpu)
+        if profiler:
+            env.update(outer_env or {})
+        proc = subprocess.Popen(argv, cwd=work if not st.jailed else "/", env=env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, start_new_session=True)
         tail = _TailReader(proc.stderr)
-        killed, seconds = _watch(proc, limits)
+        gpu_seen = [0] if profiler else None  # judged runs: a second process on the GPU escapes the count
+        killed, seconds, freed = _watch(proc, work, limits, gpu_seen)
         stderr = tail.text()
         if killed:
             run = WorkerRun("killed", killed, stderr_tail=stderr, seconds=seconds)
         else:
             run = _read_back(work, proc.returncode, stderr, seconds)
-        run.returncode, run.uid = proc.returncode, uid
+        run.returncode, run.uid, run.jail, run.freed_s = proc.returncode, uid, st.description, freed
+        run.gpu_processes = gpu_seen[0] if gpu_seen else 0
         run.files = _collect(work, collect)
         run.workdir = work if keep_dir else None
         return run
@@ -350,13 +414,13 @@ def run_worker(code: str, job: dict, inputs: dict, limits: Limits, gpu: bool, ke
 
 
 def _collect(work: Path, names: tuple, limit_bytes: int = 8 * 2**20) -> dict:
-    """Text files the run wrote in its folder (a profiler's log), up to a size (the learner can write them too)."""
-    files = {}
+    """Text files the run wrote in its folder, up to a size (the learner can write them too: untrusted)."""
+    found = {}
     for name in names:
         path = work / name
         if path.is_file() and not path.is_symlink() and path.stat().st_size <= limit_bytes:
-            files[name] = path.read_text(errors="replace")
-    return files
+            found[name] = path.read_text(errors="replace")
+    return found
 
 
 def discard(run: Optional[WorkerRun]) -> None:
@@ -392,28 +456,30 @@ def _read_back(work: Path, returncode: int, stderr: str, seconds: float) -> Work
     import torch
 
     result_file = work / "result.json"
-    if result_file.exists() and result_file.stat().st_size < 2**20:
+    result = {}
+    if result_file.is_file() and not result_file.is_symlink() and result_file.stat().st_size < 2**20:
         try:
             result = json.loads(result_file.read_text())
         except ValueError:
             result = {}
-    else:
-        result = {}
-    if not result:
+    if not isinstance(result, dict) or not result:
         why = SIGNALS.get(-returncode, f"it exited with status {returncode}") if returncode < 0 or returncode \
             else "it wrote no result"
-        if returncode in (128 + signal.SIGXCPU, 128 + signal.SIGKILL):
+        if returncode in (128 + signal.SIGXCPU, 128 + signal.SIGKILL, 128 + signal.SIGSEGV):
             why = SIGNALS.get(returncode - 128, why)
         return WorkerRun("crashed", f"The worker running your code stopped: {why}.", stderr_tail=stderr,
                          seconds=seconds)
     outputs = {}
     out_file = work / "outputs.pt"
-    if out_file.exists():
+    if out_file.is_file() and not out_file.is_symlink() and out_file.stat().st_size > 512 * 2**20:
+        return WorkerRun("crashed", "The worker's outputs file is far larger than the check cases' outputs.",
+                         result, stderr_tail=stderr, seconds=seconds)
+    if out_file.is_file() and not out_file.is_symlink():
         try:
             outputs = torch.load(out_file, map_location="cpu", weights_only=True)
         except Exception as exc:  # noqa: BLE001 - a file the learner's process wrote: anything can be wrong
             return WorkerRun("crashed", f"The worker's outputs could not be read back ({exc}).", result,
                              stderr_tail=stderr, seconds=seconds)
     status = "ok" if result.get("status") == "ok" else "error"
-    return WorkerRun(status, result.get("message", ""), result, outputs if isinstance(outputs, dict) else {},
+    return WorkerRun(status, str(result.get("message", "")), result, outputs if isinstance(outputs, dict) else {},
                      stderr, seconds)

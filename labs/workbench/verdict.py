@@ -1,16 +1,17 @@
-"""A submission's verdict: checked against float64, timed, placed beside our kernel, the library and the model.
+"""A submission's verdict: checked against float64, timed by the trusted judge, placed beside our kernel,
+the library and the model.
 
-    submit(exercise, code) -> dict     (JSON-ready; the page, the CLI and recordings all use it)
+    submit(exercise, code) -> dict     (JSON-ready; the page, the CLI, the store and recordings all use it)
 
-The learner's code runs only in the sandboxed worker (labs.workbench.sandbox). This process makes the
-check inputs, computes the float64 references and compares; on a GPU it also times the lab's own kernel
-and the vendor library at the same point (once per process: they do not change between submissions).
-The worker's run and those timings happen inside `runner.gpu_session`, so no two timings ever overlap.
+The learner's code runs only in the jailed worker (labs.workbench.sandbox, labs.workbench.jail). This process
+makes the check inputs, computes the float64 references and compares. On a GPU, a correct submission is then
+timed by the judge (labs.workbench.judge): Nsight Compute, outside the jail, reads the durations of every
+kernel of a few calls on fresh inputs, whose outputs are checked here too. That trusted time is the verdict's;
+the worker's own do_bench time is shown beside it ("self-timed"), and a time below this GPU's physics floor,
+or 10 % away from the self-timed one, reads **not credible**. Our kernel and the vendor library are timed here
+at the same point (once per process). Everything on the GPU happens inside `runner.gpu_session`.
 
-Where Nsight Compute (ncu) is installed and the driver lets the sandbox's user read the GPU's counters, a
-correct kernel is launched once more in the same sandbox folder, as the same user, with ncu wrapping the
-worker: the DRAM bytes it read and wrote are shown beside the bytes the model counts, and their ratio
-goes into the sentence that names the gap. Where counters cannot be read, the verdict says why.
+Every verdict says how it was measured (`measured_by`) and in which jail it ran (`jail`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from labs.engine import timing
 from labs.engine import runner
 from labs.engine import gpu as gpu_mod
 from labs.engine.lab import noop_progress
-from labs.workbench import sandbox
+from labs.workbench import judge, sandbox
 from labs.workbench.exercises import Exercise, Point, rate
 
 UNITS = {"tbps": "TB/s", "tflops": "TFLOP/s"}
@@ -35,6 +36,7 @@ NEAR_MODEL = 0.85  # at or above this fraction of the model's rate the verdict s
 AS_FAST_AS_OURS = 0.9  # at or above this fraction of our kernel's rate the gap is not blamed on the code
 _REFERENCE_TIMINGS: dict = {}  # (exercise, point, gpu key) -> {"ours": ..., "library": ...}
 BYTES_FAR_OFF = 1.25  # measured / model DRAM bytes at or above this: the extra bytes are the gap's cause
+RUN_FACTOR, MIN_RUN_S = 50, 10.0  # once compiled: killed past 50x the model's time for the phase, at least 10 s
 
 
 # ---------------------------------------------------------------------------------------------
@@ -118,55 +120,89 @@ def reference_figures(ex: Exercise, point: Point, target) -> dict:
 
 
 def slow_reason(ex: Exercise) -> str:
-    """The lesson's 'When it is slow' section: why a kernel of this exercise usually misses the model."""
+    """The lesson's 'When it is slow' section: the usual causes (a pointer for the learner, never a diagnosis)."""
     match = re.search(r"^## When it is slow\s*\n(.*?)(?=^## |\Z)", ex.lesson(), re.S | re.M)
     return " ".join(match.group(1).split()) if match else ""
 
 
 def counted_clause(dram_ratio: Optional[float]) -> str:
-    """' The GPU's counters: 1.02x the bytes the model counts.' (empty without counters)."""
+    """' The GPU's counters: 1.02x the DRAM bytes the model counts.' (empty without counters)."""
     return "" if dram_ratio is None else f" The GPU's counters: {dram_ratio:.2f}x the DRAM bytes the model counts."
 
 
+def launch_clause(judged: Optional[dict]) -> str:
+    """What ncu read of the learner's own launch: ' Your longest kernel, add_kernel, ran 65536 blocks of 128
+    threads (4 warps) (26 registers per thread); 1 kernel per call.' (empty when nothing was read)."""
+    launch = (judged or {}).get("launch") or {}
+    if not launch.get("grid_blocks") or not launch.get("block_threads"):
+        return ""
+    regs = f" ({launch['registers']:.0f} registers per thread)" if launch.get("registers") else ""
+    per_call = judged.get("kernels_per_call") or 0
+    warps = launch["block_threads"] / 32
+    return (f" Your longest kernel, {launch['kernel']}, ran {launch['grid_blocks']:.0f} blocks of "
+            f"{launch['block_threads']:.0f} threads ({warps:.0f} warp{'s' if warps != 1 else ''}){regs}; "
+            f"{per_call:.0f} kernel{'s' if per_call >= 1.5 else ''} per call.")
+
+
+def explanation(ex: Exercise, judged: Optional[dict], dram_ratio: Optional[float], target, ours_close: bool) -> str:
+    """Why the kernel misses the model, from what was measured of its own launch only; says so when nothing
+    measured explains it."""
+    facts = []
+    if ours_close:
+        facts.append(f"Our kernel misses the model by as much: the {ex.lab} lab explains that gap "
+                     f"(ceilings {target.ceilings.source}).")
+    if dram_ratio is not None and dram_ratio >= BYTES_FAR_OFF:
+        facts.append(f"The GPU's counters show where time goes: it moved {dram_ratio:.1f}x the DRAM bytes the model "
+                     "counts.")
+    launch = (judged or {}).get("launch") or {}
+    blocks = launch.get("grid_blocks")
+    if blocks and target.sm_count and blocks < target.sm_count:
+        facts.append(f"Its longest kernel ran only {blocks:.0f} blocks for {target.sm_count} SMs: "
+                     f"{target.sm_count - blocks:.0f} SMs had nothing to do.")
+    per_call = (judged or {}).get("kernels_per_call") or 0
+    if per_call >= 1.5:
+        facts.append(f"It launched {per_call:.0f} kernels per call where the model counts one.")
+    if facts:
+        return " ".join(facts)
+    if not judged:
+        return ("No counters were read for this kernel, so nothing measured explains the gap; the lesson's "
+                "'When it is slow' lists the usual causes.")
+    bytes_part = f"its DRAM bytes are {dram_ratio:.2f}x the model's" if dram_ratio is not None else "no DRAM bytes read"
+    waves = f", {launch['waves']:.1f} waves on the SMs" if launch.get("waves") else ""
+    return (f"Nothing we measured explains the gap: {bytes_part}{waves}. The lesson's 'When it is slow' lists the "
+            "usual causes.")
+
+
 def gap_sentence(ex: Exercise, measured_ms: float, work: dict, ours: Optional[float], target,
-                 dram_ratio: Optional[float] = None) -> str:
-    """One or two sentences that name the gap between this kernel and the model (and our kernel).
-    `dram_ratio`: DRAM bytes measured by the GPU's counters over the bytes the model counts, if measured."""
+                 judged: Optional[dict] = None) -> str:
+    """Sentences that name the gap between this kernel and the model (and our kernel), told only from what
+    was measured: the time, and from `judged` (ncu, on the learner's own launches) DRAM bytes and the launch."""
     unit = UNITS[ex.metric]
     achieved = rate(ex.metric, work["bytes"], work["flops"], measured_ms)
     predicted = rate(ex.metric, work["bytes"], work["flops"], work["predicted_ms"])
     vs_ours = f" That is {achieved / ours:.2f}x our kernel." if ours else ""
-    reason = slow_reason(ex)
-    if ours and achieved >= AS_FAST_AS_OURS * ours:  # the gap is the lab kernel's too: not this code's fault
-        reason = (f"Our kernel misses the model by as much: the {ex.lab} lab explains that gap "
-                  f"(ceilings {target.ceilings.source}).")
+    ours_close = bool(ours) and achieved >= AS_FAST_AS_OURS * ours
+    dram = (judged or {}).get("dram_bytes")
+    dram_ratio = dram / work["bytes"] if dram is not None and work.get("bytes") else None
+    launch = launch_clause(judged)
     if ex.metric == "tbps":
         times = measured_ms / work["predicted_ms"]
         if times <= 1 / NEAR_MODEL:
             return (f"At the byte floor: {achieved:.2f} {unit}, {100 / times:.0f}% of the model's {predicted:.2f} "
-                    f"{unit} ({target.ceilings.copy_tbps:.2f} TB/s copy).{vs_ours}{counted_clause(dram_ratio)}")
-        if dram_ratio is None:
-            return (f"Takes {times:.1f}x the model's time, as if it moved {times:.1f}x the {work['bytes'] / 1e6:.0f} MB "
-                    f"the model counts: {achieved:.2f} {unit} against {predicted:.2f}.{vs_ours} {reason}")
-        if dram_ratio >= BYTES_FAR_OFF:
-            return (f"Moves {dram_ratio:.1f}x the bytes the model counts (measured by the GPU's counters) and takes "
-                    f"{times:.1f}x its time: {achieved:.2f} {unit} against {predicted:.2f}.{vs_ours} {reason}")
-        return (f"Takes {times:.1f}x the model's time, yet moves only {dram_ratio:.2f}x the bytes it counts (measured "
-                f"by the GPU's counters): the time goes elsewhere than DRAM traffic. {achieved:.2f} {unit} against "
-                f"{predicted:.2f}.{vs_ours} {reason}")
+                    f"{unit} ({target.ceilings.copy_tbps:.2f} TB/s copy).{vs_ours}{counted_clause(dram_ratio)}{launch}")
+        return (f"Takes {times:.1f}x the model's time: {achieved:.2f} {unit} against {predicted:.2f}.{vs_ours} "
+                f"{explanation(ex, judged, dram_ratio, target, ours_close)}{launch}")
     share = achieved / predicted
     if share >= NEAR_MODEL:
         return (f"At the model: {achieved:.0f} {unit}, {100 * share:.0f}% of its {predicted:.0f} {unit}.{vs_ours}"
-                f"{counted_clause(dram_ratio)}")
-    if dram_ratio is not None and dram_ratio >= BYTES_FAR_OFF:
-        return (f"Reaches {100 * share:.0f}% of the model's {predicted:.0f} {unit} ({achieved:.0f} {unit}) and moves "
-                f"{dram_ratio:.1f}x the bytes the model counts (measured by the GPU's counters).{vs_ours} {reason}")
-    return (f"Reaches {100 * share:.0f}% of the model's {predicted:.0f} {unit} ({achieved:.0f} {unit}).{vs_ours}"
-            f"{counted_clause(dram_ratio)} {reason}")
+                f"{counted_clause(dram_ratio)}{launch}")
+    return (f"Reaches {100 * share:.0f}% of the model's {predicted:.0f} {unit} ({achieved:.0f} {unit}).{vs_ours} "
+            f"{explanation(ex, judged, dram_ratio, target, ours_close)}{launch}")
 
 
-def point_rows(ex: Exercise, target, timings: dict) -> list[dict]:
-    """One row per timing point: model, measurement (when timed), our kernel, the library, the gap."""
+def point_rows(ex: Exercise, target, self_timings: dict, judged: Optional[dict] = None) -> list[dict]:
+    """One row per timing point: model, our kernel, the library; when timed, the trusted time (`judged`,
+    {label: judge_point()}) or else the self-timed one, marked as such; credibility; the gap."""
     rows = []
     for point in ex.points:
         work = ex.work(point, target)
@@ -179,139 +215,63 @@ def point_rows(ex: Exercise, target, timings: dict) -> list[dict]:
                f"predicted_{ex.metric}": rate(ex.metric, work["bytes"], work["flops"], work["predicted_ms"]),
                "model": work["model"], f"ours_{ex.metric}": ours, "ours_source": ours_from,
                f"library_{ex.metric}": library, "library_source": library_from, "library": ex.library_name}
-        ms = timings.get(point.label)
+        self_ms = self_timings.get(point.label)
+        if self_ms is not None:
+            row.update({"self_ms": self_ms, f"self_{ex.metric}": rate(ex.metric, work["bytes"], work["flops"], self_ms)})
+        got = (judged or {}).get(point.label)
+        ms, by = None, None
+        if got and got.get("status") == "measured" and got.get("trusted_ms"):
+            ms, by = got["trusted_ms"], "trusted"
+            reasons = judge.credibility(ex, got, work, target, self_ms)
+            floor, floor_what = judge.floor_ms(ex, work, target)
+            row.update({"trusted_ms": ms, "credible": not reasons, "not_credible": reasons,
+                        "floor_ms": floor, "floor": floor_what, "kernels": got["kernels"],
+                        "kernels_per_call": got["kernels_per_call"], "kernel_names": got["kernel_names"],
+                        "launch": got["launch"], "judged_calls": got["calls"]})
+            if got.get("dram_bytes") is not None:
+                row.update({"counted_dram_bytes": got["dram_bytes"], "counted_dram_read_bytes": got["dram_read_bytes"],
+                            "counted_dram_write_bytes": got["dram_write_bytes"],
+                            "dram_bytes_ratio": got["dram_bytes"] / work["bytes"] if work["bytes"] else None})
+        elif got and got.get("status") == "measured":  # ncu read no duration: no kernel ran
+            row.update({"credible": False, "not_credible": judge.credibility(ex, got, work, target, self_ms)})
+        elif self_ms is not None:
+            ms, by = self_ms, "self-timed"
+            floor, floor_what = judge.floor_ms(ex, work, target)
+            beyond = [f"your self-timed {self_ms:.4g} ms per call is below this GPU's physics floor of {floor:.4g} ms "
+                      f"({floor_what})"] if floor is not None and self_ms < floor else []
+            row.update({"credible": False, "beyond_physics": bool(beyond), "floor_ms": floor, "floor": floor_what,
+                        "not_credible": beyond + [(got or {}).get("message") or "no trusted measurement of this point"]})
         if ms is not None:
-            row.update({"measured_ms": ms, f"measured_{ex.metric}": rate(ex.metric, work["bytes"], work["flops"], ms),
-                        "gap": gap_sentence(ex, ms, work, ours, target)})
+            row.update({"measured_ms": ms, "measured_by": by,
+                        f"measured_{ex.metric}": rate(ex.metric, work["bytes"], work["flops"], ms),
+                        "gap": gap_sentence(ex, ms, work, ours, target, got if by == "trusted" else None)})
             row["error_pct"] = 100 * (row[f"measured_{ex.metric}"] / row[f"predicted_{ex.metric}"] - 1)
         rows.append(row)
     return rows
 
 
 # ---------------------------------------------------------------------------------------------
-# Measured DRAM bytes: one more launch of the learner's kernel under Nsight Compute, in the sandbox
-# ---------------------------------------------------------------------------------------------
-COUNTER_LOG = "counters.csv"  # ncu's CSV, written in the run's folder
-NO_NCU = ("Nsight Compute (ncu) was not found on this server: measured DRAM bytes need it (it ships with the "
-          "CUDA toolkit; ROOFLINE_NCU can name the binary).")
-_COUNTERS_REFUSED: dict = {}  # {"reason": ...} once the driver refused counters: it will again, so do not retry
-
-
-def counters_unavailable(gpu: bool) -> str:
-    """'' when the learner's kernel can be counted here, else why not (starts no process)."""
-    from labs.engine import counters
-
-    if os.environ.get("ROOFLINE_WORKBENCH_COUNTERS") == "0":
-        return "Measured DRAM bytes are turned off on this server (ROOFLINE_WORKBENCH_COUNTERS=0)."
-    if not gpu:
-        return "Measured DRAM bytes need a GPU and Nsight Compute (ncu)."
-    if counters.ncu_path() is None:
-        return NO_NCU
-    return _COUNTERS_REFUSED.get("reason", "")
-
-
-def count_limits(limits: sandbox.Limits) -> sandbox.Limits:
-    """ncu runs inside the fence beside the worker: more files and threads, and time for its replays."""
-    return dataclasses.replace(limits, open_files=max(limits.open_files, 4096),
-                               processes=max(limits.processes, 4096), wall_s=max(limits.wall_s, 180))
-
-
-def counted_points(run: sandbox.WorkerRun, labels: list[str]) -> dict:
-    """{point label: counted quantities (dram_bytes, dram_read_bytes, ...)} from a counted run's ncu CSV.
-    Raises CountersUnavailable with ncu's own reason when it gave no counters."""
-    from labs.engine import counters
-
-    log = run.files.get(COUNTER_LOG, "")
-    kernels = counters.parse_csv(log)
-    problem = counters.ncu_failure(run.returncode or 0, run.stderr_tail + "\n" + log)
-    if run.status != "ok":  # the counted launches did not all run: their counters would mislead
-        stopped = (run.message or "the worker stopped").strip().splitlines()
-        raise counters.CountersUnavailable(" ".join(filter(None, [problem, f"The counted run stopped: {stopped[0]}",
-                                                                  stopped[-1] if len(stopped) > 1 else ""])))
-    if not kernels:
-        raise counters.CountersUnavailable(problem or "Nsight Compute returned no counters.")
-    per_point = counters.split_points(kernels, labels)
-    return {label: counters.counted_quantities(counters.totals(ks), len(ks)) for label, ks in per_point.items()}
-
-
-def count_dram(code: str, entry: str, points: list[dict], limits: sandbox.Limits, gpu: bool,
-               reuse: Optional[sandbox.WorkerRun] = None) -> dict:
-    """Launch `entry` once per point under ncu, inside the sandbox (in `reuse`'s folder, as its user, when
-    given), and return counted_points(). The caller holds the GPU lock (runner.gpu_session)."""
-    from labs.engine import counters
-
-    ncu = counters.ncu_path()
-    if ncu is None:
-        raise counters.CountersUnavailable(NO_NCU)
-    metrics = counters.metric_names(("dram",))
-
-    def under_ncu(work) -> list:
-        return counters.ncu_command(ncu, metrics, str(work / COUNTER_LOG), [], counters.NVTX_RANGE)
-
-    job = {"entry": entry, "gpu": gpu, "mode": "count", "points": points}
-    run = sandbox.run_worker(code, job, {}, count_limits(limits), gpu, reuse=reuse, wrapper=under_ncu,
-                             collect=(COUNTER_LOG,))
-    return counted_points(run, [p["label"] for p in points])
-
-
-def attach_counted(row: dict, counted: Optional[dict], ex: Exercise, target) -> None:
-    """Measured DRAM bytes beside the model's in a point's row, and the gap sentence told with their ratio."""
-    if not counted or counted.get("dram_bytes") is None or not row.get("bytes"):
-        return
-    row.update({"counted_dram_bytes": counted["dram_bytes"], "counted_dram_read_bytes": counted["dram_read_bytes"],
-                "counted_dram_write_bytes": counted["dram_write_bytes"], "counted_kernels": counted["kernels"],
-                "dram_bytes_ratio": counted["dram_bytes"] / row["bytes"]})
-    if row.get("measured_ms"):
-        work = {k: row[k] for k in ("bytes", "flops", "predicted_ms")}
-        row["gap"] = gap_sentence(ex, row["measured_ms"], work, row.get(f"ours_{ex.metric}"), target,
-                                  row["dram_bytes_ratio"])
-
-
-def _no_counters(verdict: dict, reason: str) -> None:
-    verdict["counters"] = {"status": "unavailable", "message": reason}
-    verdict["notes"].append(f"DRAM bytes not measured: {reason}")
-
-
-def add_counters(verdict: dict, ex: Exercise, code: str, run: sandbox.WorkerRun, target, limits: sandbox.Limits,
-                 on_wait=None, progress: Callable[[float, str], None] = noop_progress) -> None:
-    """Count a correct kernel's DRAM bytes (GPU lock held) and put them in the verdict; say why not otherwise."""
-    from labs.engine import counters
-
-    reason = counters_unavailable(True)
-    if not reason:
-        progress(0.9, "counting your kernel's DRAM bytes under Nsight Compute (one more launch, in the sandbox)")
-        points = [{"label": p.label, "args": list(p.args)} for p in ex.points]
-        try:
-            with runner.gpu_session(f"workbench-count:{ex.name}", on_wait):
-                counted = count_dram(code, ex.entry, points, limits, True, reuse=run)
-        except counters.CountersUnavailable as exc:
-            reason = str(exc)
-            if counters.PERMISSION_HELP in reason:
-                _COUNTERS_REFUSED["reason"] = reason
-        except Exception as exc:  # noqa: BLE001 - measured bytes are an extra: they never cost the verdict
-            reason = f"the counted run failed ({type(exc).__name__}: {exc})."
-    if reason:
-        return _no_counters(verdict, reason)
-    for row in verdict["points"]:
-        attach_counted(row, counted.get(row["point"]), ex, target)
-    missing = [r["point"] for r in verdict["points"] if r.get("counted_dram_bytes") is None]
-    if len(missing) == len(verdict["points"]):
-        return _no_counters(verdict, "Nsight Compute counted no launch of your kernel between the markers.")
-    verdict["counters"] = {"status": "measured" if not missing else "partial", "tool": "Nsight Compute (ncu)",
-                           "message": "DRAM bytes read + written, measured by the GPU's counters (Nsight Compute) "
-                                      "on one more launch of your kernel in the same sandbox."
-                                      + (f" No counters came back for {', '.join(missing)}." if missing else "")}
-
-
-# ---------------------------------------------------------------------------------------------
 # A submission
 # ---------------------------------------------------------------------------------------------
-def limits_for(gpu: bool) -> sandbox.Limits:
+def limits_for(gpu: bool, ex: Optional[Exercise] = None, target=None) -> sandbox.Limits:
+    """Budgets apart: compiling (to the first launch), then running: 50x what the model predicts for the
+    check cases and the self-timing (do_bench spends ~0.15 s per point), at least 10 s."""
     if not gpu:
-        return sandbox.Limits(wall_s=120, cpu_s=120)
+        return sandbox.Limits(compile_s=120, run_s=None, cpu_s=120)
     total = torch.cuda.mem_get_info()[1]
     fraction = max(0.05, min(0.9, 0.85 * gpu_mod.free_memory_bytes() / total))
-    return sandbox.Limits(wall_s=240, cpu_s=240, memory_bytes=16 * 2**30, gpu_memory_fraction=fraction)
+    expected_s = sum(0.15 + 10 * (ex.work(p, target)["predicted_ms"] or 0) / 1e3 for p in ex.points) if ex else 1.0
+    return sandbox.Limits(compile_s=120, run_s=max(MIN_RUN_S, RUN_FACTOR * expected_s), cpu_s=600,
+                          memory_bytes=16 * 2**30, gpu_memory_fraction=fraction)
+
+
+def judge_limits(limits: sandbox.Limits, ex: Exercise, point: Point, target) -> sandbox.Limits:
+    """The judged run: ncu's start and the input files count as compiling; then 50x the model's time of the
+    judged calls, at least 30 s (ncu profiles each kernel separately and the outputs are written out)."""
+    predicted_s = judge.CALLS * (ex.work(point, target)["predicted_ms"] or 0) / 1e3
+    return dataclasses.replace(limits, compile_s=90, run_s=max(3 * MIN_RUN_S, RUN_FACTOR * predicted_s),
+                               open_files=max(limits.open_files, 4096), processes=max(limits.processes, 4096),
+                               file_bytes=max(limits.file_bytes, 16 * 2**30))
 
 
 def model_target(name: Optional[str] = None):
@@ -342,81 +302,133 @@ def verdict_target(v: dict):
 
 
 def protections() -> list[str]:
-    return [name for name, active, _ in sandbox.capabilities().lines() if active]
+    return sandbox.protections()
 
 
 def submit(ex: Exercise, code: str, progress: Callable[[float, str], None] = noop_progress,
            on_wait: Optional[Callable[[int], None]] = None, static_check: bool = True,
            limits: Optional[sandbox.Limits] = None, counters: bool = True, model_gpu: Optional[str] = None) -> dict:
-    """Check (and on a GPU, time) the learner's code for one exercise. Never raises for the learner's faults.
-    counters: also measure a correct kernel's DRAM bytes where Nsight Compute can read the GPU's counters.
+    """Check (and on a GPU, judge) the learner's code for one exercise. Never raises for the learner's faults.
+    counters: time a correct kernel by the trusted judge (Nsight Compute) where it can run here.
     model_gpu: without a GPU, the datasheet GPU to model (the labs' selector; default: model_target's)."""
     code = code.encode("utf-8", "replace").decode("utf-8")  # lone surrogates from a browser cannot be written
     info = gpu_mod.detect()
     gpu = info.available
     target = gpu_mod.live_target() if gpu else model_target(model_gpu)
+    st = sandbox.jail.status()
     verdict = {"exercise": ex.name, "metric": ex.metric, "unit": UNITS[ex.metric], "gpu": info.name if gpu else None,
-               "model_gpu": target.name, "sandbox": protections(), "checks": [], "points": [], "notes": []}
+               "model_gpu": target.name, "jail": st.description, "sandbox": protections(), "checks": [],
+               "points": [], "notes": [], "measured_by": "not timed", "credible": False}
+    if not st.ok:
+        return verdict | {"status": "refused", "message": st.reason}
     problems = sandbox.static_problems(code) if static_check else []
     if problems:
         return verdict | {"status": "refused", "message": "Not run: " + " ".join(problems)}
     cases = ex.check_cases(gpu)
-    job = {"entry": ex.entry, "gpu": gpu,
+    job = {"entry": ex.entry, "gpu": gpu, "mode": "check",
            "points": [{"label": p.label, "args": list(p.args)} for p in ex.points] if gpu else []}
-    limits = limits or limits_for(gpu)
-    progress(0.1, "waiting for the GPU lock, then starting the sandbox")
+    limits = limits or limits_for(gpu, ex, target)
+    judged, why_untrusted, rows, checks = {}, "", [], []
+    progress(0.1, "waiting for the GPU lock, then starting the jail")
     with runner.gpu_session(f"workbench:{ex.name}", on_wait):
-        progress(0.2, "running your code in the sandbox" + (" (check, then timing)" if gpu else " (check)"))
-        # on a GPU the run's folder stays for the counted launch (its Triton cache saves the compilation)
+        progress(0.2, "running your code in the jail" + (" (check, then self-timing)" if gpu else " (check)"))
+        # on a GPU the run's folder stays for the judged runs (its Triton cache saves the compilation)
         run = sandbox.run_worker(code, job, {"cases": [list(c) for c in cases]}, limits, gpu, keep_dir=gpu)
-        if run.status == "ok" and gpu:
-            progress(0.8, "timing our kernel and the library at the same size")
-            rows = point_rows(ex, target, {t["label"]: t["ms"] for t in run.result.get("timings", [])})
-    try:
-        return _finish(verdict, ex, code, run, cases, rows if run.status == "ok" and gpu else [], target, info,
-                       limits, on_wait, progress, counters)
-    finally:
-        sandbox.discard(run)
+        try:
+            checks = _checks(ex, run, cases)
+            if gpu and run.status == "ok":
+                correct = bool(checks) and all(c["passed"] for c in checks)
+                why_untrusted = judge.unavailable(True) if counters else "Trusted timing was not asked for."
+                for i, point in enumerate(ex.points if correct and not why_untrusted else ()):
+                    progress(0.4 + 0.4 * i / len(ex.points), f"timing {point.label} by the trusted judge (Nsight "
+                                                             f"Compute, outside the jail, {judge.CALLS} fresh calls)")
+                    try:
+                        judged[point.label] = judge.judge_point(ex, code, point, judge_limits(limits, ex, point, target),
+                                                                gpu, reuse=run)
+                    except judge.JudgeUnavailable as exc:
+                        why_untrusted = str(exc)
+                        break
+                    except Exception as exc:  # noqa: BLE001 - the judge's own failure: no trusted time, said so
+                        judged[point.label] = {"status": "failed", "message": f"the judge failed ({type(exc).__name__}: "
+                                                                              f"{str(exc)[:300]})"}
+                progress(0.85, "timing our kernel and the library at the same size")
+                self_ms = {t["label"]: t["ms"] for t in run.result.get("timings", []) if isinstance(t, dict)}
+                rows = point_rows(ex, target, self_ms, judged)
+        finally:
+            sandbox.discard(run)
+    return _finish(verdict, ex, run, checks, rows, target, info, judged, why_untrusted)
 
 
-def _finish(verdict: dict, ex: Exercise, code: str, run: sandbox.WorkerRun, cases: list, rows: list, target, info,
-            limits: sandbox.Limits, on_wait, progress, counters: bool) -> dict:
-    """The verdict from the worker's run: its checks against float64, then (correct, on a GPU) its points."""
+def _checks(ex: Exercise, run: sandbox.WorkerRun, cases: list) -> list[dict]:
+    if run.status != "ok":
+        return []
+    outputs = run.outputs.get("outputs", [])
+    checks = [{"case": case_label(args)} | compare(out, ex.reference(*args), ex.dtype)
+              for args, out in zip(cases, outputs)]
+    return checks if len(checks) == len(cases) else checks + [{"case": "?", "passed": False,
+                                                               "message": "missing outputs"}]
+
+
+def _finish(verdict: dict, ex: Exercise, run: sandbox.WorkerRun, checks: list, rows: list, target, info,
+            judged: dict, why_untrusted: str) -> dict:
+    """The verdict from the worker's runs: its checks against float64, then (correct, on a GPU) the judged
+    points: wrong in a timed call, killed, not credible, or correct with a trusted time."""
     gpu = info.available
-    verdict["seconds"] = round(run.seconds, 2)
+    verdict["seconds"] = round(run.seconds + sum(j.get("seconds", 0) for j in judged.values()), 2)
+    verdict["jail"] = run.jail or verdict["jail"]
     if run.status != "ok":
         message = run.message or "The worker stopped."
         if run.status == "crashed" and run.stderr_tail.strip():
             message += " Last lines it printed:\n" + "\n".join(run.stderr_tail.strip().splitlines()[-6:])
-        return verdict | {"status": run.status if run.status != "ok" else "error", "message": message}
-    outputs = run.outputs.get("outputs", [])
-    for args, out in zip(cases, outputs):
-        verdict["checks"].append({"case": case_label(args)} | compare(out, ex.reference(*args), ex.dtype))
-    correct = len(verdict["checks"]) == len(cases) and all(c["passed"] for c in verdict["checks"])
-    verdict["status"] = "correct" if correct else "wrong"
+        return verdict | {"status": run.status, "message": message, "freed_s": run.freed_s}
+    verdict["checks"] = checks
     verdict["device"] = run.result.get("device", "")
-    if not correct:
-        bad = next((c for c in verdict["checks"] if not c["passed"]), {"message": "missing outputs"})
-        verdict["message"] = describe_check(bad)
-        # the model (and our kernel) still say what to aim for; a wrong kernel's time is not shown
-        verdict["points"] = [{k: val for k, val in r.items() if not k.startswith("measured_")
-                              and k not in ("gap", "error_pct")} for r in rows] if gpu else point_rows(ex, target, {})
-        return verdict
-    verdict["message"] = "Correct on every check case (" + "; ".join(c["case"] for c in verdict["checks"]) + ")."
-    if gpu:
-        verdict["points"] = rows
-        if counters:
-            add_counters(verdict, ex, code, run, target, limits, on_wait, progress)
-    else:
+    if not all(c["passed"] for c in checks):
+        bad = next(c for c in checks if not c["passed"])
+        verdict["points"] = [{k: val for k, val in r.items() if k in _MODEL_KEYS} for r in rows] if gpu \
+            else point_rows(ex, target, {})
+        return verdict | {"status": "wrong", "message": describe_check(bad)}
+    message = "Correct on every check case (" + "; ".join(c["case"] for c in checks) + ")."
+    if not gpu:
         verdict["points"] = point_rows(ex, target, {})
         from labs.workbench import interpret  # what the kernel does, counted in the interpreter, and its model time
 
         interpret.attach(verdict, ex, code, target)
         verdict["notes"].append(f"Timing needs a GPU, and this machine has none. The check ran in Triton's interpreter "
                                 f"on small shapes. Beside the model for the {target.name} are our kernel and the "
-                                f"library as recorded on a real GPU. {counters_unavailable(False)}")
-        verdict["counters"] = {"status": "unavailable", "message": counters_unavailable(False)}
-    return verdict
+                                f"library as recorded on a real GPU.")
+        return verdict | {"status": "correct", "message": message, "measured_by": "not timed (no GPU)"}
+    verdict["points"] = rows
+    for label, got in judged.items():
+        if got["status"] == "wrong":
+            i, bad = next((i, c) for i, c in enumerate(got["checks"]) if not c.get("passed"))
+            return verdict | {"status": "wrong", "message": f"Wrong in timed call {i + 1} of {got.get('calls')} at "
+                                                           f"{label} (fresh inputs, checked here): "
+                                                           + describe_check({"case": label, **bad})}
+        if got["status"] == "failed":
+            status = "killed" if got.get("killed") else "not credible"
+            return verdict | {"status": status, "freed_s": got.get("freed_s"),
+                              "message": f"The trusted timing of {label} did not finish: {got['message']}"}
+    if why_untrusted:
+        verdict["notes"].append(f"Timing not verified: {why_untrusted} The times shown are self-timed by your own "
+                                "process, which your code could alter.")
+        beyond = [f"{r['point']}: {r['not_credible'][0]}" for r in rows if r.get("beyond_physics")]
+        if beyond:  # no verdict beyond physics, trusted or not
+            return verdict | {"status": "not credible", "measured_by": judge.SELF_TIMED,
+                              "message": message + " Its time is not credible: " + "; ".join(beyond) + "."}
+        return verdict | {"status": "correct", "message": message, "measured_by": judge.SELF_TIMED}
+    shared = next((tuple(j.get("shared") or ()) for j in judged.values()), ())
+    verdict["measured_by"] = judge.MEASURED_BY.format(calls=judge.CALLS) + judge.variant_words(shared)
+    reasons = [f"{r['point']}: {why}" for r in rows for why in r.get("not_credible", [])]
+    if reasons:
+        return verdict | {"status": "not credible", "message": message + " Its time is not credible: " +
+                          "; ".join(reasons) + "."}
+    return verdict | {"status": "correct", "credible": True, "message": message}
+
+
+_MODEL_KEYS = ("point", "bytes", "flops", "intensity_flop_per_byte", "predicted_ms", "predicted_tbps",
+               "predicted_tflops", "model", "ours_tbps", "ours_tflops", "ours_source", "library_tbps",
+               "library_tflops", "library_source", "library")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -429,8 +441,8 @@ def to_result(v: dict, source: str):
     info = gpu_mod.detect()
     meta = run_metadata("live" if v.get("gpu") else "model", info if info.available else None,
                          gpu_mod.live_target() or model_target())
-    meta |= {"sandbox": v.get("sandbox", []), "status": v.get("status"), "source_file": source,
-             "counters": v.get("counters", {}),
+    meta |= {"sandbox": v.get("sandbox", []), "jail": v.get("jail"), "measured_by": v.get("measured_by"),
+             "credible": v.get("credible"), "status": v.get("status"), "source_file": source,
              "checks": [{k: c.get(k) for k in ("case", "passed", "rel_error", "max_abs_error")} for c in v["checks"]]}
     rows = [{k: val for k, val in r.items() if k not in ("gap", "model")} for r in v.get("points", [])]
     messages = [v.get("message", "")] + [f"{r['point']}: {r['gap']}" for r in v.get("points", []) if r.get("gap")]
@@ -446,7 +458,8 @@ def summary_line(v: dict) -> str:
         you, ours = r.get(f"measured_{m}"), r.get(f"ours_{m}")
         ratio = f"{you / ours:5.2f}x ours" if you and ours else "    -    "
         dram = r.get("dram_bytes_ratio")
-        lines.append(f"{v['exercise']:10s} {v.get('status', ''):8s} {r.get('point', ''):24s} you {_f(you)} "
+        lines.append(f"{v['exercise']:10s} {v.get('status', ''):12s} {r.get('point', ''):24s} you {_f(you)} "
+                     f"({r.get('measured_by') or '-'}; self {_f(r.get(f'self_{m}')).strip()}) "
                      f"ours {_f(ours)} library {_f(r.get(f'library_{m}'))} model {_f(r.get(f'predicted_{m}'))} "
                      f"{v['unit']:7s} {ratio}" + (f"  DRAM bytes {dram:.2f}x model" if dram else ""))
     return "\n".join(lines)
