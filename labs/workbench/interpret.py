@@ -24,7 +24,6 @@ decide a verdict (the timing on a GPU does).
 from __future__ import annotations
 
 import os
-import shutil
 import threading
 from pathlib import Path
 from typing import Optional
@@ -52,20 +51,6 @@ def enabled() -> bool:
 # ---------------------------------------------------------------------------------------------
 # The count: one more sandboxed run, in the interpreter
 # ---------------------------------------------------------------------------------------------
-def _worker_in(work: Path) -> list:
-    """The sandbox's wrapper hook: put the counting worker in the run's folder and run it instead of the harness
-    (it reads its folder from the last argument, like the harness)."""
-    target = work / WORKER.name
-    shutil.copy(WORKER, target)
-    if os.geteuid() == 0:
-        owner = work.stat()
-        os.chown(target, owner.st_uid, owner.st_gid)
-    os.chmod(target, 0o600)
-    import sys
-
-    return [sys.executable, "-B", str(target)]
-
-
 def scale(launch: dict) -> dict:
     """One launch's sampled programs scaled up to its whole grid."""
     sampled = launch.get("sampled") or []
@@ -93,9 +78,9 @@ def count(ex: Exercise, code: str, limits: Optional[sandbox.Limits] = None, samp
     """{"status": "ok", "points": {label: summary}} or {"status": ..., "message": why not}."""
     job = {"entry": ex.entry, "gpu": False, "samples": samples, "mode": "interpret",
            "points": [{"label": p.label, "args": list(p.args)} for p in ex.points]}
-    limits = limits or sandbox.Limits(wall_s=240, cpu_s=240)
+    limits = limits or sandbox.Limits(compile_s=240, cpu_s=240)
     with _ONE_AT_A_TIME:  # a count holds the point's full-size inputs (768 MB for add): one such run at a time
-        run = sandbox.run_worker(code, job, {}, limits, False, wrapper=_worker_in)
+        run = sandbox.run_worker(code, job, {}, limits, False, worker=WORKER.name)
     if run.status != "ok":
         return {"status": run.status, "message": (run.message or "the interpreted run stopped").strip()}
     points = run.result.get("points") or []

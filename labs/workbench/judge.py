@@ -101,7 +101,7 @@ def reference(ex: Exercise, args: list, device: str) -> torch.Tensor:
 
 def check_outputs(ex: Exercise, calls: list, outputs, device: str) -> list[dict]:
     """Each timed call's output against the reference of its own inputs (labs.workbench.verdict.compare)."""
-    from labs.workbench.verdict import compare
+    from labs.workbench.checks import compare
 
     if not isinstance(outputs, list) or len(outputs) != len(calls):
         got = len(outputs) if isinstance(outputs, list) else "no"

@@ -34,7 +34,8 @@ from typing import Callable, Optional
 from labs.workbench import jail
 
 REPO = jail.REPO
-HARNESS_FILES = (Path(__file__).with_name("harness.py"), REPO / "labs" / "engine" / "timing.py")
+HARNESS_FILES = (Path(__file__).with_name("harness.py"), REPO / "labs" / "engine" / "timing.py",
+                 Path(__file__).with_name("interpret_worker.py"))  # the interpreter's counting worker (interpret.py)
 # runs' folders: not under /tmp, which the judge's profiler may have to share with the jail (judge.VARIANTS)
 _VAR_TMP = Path("/var/tmp")
 SANDBOX_BASE = Path(os.environ.get("ROOFLINE_SANDBOX_DIR") or
@@ -183,11 +184,11 @@ def _profiled(profiler: list, inner: list, shared: tuple = ()) -> list:
 
 
 def _command(work: Path, uid: int, limits: Limits, gpu: bool, profiler: Optional[list], extra: tuple = (),
-             shared: tuple = ()) -> list:
+             shared: tuple = (), worker: str = "harness.py") -> list:
     st = jail.status()
     if not st.jailed:  # the operator's opt-in: the worker runs as the app's user, with rlimits only
         return ["setpriv", "--pdeathsig", "KILL", "--"] + (profiler or []) + _rlimits(limits, gpu) + \
-            [sys.executable, "-B", "-s", str(work / "harness.py"), str(work)]
+            [sys.executable, "-B", "-s", str(work / worker), str(work)]
     mode = st.mode
     if profiler and (os.geteuid() != 0 or "uid" in shared):
         mode = "userns-uid"  # inside the profiler's user namespace only its root is mapped; or ncu has the uid
@@ -195,7 +196,7 @@ def _command(work: Path, uid: int, limits: Limits, gpu: bool, profiler: Optional
     inner = _rlimits(limits, gpu) + jail.prefix(mode, uid) + \
         jail.bwrap_args(work, gpu, jail.bwrap_uid(mode, uid), env, share_net=bool(profiler), extra=extra,
                         shared=shared) + \
-        [sys.executable, "-B", "-s", str(jail.INSIDE / "harness.py"), str(jail.INSIDE)]
+        [sys.executable, "-B", "-s", str(jail.INSIDE / worker), str(jail.INSIDE)]
     if profiler and "uid" in shared:  # ncu itself runs as the run's uid (the jail's own processes cannot see it)
         profiler = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--pdeathsig", "KILL", "--"] \
             + list(profiler)
@@ -359,7 +360,8 @@ def refused_run() -> Optional[WorkerRun]:
 def run_worker(code: str, job: dict, inputs: dict, limits: Limits, gpu: bool, keep_dir: bool = False,
                reuse: Optional[WorkerRun] = None, profiler: Optional[Callable[[Path], list]] = None,
                collect: tuple = (), files: Optional[dict] = None, outer_env: Optional[dict] = None,
-               jail_extra: tuple = (), shared: tuple = (), uid: Optional[int] = None) -> WorkerRun:
+               jail_extra: tuple = (), shared: tuple = (), uid: Optional[int] = None,
+               worker: str = "harness.py") -> WorkerRun:
     """Run `code` in a jailed worker. `inputs` (name -> tensor or list) are handed over in inputs.pt, and
     `files` ({name: object}) saved with torch.save; the worker writes result.json and its output tensors.
 
@@ -367,7 +369,8 @@ def run_worker(code: str, job: dict, inputs: dict, limits: Limits, gpu: bool, ke
     then stays, like with keep_dir, until discard(). profiler(work) -> argv of a profiler started *outside*
     the jail around it (ncu); outer_env: what the profiler's own environment adds (its HOME, TMPDIR: the
     jail sets its own). collect: names of text files in the run's folder read back into `files`.
-    jail_extra: more bwrap options (diagnostics); shared: the profiler's private namespaces the jail keeps."""
+    jail_extra: more bwrap options (diagnostics); shared: the profiler's private namespaces the jail keeps.
+    worker: the script the jail runs (harness.py; interpret_worker.py counts a kernel's loads and stores)."""
     import torch
 
     refused = refused_run()
@@ -389,7 +392,8 @@ def run_worker(code: str, job: dict, inputs: dict, limits: Limits, gpu: bool, ke
                 _own(f, uid)
                 os.chmod(f, 0o600)
         st = jail.status()
-        argv = _command(work, uid, limits, gpu, profiler(work) if profiler else None, tuple(jail_extra), tuple(shared))
+        argv = _command(work, uid, limits, gpu, profiler(work) if profiler else None, tuple(jail_extra), tuple(shared),
+                        worker)
         env = jail.environment(gpu) if st.jailed else _unjailed_env(work, gpu)
         if profiler:
             env.update(outer_env or {})

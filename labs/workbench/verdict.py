@@ -17,8 +17,6 @@ Every verdict says how it was measured (`measured_by`) and in which jail it ran 
 from __future__ import annotations
 
 import dataclasses
-import math
-import os
 import re
 from typing import Callable, Optional
 
@@ -29,6 +27,7 @@ from labs.engine import runner
 from labs.engine import gpu as gpu_mod
 from labs.engine.lab import noop_progress
 from labs.workbench import judge, sandbox
+from labs.workbench.checks import compare, describe_check  # noqa: F401  (the page and the CLI read them here)
 from labs.workbench.exercises import Exercise, Point, rate
 
 UNITS = {"tbps": "TB/s", "tflops": "TFLOP/s"}
@@ -53,46 +52,6 @@ def case_label(args) -> str:
         elif a is True:
             shapes.append("causal")
     return ", ".join(shapes)
-
-
-def compare(out, ref: torch.Tensor, dtype: str) -> dict:
-    """Relative and max error against float64, and the first element that is wrong (or the worst one)."""
-    tol = timing.TOLERANCE[dtype]
-    if not isinstance(out, torch.Tensor):
-        return {"passed": False, "message": "the function returned no tensor", "shape": list(ref.shape)}
-    if tuple(out.shape) != tuple(ref.shape):
-        return {"passed": False, "message": f"output shape {tuple(out.shape)}, expected {tuple(ref.shape)}",
-                "shape": list(ref.shape)}
-    out64, ref64 = out.detach().double(), ref.detach().double()
-    rel = timing.rel_error(out64, ref64)
-    diff = (out64 - ref64).abs()
-    finite = torch.isfinite(out64)
-    scale = ref64.abs().mean().item() or 1.0
-    wrong = ~finite | (diff > 10 * tol * (ref64.abs() + scale))  # far off for this dtype, element by element
-    result = {"passed": rel <= tol, "rel_error": rel, "tolerance": tol,
-              "max_abs_error": float(diff[finite].max()) if finite.any() else float("inf"),
-              "shape": list(ref.shape)}
-    if not result["passed"]:
-        flat = wrong.flatten().nonzero()
-        i = int(flat[0]) if len(flat) else int(torch.nan_to_num(diff, nan=math.inf).flatten().argmax())
-        index = [int(v) for v in torch.unravel_index(torch.tensor(i), tuple(ref.shape))]
-        result.update({"first_wrong_index": index, "got": float(out64.flatten()[i]),
-                       "expected": float(ref64.flatten()[i]),
-                       "wrong_elements": int(wrong.sum()), "elements": ref.numel()})
-    return result
-
-
-def describe_check(case: dict) -> str:
-    """One check case in plain sentences: "The 1003 case is wrong: ... at index 1000: got 0, expected 1.5." """
-    shape = case.get("case") or "x".join(map(str, case.get("shape", []))) or "?"
-    if case.get("passed"):
-        return f"{shape}: correct, relative error {case['rel_error']:.2g}, largest absolute error {case['max_abs_error']:.2g}."
-    if "first_wrong_index" not in case:
-        return f"The {shape} case is wrong: {case.get('message', 'no output')}."
-    index = ", ".join(map(str, case["first_wrong_index"]))  # [1000] -> 1000, [1, 2] -> 1, 2: never (1000,)
-    return (f"The {shape} case is wrong: its relative error {case['rel_error']:.3g} is above the tolerance "
-            f"{case['tolerance']:g}. The first wrong element is at index {index}: got {case['got']:.6g}, expected "
-            f"{case['expected']:.6g}. {case['wrong_elements']} of {case['elements']} elements are wrong.")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -356,7 +315,7 @@ def submit(ex: Exercise, code: str, progress: Callable[[float, str], None] = noo
                 rows = point_rows(ex, target, self_ms, judged)
         finally:
             sandbox.discard(run)
-    return _finish(verdict, ex, run, checks, rows, target, info, judged, why_untrusted)
+    return _finish(verdict, ex, run, checks, rows, target, info, judged, why_untrusted, code)
 
 
 def _checks(ex: Exercise, run: sandbox.WorkerRun, cases: list) -> list[dict]:
@@ -370,7 +329,7 @@ def _checks(ex: Exercise, run: sandbox.WorkerRun, cases: list) -> list[dict]:
 
 
 def _finish(verdict: dict, ex: Exercise, run: sandbox.WorkerRun, checks: list, rows: list, target, info,
-            judged: dict, why_untrusted: str) -> dict:
+            judged: dict, why_untrusted: str, code: str) -> dict:
     """The verdict from the worker's runs: its checks against float64, then (correct, on a GPU) the judged
     points: wrong in a timed call, killed, not credible, or correct with a trusted time."""
     gpu = info.available
