@@ -241,7 +241,11 @@ def test_sigkill_at_random_moments_loses_nothing_acknowledged(url, monkeypatch):
         deadline = time.time() + 60
         while "ready\n" not in lines and time.time() < deadline and proc.poll() is None:
             time.sleep(0.01)
-        time.sleep(rng.uniform(0.0, 0.25))  # a random moment of the writing loop
+        # a random moment of the writing loop, after its first acknowledged write (on a loaded CI machine the
+        # writer's start can take longer than the random delay: every kill must still land mid-loop)
+        while not any(line.startswith("ack ") for line in lines) and time.time() < deadline and proc.poll() is None:
+            time.sleep(0.01)
+        time.sleep(rng.uniform(0.0, 0.25))
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         reader.join(5)

@@ -329,7 +329,7 @@ def _checks(ex: Exercise, run: sandbox.WorkerRun, cases: list) -> list[dict]:
 
 
 def _finish(verdict: dict, ex: Exercise, run: sandbox.WorkerRun, checks: list, rows: list, target, info,
-            judged: dict, why_untrusted: str, code: str) -> dict:
+            judged: dict, why_untrusted: str, code: str = "") -> dict:
     """The verdict from the worker's runs: its checks against float64, then (correct, on a GPU) the judged
     points: wrong in a timed call, killed, not credible, or correct with a trusted time."""
     gpu = info.available
