@@ -173,6 +173,22 @@ def cmd_workbench(args) -> int:
     return 0 if verdict.get("status") == "correct" else 1
 
 
+def add_class_parser(sub) -> None:
+    """`class ...` (labs/classroom): where the class store's libraries (SQLAlchemy) are missing, every other
+    command still works and `class` says what to install."""
+    try:
+        from labs.classroom import cli as class_cli
+    except ImportError as exc:
+        missing = sub.add_parser("class", help="the class store (needs SQLAlchemy: pip install -r requirements.txt)")
+        missing.add_argument("rest", nargs="*")
+
+        def refuse(_args, reason=str(exc)):
+            raise params_mod.ParamError(f"The class store needs its libraries ({reason}): pip install -r requirements.txt")
+        missing.set_defaults(func=refuse)
+        return
+    class_cli.add_parser(sub)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m labs", description="Roofline's labs from the command line.")
     parser.add_argument("--cluster", metavar="ADDRESS",
@@ -216,9 +232,7 @@ def main(argv=None) -> int:
     wb.add_argument("--class", dest="class_code", metavar="CODE", help="the class code: keep the run in the class store")
     wb.add_argument("--key", default="", help="your learner key (else kept from your first run, or ROOFLINE_LEARNER_KEY)")
     wb.set_defaults(func=cmd_workbench)
-    from labs.classroom import cli as class_cli
-
-    class_cli.add_parser(sub)
+    add_class_parser(sub)
     args = parser.parse_args(argv)
     if args.cluster:
         os.environ["ROOFLINE_CLUSTER"] = args.cluster
