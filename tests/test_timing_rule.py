@@ -83,3 +83,19 @@ def test_a_timer_of_its_own_hands_its_samples_to_the_rule():
 
     rows, _, _ = local._measure_rows(_lab(measure), Knobs(sizes=(1,)), None, lambda f, m: None, 60)
     assert rows[0]["repeats"] == 5 and 0 < rows[0]["spread_pct"] < timing.STEADY_PCT
+
+
+def test_charts_draw_each_measured_points_spread_as_error_bars():
+    import plotly.graph_objects as go
+
+    from ui import charts
+
+    rows = [{"n": 1, "measured_ms": 2.0, "predicted_ms": 2.1, "spread_pct": 10.0, "unsteady": False},
+            {"n": 2, "measured_ms": 4.0, "predicted_ms": 3.9, "spread_pct": 30.0, "unsteady": True}]
+    fig = go.Figure()
+    charts.add_series(fig, rows, "n", "measured_ms", "measured", {})
+    bars = fig.data[0].error_y
+    assert list(bars.array) == [pytest.approx(0.1), pytest.approx(0.6)] and bars.visible
+    assert "unsteady" in fig.data[0].hovertemplate
+    charts.add_series(fig, rows, "n", "predicted_ms", "model", {})  # the model has no spread: no bars
+    assert fig.data[1].error_y.array is None

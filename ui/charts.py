@@ -64,12 +64,23 @@ def add_series(fig: go.Figure, rows: list, x: str, y: str, name: str, style: dic
     rows = [r for r in rows if r.get(x) is not None and r.get(y) is not None]
     if not rows:
         return
+    measured = y.startswith("measured_") and any(r.get("spread_pct") is not None for r in rows)
+    if measured:  # the timing rule's spread on every measured point (labs/engine/timing.py)
+        hover = tuple(hover) + tuple(h for h in ("spread_pct", "unsteady") if h not in hover)
     custom = [[r.get(h) for h in hover] for r in rows]
     template = "<br>".join(f"{h}: %{{customdata[{i}]:.4g}}" if isinstance(rows[0].get(h), (int, float))
-                           else f"{h}: %{{customdata[{i}]}}" for i, h in enumerate(hover))
+                           and not isinstance(rows[0].get(h), bool) else f"{h}: %{{customdata[{i}]}}"
+                           for i, h in enumerate(hover))
+    extra = dict(error_y=spread_bars(rows, y)) if measured else {}
     fig.add_trace(go.Scatter(x=[r[x] for r in rows], y=[r[y] for r in rows], name=name, customdata=custom,
                              hovertemplate=f"{x}: %{{x:.4g}}<br>{y}: %{{y:.4g}}<br>{template}<extra>{name}</extra>",
-                             **style))
+                             **style, **extra))
+
+
+def spread_bars(rows: list, y: str) -> dict:
+    """Error bars from each point's spread (p10 to p90 of its repeats, in % of its median): half above, half below."""
+    half = [abs(r[y]) * (r.get("spread_pct") or 0.0) / 200 for r in rows]
+    return dict(type="data", array=half, visible=True, thickness=1, width=3)
 
 
 def error_figure(rows: list, x: str, group: str, band_pct: float, log_x: bool = False, title: str = "") -> go.Figure:

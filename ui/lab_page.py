@@ -128,15 +128,20 @@ class LabPage:
 
     def lesson(self, expanded: bool = False) -> None:
         """'What you will learn' in full, the rest of the lesson in an expander. Sections whose heading
-        starts with 'Near' or 'Why' are left for the page to show beside its charts (`section`)."""
+        starts with 'Near' or 'Why' are left for the page to show beside its charts (`section`); 'Behind the
+        model' (why the model misses, and what else was measured) follows in an expander of its own, collapsed."""
         sections = text.split_sections(text.lesson(self.lab.name, self.numbers()))
         learn = sections.pop("What you will learn", "")
+        behind = sections.pop("Behind the model", "")
         if learn:
             st.markdown("**What you will learn**\n\n" + learn)
         body = "\n\n".join((f"### {title}\n{content}" if title else content) for title, content in sections.items()
                            if content and not title.startswith(("Near", "Why")))
         with st.expander("Lesson: the idea, the experiment, what to try, questions", expanded=expanded):
             st.markdown(body)
+        if behind:
+            with st.expander("Behind the model", expanded=False):
+                st.markdown(behind)
         self.term_links()
 
     def section(self, title: str) -> str:
@@ -287,6 +292,9 @@ class LabPage:
             return
         st.subheader(title)
         st.caption(f"{result.label}. error_pct = 100 x (measured - predicted) / predicted.")
+        steadiness = result.steadiness()  # the timing rule's repeats and spread (labs/engine/timing.py)
+        if steadiness:
+            (st.warning if result.unsteady_rows() else st.caption)(steadiness)
         tables.show(result.rows, width="stretch")
         c1, c2 = st.columns(2)
         name = f"roofline-{self.lab.name}-{result.kind}"
