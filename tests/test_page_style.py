@@ -35,7 +35,7 @@ def test_each_legend_names_each_thing_once(rendered, page):
         names = legend_names(spec)
         title = (spec["layout"].get("title") or {}).get("text", "")
         assert len(names) == len(set(names)), f"{page}, {title}: repeated legend entries {names}"
-        assert len(names) <= 14, f"{page}, {title}: {len(names)} legend entries"
+        assert len(names) <= 12, f"{page}, {title}: {len(names)} legend entries"
 
 
 @pytest.mark.parametrize("page", PAGES)

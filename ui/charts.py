@@ -141,6 +141,7 @@ AXIS_WORDS = {"intensity_flop_per_byte": "arithmetic intensity (FLOP/byte)", "n"
 _UNITS = {"ms": "ms", "us": "µs", "tbps": "TB/s", "gbps": "GB/s", "tflops": "TFLOP/s", "bytes": "bytes", "pct": "%",
           "mib": "MiB", "gb": "GB"}
 _RECORDED = re.compile(r"^(?P<gpu>.+?), (?P<date>\d{4}-\d{2}-\d{2}), (?P<kind>[a-z]+)(?:[,:] (?P<impl>.+))?$")
+_RECORDED_LAST = re.compile(r"^(?P<impl>[^,]+), (?P<gpu>.+?), (?P<date>\d{4}-\d{2}-\d{2}), (?P<kind>[a-z]+)$")
 _LIVE = re.compile(r"^measured(?: now)?(?:[,:] | (?=\S))(?P<impl>.+)$")
 _MODEL = re.compile(r"^model(?:[,:] (?P<impl>.+))?$")
 
@@ -163,9 +164,10 @@ def trace_source(name: str):
     'measured, ours' -> ('this GPU', 'ours'); 'H100 80GB HBM3, 2026-11-21, recorded, ours' -> ('H100 80GB HBM3',
     'ours'). (None, name) for any other name."""
     name = name or ""
-    m = _RECORDED.match(name)
+    first, last = _RECORDED.match(name), _RECORDED_LAST.match(name)  # "<run>, impl" or "impl, <run>"
+    m = first if first and first.group("impl") else last or first
     if m:
-        return m.group("gpu"), m.group("impl") or ""
+        return ("this GPU" if m.group("kind") == "live" else m.group("gpu")), m.group("impl") or ""
     if name in ("measured", "measured now"):
         return "this GPU", ""
     m = _LIVE.match(name)
@@ -208,21 +210,22 @@ def _decades(fig: go.Figure, name: str) -> None:
         layout_axis.update(exponentformat="none" if low >= 1e-3 and high < 1e5 else "SI")
 
 
-def _factor_legend(fig: go.Figure) -> None:
+def _factor_legend(fig: go.Figure) -> bool:
     """Traces named 'a, b' whose marker symbol follows a and colour follows b (cuBLAS and Triton by symbol, N's
     divisibility by colour): one legend entry per a (its symbol, grey) and one per b (its colour)."""
     named = [t for t in fig.data if isinstance(t, go.Scatter) and t.showlegend is not False and t.name
-             and ", " in t.name and isinstance(t.marker.color, str) and t.marker.symbol]
+             and ", " in t.name and isinstance(t.marker.color, str) and t.marker.symbol
+             and trace_source(t.name)[0] is None and any(v is not None for v in (t.x or ()))]
     if len(named) < 4:
-        return
+        return False
     pairs = [(t, *t.name.split(", ", 1)) for t in named]
     symbol, colour = {}, {}
     for t, a, b in pairs:
         if symbol.setdefault(a, t.marker.symbol) != t.marker.symbol or colour.setdefault(b, t.marker.color) != \
                 t.marker.color:
-            return  # not a product of two encodings
+            return False  # not a product of two encodings
     if len(symbol) < 2 or len(colour) < 2:
-        return
+        return False
     for t, a, b in pairs:
         t.update(showlegend=False, legendgroup=b)
     for b, c in colour.items():
@@ -231,6 +234,7 @@ def _factor_legend(fig: go.Figure) -> None:
     for a, sym in symbol.items():
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=a, legendgroup=f"symbol: {a}",
                                  marker=dict(color="#555555", size=10, symbol=sym)))
+    return True
 
 
 def _sources(fig: go.Figure) -> None:
@@ -353,8 +357,8 @@ def _place_labels(fig: go.Figure) -> None:
 
 def house_style(fig: go.Figure) -> go.Figure:
     """The one chart style, applied in place (and returned)."""
-    _sources(fig)
-    _factor_legend(fig)
+    if not _factor_legend(fig):  # a chart that spends colour and marker on two other things keeps them
+        _sources(fig)
     _one_entry_per_name(fig)
     for name in [k for k in fig.layout.to_plotly_json() if re.match(r"^[xy]axis\d*$", k)] or ["xaxis", "yaxis"]:
         layout_axis = fig.layout[name]
