@@ -65,11 +65,11 @@ def add_series(fig: go.Figure, rows: list, x: str, y: str, name: str, style: dic
     if not rows:
         return
     custom = [[r.get(h) for h in hover] for r in rows]
-    template = "<br>".join(f"{h}: %{{customdata[{i}]:.4g}}" if isinstance(rows[0].get(h), (int, float))
-                           else f"{h}: %{{customdata[{i}]}}" for i, h in enumerate(hover))
+    template = "<br>".join(f"{axis_words(h)}: %{{customdata[{i}]:.4g}}" if isinstance(rows[0].get(h), (int, float))
+                           else f"{axis_words(h)}: %{{customdata[{i}]}}" for i, h in enumerate(hover))
     fig.add_trace(go.Scatter(x=[r[x] for r in rows], y=[r[y] for r in rows], name=name, customdata=custom,
-                             hovertemplate=f"{x}: %{{x:.4g}}<br>{y}: %{{y:.4g}}<br>{template}<extra>{name}</extra>",
-                             **style))
+                             hovertemplate=f"{axis_words(x)}: %{{x:.4g}}<br>{axis_words(y)}: %{{y:.4g}}<br>{template}"
+                                           f"<extra>{name}</extra>", **style))
 
 
 def error_figure(rows: list, x: str, group: str, band_pct: float, log_x: bool = False, title: str = "") -> go.Figure:
