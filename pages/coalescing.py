@@ -5,7 +5,7 @@ import streamlit as st
 
 from labs.coalescing import LAB
 from labs.coalescing.model import GRANULE_BYTES, ladder_gains
-from ui import charts
+from ui import charts, tables
 from ui.lab_page import LabPage, recorded_caption
 
 GRANULE = GRANULE_BYTES
@@ -104,7 +104,7 @@ if "transpose" in params.experiments:
     if shown is not None:
         gains = ladder_gains(shown.rows)
         if gains:
-            st.dataframe(gains, hide_index=True, width="stretch")
+            tables.show(gains, width="stretch")
             st.caption(f"{shown.label}: each rung's bandwidth, its gain over the rung below, and its share of "
                        "copy bandwidth.")
     st.markdown(page.section("Why padding one column helps"))

@@ -5,7 +5,7 @@ import streamlit as st
 from labs.collectives import LAB
 from labs.collectives.measure import world_size
 from labs.collectives.model import link_for
-from ui import charts
+from ui import charts, tables
 from ui.lab_page import LabPage, recorded_caption
 
 page = LabPage(LAB)
@@ -62,8 +62,8 @@ if result is not None:
     probes = [r for r in result.rows if r["experiment"] in ("peer_copy", "nccl_p2p", "collective_gpu")]
     if probes:
         st.markdown("**The model's terms, measured in the same run**")
-        st.dataframe([{k: r.get(k) for k in ("experiment", "op", "size_bytes", "measured_ms", "measured_gbps",
-                                             "of_datasheet_pct")} for r in probes], hide_index=True)
+        tables.show([{k: r.get(k) for k in ("experiment", "op", "size_bytes", "measured_ms", "measured_gbps",
+                                            "of_datasheet_pct")} for r in probes])
     st.markdown(page.section("Why the model misses"))
 if recorded:
     st.caption(recorded_caption(recorded))

@@ -7,7 +7,7 @@ import streamlit as st
 from labs.engine import gpu
 from labs.divergence import LAB
 from labs.divergence.kernels import cuda_unavailable_reason
-from ui import charts
+from ui import charts, tables
 from ui.lab_page import LabPage, recorded_caption
 
 page = LabPage(LAB)
@@ -85,8 +85,8 @@ if "data-dependent" in params.experiments:
     st.caption(f"Branch efficiency (useful / issued lane-trips) and the speed-up from sorting, {source.label}: "
                "predicted from the distribution of k, counted from the actual k values and their warps, "
                "measured from the time.")
-    st.dataframe([{c: r.get(c) for c in columns} for r in charts.rows_where(source.rows, experiment="data-dependent")],
-                 hide_index=True, width="stretch")
+    tables.show([{c: r.get(c) for c in columns} for r in charts.rows_where(source.rows, experiment="data-dependent")],
+                width="stretch")
     st.markdown(page.section("Why sorting wins it back"))
 
 if recorded:

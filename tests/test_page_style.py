@@ -35,7 +35,7 @@ def test_each_legend_names_each_thing_once(rendered, page):
         names = legend_names(spec)
         title = (spec["layout"].get("title") or {}).get("text", "")
         assert len(names) == len(set(names)), f"{page}, {title}: repeated legend entries {names}"
-        assert len(names) <= 14, f"{page}, {title}: {len(names)} legend entries"
+        assert len(names) <= 12, f"{page}, {title}: {len(names)} legend entries"
 
 
 @pytest.mark.parametrize("page", PAGES)
@@ -111,10 +111,12 @@ def _displayed(table) -> list:
     return [str(v) for v in frame.to_numpy().ravel()]
 
 
-@pytest.mark.parametrize("page", ["pages/roofline.py", "pages/attention.py", "pages/gpu.py", "pages/inference.py"])
+@pytest.mark.parametrize("page", [p for p in PAGES if p not in ("pages/home.py", "pages/glossary.py")])
 def test_tables_show_a_dash_for_an_empty_cell(rendered, page):
     shown = [cell for table in rendered[page].dataframe for cell in _displayed(table)]
     assert shown and not {"None", "nan", "NaN", "<NA>"} & set(shown), page
+    for table in rendered[page].dataframe:  # the browser draws a missing value as "None", whatever the styler says
+        assert not table.value.isna().any().any(), (page, table.value.columns[table.value.isna().any()].tolist())
     from ui import tables
 
     assert tables.cell(None) == "-" and tables.cell(float("nan")) == "-" and tables.cell(805306368.0) == "805306368"

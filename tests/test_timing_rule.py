@@ -96,6 +96,6 @@ def test_charts_draw_each_measured_points_spread_as_error_bars():
     charts.add_series(fig, rows, "n", "measured_ms", "measured", {})
     bars = fig.data[0].error_y
     assert list(bars.array) == [pytest.approx(0.1), pytest.approx(0.6)] and bars.visible
-    assert "unsteady" in fig.data[0].hovertemplate
+    assert "unsteady" in fig.data[0].hovertemplate and "spread" in fig.data[0].hovertemplate
     charts.add_series(fig, rows, "n", "predicted_ms", "model", {})  # the model has no spread: no bars
     assert fig.data[1].error_y.array is None

@@ -68,13 +68,13 @@ def add_series(fig: go.Figure, rows: list, x: str, y: str, name: str, style: dic
     if measured:  # the timing rule's spread on every measured point (labs/engine/timing.py)
         hover = tuple(hover) + tuple(h for h in ("spread_pct", "unsteady") if h not in hover)
     custom = [[r.get(h) for h in hover] for r in rows]
-    template = "<br>".join(f"{h}: %{{customdata[{i}]:.4g}}" if isinstance(rows[0].get(h), (int, float))
-                           and not isinstance(rows[0].get(h), bool) else f"{h}: %{{customdata[{i}]}}"
+    template = "<br>".join(f"{axis_words(h)}: %{{customdata[{i}]:.4g}}" if isinstance(rows[0].get(h), (int, float))
+                           and not isinstance(rows[0].get(h), bool) else f"{axis_words(h)}: %{{customdata[{i}]}}"
                            for i, h in enumerate(hover))
     extra = dict(error_y=spread_bars(rows, y)) if measured else {}
     fig.add_trace(go.Scatter(x=[r[x] for r in rows], y=[r[y] for r in rows], name=name, customdata=custom,
-                             hovertemplate=f"{x}: %{{x:.4g}}<br>{y}: %{{y:.4g}}<br>{template}<extra>{name}</extra>",
-                             **style, **extra))
+                             hovertemplate=f"{axis_words(x)}: %{{x:.4g}}<br>{axis_words(y)}: %{{y:.4g}}<br>{template}"
+                                           f"<extra>{name}</extra>", **style, **extra))
 
 
 def spread_bars(rows: list, y: str) -> dict:
@@ -152,6 +152,7 @@ AXIS_WORDS = {"intensity_flop_per_byte": "arithmetic intensity (FLOP/byte)", "n"
 _UNITS = {"ms": "ms", "us": "µs", "tbps": "TB/s", "gbps": "GB/s", "tflops": "TFLOP/s", "bytes": "bytes", "pct": "%",
           "mib": "MiB", "gb": "GB"}
 _RECORDED = re.compile(r"^(?P<gpu>.+?), (?P<date>\d{4}-\d{2}-\d{2}), (?P<kind>[a-z]+)(?:[,:] (?P<impl>.+))?$")
+_RECORDED_LAST = re.compile(r"^(?P<impl>[^,]+), (?P<gpu>.+?), (?P<date>\d{4}-\d{2}-\d{2}), (?P<kind>[a-z]+)$")
 _LIVE = re.compile(r"^measured(?: now)?(?:[,:] | (?=\S))(?P<impl>.+)$")
 _MODEL = re.compile(r"^model(?:[,:] (?P<impl>.+))?$")
 
@@ -174,9 +175,10 @@ def trace_source(name: str):
     'measured, ours' -> ('this GPU', 'ours'); 'H100 80GB HBM3, 2026-11-21, recorded, ours' -> ('H100 80GB HBM3',
     'ours'). (None, name) for any other name."""
     name = name or ""
-    m = _RECORDED.match(name)
+    first, last = _RECORDED.match(name), _RECORDED_LAST.match(name)  # "<run>, impl" or "impl, <run>"
+    m = first if first and first.group("impl") else last or first
     if m:
-        return m.group("gpu"), m.group("impl") or ""
+        return ("this GPU" if m.group("kind") == "live" else m.group("gpu")), m.group("impl") or ""
     if name in ("measured", "measured now"):
         return "this GPU", ""
     m = _LIVE.match(name)
@@ -219,21 +221,22 @@ def _decades(fig: go.Figure, name: str) -> None:
         layout_axis.update(exponentformat="none" if low >= 1e-3 and high < 1e5 else "SI")
 
 
-def _factor_legend(fig: go.Figure) -> None:
+def _factor_legend(fig: go.Figure) -> bool:
     """Traces named 'a, b' whose marker symbol follows a and colour follows b (cuBLAS and Triton by symbol, N's
     divisibility by colour): one legend entry per a (its symbol, grey) and one per b (its colour)."""
     named = [t for t in fig.data if isinstance(t, go.Scatter) and t.showlegend is not False and t.name
-             and ", " in t.name and isinstance(t.marker.color, str) and t.marker.symbol]
+             and ", " in t.name and isinstance(t.marker.color, str) and t.marker.symbol
+             and trace_source(t.name)[0] is None and any(v is not None for v in (t.x or ()))]
     if len(named) < 4:
-        return
+        return False
     pairs = [(t, *t.name.split(", ", 1)) for t in named]
     symbol, colour = {}, {}
     for t, a, b in pairs:
         if symbol.setdefault(a, t.marker.symbol) != t.marker.symbol or colour.setdefault(b, t.marker.color) != \
                 t.marker.color:
-            return  # not a product of two encodings
+            return False  # not a product of two encodings
     if len(symbol) < 2 or len(colour) < 2:
-        return
+        return False
     for t, a, b in pairs:
         t.update(showlegend=False, legendgroup=b)
     for b, c in colour.items():
@@ -242,6 +245,7 @@ def _factor_legend(fig: go.Figure) -> None:
     for a, sym in symbol.items():
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=a, legendgroup=f"symbol: {a}",
                                  marker=dict(color="#555555", size=10, symbol=sym)))
+    return True
 
 
 def _sources(fig: go.Figure) -> None:
@@ -294,44 +298,78 @@ def _one_entry_per_name(fig: go.Figure) -> None:
         t.update(legendgroup=t.legendgroup or t.name)
 
 
-def _axis_position(fig: go.Figure, axis: str, value: float):
-    """Where `value` sits along an axis, 0 (start) to 1 (end), from the data drawn (None if unknown)."""
-    layout_axis = getattr(fig.layout, f"{axis}axis")
-    log = layout_axis.type == "log"
-    values = [v for t in fig.data for v in (_positive(getattr(t, axis, None)) if log else
-                                            [v for v in (getattr(t, axis, None) or ())
-                                             if isinstance(v, (int, float)) and v == v])]
+PLOT_PX = (800, 330)  # about the plot area of a full-width chart on a 1366 px screen: width, height
+
+
+def _span(fig: go.Figure, axis: str):
+    """(to_axis, low, high): how a value maps onto the axis (log10 on a log axis) and the range the data spans."""
+    log = getattr(fig.layout, f"{axis}axis").type == "log"
+    values = [v for t in fig.data if (getattr(t, f"{axis}axis", None) or axis) == axis
+              for v in (_positive(getattr(t, axis, None)) if log else
+                        [v for v in (getattr(t, axis, None) or ()) if isinstance(v, (int, float)) and v == v])]
     if not values:
         return None
-    f = (lambda v: math.log10(v)) if log else (lambda v: v)
-    low, high = f(min(values)), f(max(values))
-    return 0.5 if high == low else (value - low) / (high - low)
+    f = math.log10 if log else (lambda v: v)
+    return f, f(min(values)), f(max(values))
 
 
-def _labels_inside(fig: go.Figure) -> None:
-    """Labels of reference lines on the side away from the nearer edge, so that none runs off the plot: a vertical
-    line's label to its right in the left half, to its left in the right half; a horizontal line's label below it
-    near the top."""
-    for a in fig.layout.annotations:
-        if a.showarrow is not False:
+def _markers(fig: go.Figure, xs, ys) -> list:
+    """(x, y) of every marker drawn, each 0 to 1 across the data's range."""
+    (fx, x0, x1), (fy, y0, y1) = xs, ys
+    out = []
+    for t in fig.data:
+        if not isinstance(t, go.Scatter) or (t.mode and "markers" not in t.mode) or t.x is None or t.y is None:
             continue
-        if a.xref == "x" and a.yref in ("y domain", "paper"):  # a vertical line's label, at its x
-            where = _axis_position(fig, "x", a.x)
-            if where is not None:
-                a.update(xanchor="left" if where < 0.5 else "right")
-        elif a.xref in ("x domain", "paper") and a.yref == "y":  # a horizontal line's label, at its y
-            where = _axis_position(fig, "y", a.y)
-            if where is not None and where > 0.85:
-                a.update(yanchor="top")
+        for x, y in zip(t.x, t.y):
+            if isinstance(x, (int, float)) and isinstance(y, (int, float)) and x == x and y == y:
+                if (fx is math.log10 and x <= 0) or (fy is math.log10 and y <= 0):
+                    continue
+                out.append(((fx(x) - x0) / ((x1 - x0) or 1), (fy(y) - y0) / ((y1 - y0) or 1)))
+    return out
+
+
+def _place_labels(fig: go.Figure) -> None:
+    """Each reference line's label where it covers the fewest markers and other labels, inside the plot: a horizontal
+    line's at its left or right end, above or below it; a vertical line's at the top or bottom, left or right of it."""
+    xs, ys = _span(fig, "x"), _span(fig, "y")
+    points = _markers(fig, xs, ys) if xs and ys else []
+    placed = []
+
+    def cost(box) -> float:
+        (bx0, bx1), (by0, by1) = box
+        out = max(0.0, -bx0) + max(0.0, bx1 - 1) + max(0.0, -by0) + max(0.0, by1 - 1)
+        hits = sum(bx0 - 0.01 <= px <= bx1 + 0.01 and by0 - 0.02 <= py <= by1 + 0.02 for px, py in points)
+        crowd = sum(min(bx1, qx1) > max(bx0, qx0) and min(by1, qy1) > max(by0, qy0)
+                    for (qx0, qx1), (qy0, qy1) in placed)
+        return 1000 * out + 100 * crowd + hits
+
+    for a in fig.layout.annotations:
+        if a.showarrow is not False or not a.text:
+            continue
+        w, h = (7 * len(a.text) + 10) / PLOT_PX[0], 24 / PLOT_PX[1]
+        if a.xref == "x" and a.yref in ("y domain", "paper") and xs:  # a vertical line's label, at its x
+            xn = (a.x - xs[1]) / ((xs[2] - xs[1]) or 1)
+            options = [dict(y=y, yanchor=ya, xanchor=xa) for y, ya in ((a.y, a.yanchor), (1, "top"), (0, "bottom"))
+                       for xa in ("left", "right")]
+            box = lambda o: ((xn, xn + w) if o["xanchor"] == "left" else (xn - w, xn),  # noqa: E731
+                             (1 - h, 1) if o["y"] == 1 else (0, h))
+        elif a.xref in ("x domain", "paper") and a.yref == "y" and ys:  # a horizontal line's label, at its y
+            yn = (a.y - ys[1]) / ((ys[2] - ys[1]) or 1)
+            options = [dict(x=x, xanchor=xa, yanchor=ya) for x, xa in ((1, "right"), (0, "left"))
+                       for ya in ("bottom", "top")]
+            box = lambda o: ((1 - w, 1) if o["x"] == 1 else (0, w),  # noqa: E731
+                             (yn, yn + h) if o["yanchor"] == "bottom" else (yn - h, yn))
         else:
             continue
-        a.update(bgcolor="rgba(255,255,255,0.75)")  # legible over the grid and the points behind it
+        best = min(options, key=lambda o: cost(box(o)))  # ties keep the first: the page's own choice
+        a.update(**best, bgcolor="rgba(255,255,255,0.75)")  # legible over the grid behind it
+        placed.append(box(best))
 
 
 def house_style(fig: go.Figure) -> go.Figure:
     """The one chart style, applied in place (and returned)."""
-    _sources(fig)
-    _factor_legend(fig)
+    if not _factor_legend(fig):  # a chart that spends colour and marker on two other things keeps them
+        _sources(fig)
     _one_entry_per_name(fig)
     for name in [k for k in fig.layout.to_plotly_json() if re.match(r"^[xy]axis\d*$", k)] or ["xaxis", "yaxis"]:
         layout_axis = fig.layout[name]
@@ -339,7 +377,7 @@ def house_style(fig: go.Figure) -> go.Figure:
         if title:
             layout_axis.title.text = axis_words(title)
         _decades(fig, name)
-    _labels_inside(fig)
+    _place_labels(fig)
     return fig
 
 

@@ -2,7 +2,8 @@
 
     tables.show(rows, **st.dataframe options)      rows: a list of dicts (or a DataFrame)
 
-The numbers stay numbers underneath (a column still sorts by value); only what is displayed is formatted.
+A column without an empty cell keeps its numbers underneath (it still sorts by value); only what is displayed is
+formatted.
 """
 
 from __future__ import annotations
@@ -31,7 +32,12 @@ def cell(value) -> str:
 
 
 def styled(rows):
-    frame = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(list(rows))
+    """The table to draw. A column with an empty cell is drawn as text (Streamlit draws a missing value as a
+    grey "None" whatever the styler says); a full column stays numeric, formatted by the styler."""
+    frame = (rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(list(rows))).copy()
+    for column in frame.columns:
+        if frame[column].isna().any():
+            frame[column] = [cell(v) for v in frame[column]]
     return frame.style.format(cell, na_rep=EMPTY)
 
 
