@@ -172,7 +172,6 @@ if shown is not None:
             r["pass, mask"] = f"{r['mode']}, {'causal' if r['causal'] else 'full'}"
         charts.show(charts.error_figure(mine, "seq_len", "pass, mask", 25, log_x=True,
                                            title=f"Model error of our kernels, {shown.label}"), width="stretch")
-st.markdown(page.section("Why the model misses"))
 if recorded:
     st.caption(recorded_caption(recorded))
 page.table_and_downloads(live or model)

@@ -64,7 +64,6 @@ if result is not None:
         st.markdown("**The model's terms, measured in the same run**")
         tables.show([{k: r.get(k) for k in ("experiment", "op", "size_bytes", "measured_ms", "measured_gbps",
                                             "of_datasheet_pct")} for r in probes])
-    st.markdown(page.section("Why the model misses"))
 if recorded:
     st.caption(recorded_caption(recorded))
 page.table_and_downloads(live or model)

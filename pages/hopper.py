@@ -53,7 +53,6 @@ if shown is not None:
     rows = [r for r in shown.rows if r.get("error_pct") is not None and r["step"] != "cuBLAS"]
     charts.show(charts.error_figure(rows, "step", "n", 15, title=f"Model error by step, {shown.label}"),
                     width="stretch")
-st.markdown(page.section("Why the model misses"))
 
 # --- what the tile order changes: bytes from the L2 against bytes from DRAM -----------------------
 st.subheader("Tile order: bytes asked of the L2, bytes fetched from DRAM")

@@ -64,7 +64,6 @@ if shown is not None:
     if misses:
         st.markdown(f"**Points off by more than {mm.MISS_BAND_PCT:.0f} %**, and why:")
         st.dataframe(misses, hide_index=True, width="stretch")
-    st.markdown(page.section("Why the model misses"))
 
 # --- tile-count explorer (no GPU needed) -----------------------------------------------------------
 st.header("Tile-count explorer")

@@ -95,7 +95,6 @@ def lab():
                                              "error_pct", "measured_state_bytes", "predicted_state_bytes",
                                              "measured_activation_bytes", "predicted_activation_bytes", "peak_phase")}
                       for r in shown.rows if r.get("measured_peak_bytes")], hide_index=True)
-        st.markdown(page.section("Why the model misses"))
     if recorded:
         st.caption(recorded_caption(recorded))
     page.table_and_downloads(live or model)

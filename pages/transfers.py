@@ -67,7 +67,6 @@ if shown is not None:
     if rows:
         charts.show(charts.error_figure(rows, "size_bytes", "series", 20, log_x=True,
                                             title=f"Model error, {shown.label}"), width="stretch")
-    st.markdown(page.section("Why the model misses"))
 if recorded:
     st.caption(recorded_caption(recorded))
 page.table_and_downloads(live or model)
