@@ -288,7 +288,7 @@ MISS_BAND_PCT = 15.0
 
 def explain_misses(rows: list, band_pct: float = MISS_BAND_PCT) -> list[dict]:
     """Triton points where measurement and model differ by more than band_pct, each with the reason
-    the lesson's "Why the model misses" gives for its kind of point."""
+    the lesson's "Behind the model" gives for its kind of point."""
     out = []
     for r in rows:
         err = r.get("error_pct")
