@@ -256,7 +256,7 @@ def test_panel_shows_recorded_counts_without_a_gpu():
     at.run()
     assert time.perf_counter() - started < 1.0 and not at.exception
     if not gpu.detect().available:
-        assert any("Live counting is off" in i.value for i in at.info)
+        assert any("Live counting" in i.value for i in at.info)  # needs a GPU (said once per page) or is off
 
 
 def test_comparison_figure_has_model_and_counted_bars():

@@ -135,10 +135,12 @@ def _alive(pids) -> list:
 @needs_jail
 def test_an_endless_submission_is_killed_and_leaves_no_process():
     seen, done = set(), threading.Event()
+    # processes other tests left running under this pytest process (a served app, a database) are not the run's
+    before = set(sandbox.descendants(os.getpid())[1:])
 
     def watch():  # every process this test process starts while the submission runs
         while not done.is_set():
-            seen.update(sandbox.descendants(os.getpid())[1:])
+            seen.update(set(sandbox.descendants(os.getpid())[1:]) - before)
             time.sleep(0.05)
 
     watcher = threading.Thread(target=watch, daemon=True)
