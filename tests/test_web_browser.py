@@ -11,7 +11,6 @@ tests/test_browser.py, Debian's Chromium driven by Playwright.
 
 import http.client
 import json
-import os
 from pathlib import Path
 from urllib.parse import quote, urlsplit
 

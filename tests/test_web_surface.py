@@ -260,3 +260,18 @@ def test_a_token_issued_to_another_browser_is_not_adopted():
     assert not store.owns(theirs, "browser-of-the-victim") and not store.owns(theirs)
     assert store.owns(theirs, "browser-of-the-sender")
     assert token_of(workbench(theirs)) != theirs  # AppTest has no cookie: not the sender's browser either
+
+
+def test_the_served_config_limits_uploads_and_hides_tracebacks():
+    """.streamlit/config.toml, as this Streamlit reads it (an unknown value would fall back to the default)."""
+    import tomllib
+
+    from streamlit import config
+
+    values = tomllib.loads((ROOT / ".streamlit" / "config.toml").read_text())
+    assert values["server"]["maxUploadSize"] * 1024 * 1024 >= results.MAX_UPLOAD_BYTES
+    assert values["server"]["maxUploadSize"] <= 10
+    assert values["client"]["showErrorDetails"] in ("none", "type")
+    config.get_config_options(force_reparse=True)
+    assert config.get_option("server.maxUploadSize") == values["server"]["maxUploadSize"]
+    assert config.get_option("client.showErrorDetails") == values["client"]["showErrorDetails"]

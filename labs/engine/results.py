@@ -216,7 +216,8 @@ UPLOAD_SCHEMA = {
         "meta": {"type": "object", "maxProperties": 64, "propertyNames": _NAME, "properties": {
             "kind": {"enum": list(KINDS)},
             "gpu": {"type": "object", "maxProperties": 64, "propertyNames": _NAME, "additionalProperties": _SCALAR},
-            "versions": {"type": "object", "maxProperties": 32, "propertyNames": _NAME, "additionalProperties": _SCALAR},
+            "versions": {"type": "object", "maxProperties": 32, "propertyNames": _NAME,
+                         "additionalProperties": _SCALAR},
             "date": _TEXT, "git_commit": {"anyOf": [_TEXT, {"type": "null"}]},
             "ceilings": _any(3),
         }, "additionalProperties": _any(MAX_DEPTH - 2)},
@@ -224,8 +225,9 @@ UPLOAD_SCHEMA = {
         "complete": {"type": "boolean"},
     },
 }
-_WHY = {"type": "has the wrong type", "const": "is not a version this app reads", "enum": "is not one of the allowed values",
-        "required": "lacks a field every result file has", "additionalProperties": "has a field result files do not have",
+_WHY = {"type": "has the wrong type", "const": "is not a version this app reads",
+        "enum": "is not one of the allowed values", "required": "lacks a field every result file has",
+        "additionalProperties": "has a field result files do not have",
         "maxItems": "has too many items", "maxProperties": "has too many fields", "maxLength": "is too long",
         "pattern": "is not a name this app writes", "propertyNames": "has a field name this app never writes",
         "not": "holds markup (a link, an image, HTML, a web address or control characters) this app never writes",
