@@ -138,6 +138,8 @@ def hostile_files() -> list:
                 node = node[step]
             node[path[-1]] = hostile
             cases.append((f"markup{i}.json", json.dumps(data).encode(), "markup"))
+    spoof = {**good["meta"]["gpu"], "name": "NVIDIA H100\u202e001H AIDIVN"}  # a right-to-left override
+    cases.append(("bidi.json", json.dumps({**good, "meta": {**good["meta"], "gpu": spoof}}).encode(), "markup"))
     for meta, says in (({"gpu": "H100"}, "wrong type"), ({"versions": "x"}, "wrong type"), ({"kind": "evil"}, "allowed"),
                        ({"gpu": {"name": ["a"]}}, "wrong type")):
         cases.append(("types.json", json.dumps({**good, "meta": {**good["meta"], **meta}}).encode(), says))
@@ -158,6 +160,11 @@ def hostile_files() -> list:
     cells = {**good, "rows": [{f"c{i}": 1 for i in range(90)}] * 1000}
     cases.append(("cells.json", json.dumps(cells).encode(), "at most 50,000"))
     return cases
+
+
+def test_a_byte_order_mark_is_no_reason_to_refuse_a_file():
+    rec = list_recorded("roofline")[0]
+    assert classroom.parse_upload("bom.json", b"\xef\xbb\xbf" + rec.to_json().encode(), "roofline").rows == rec.rows
 
 
 def test_every_committed_recording_passes_the_upload_schema():

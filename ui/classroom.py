@@ -141,6 +141,7 @@ def parse_upload(name: str, data: bytes, lab_name: str) -> Result:
         body = data.decode("utf-8")
     except UnicodeDecodeError:
         raise ParamError("This is not a text file; upload the JSON or CSV that Roofline wrote.") from None
+    body = body.removeprefix("\ufeff")  # a byte-order mark, as some editors save UTF-8
     result = results.parse_untrusted(body, csv_format=name.lower().endswith(".csv"))
     if result.lab != lab_name:
         raise ParamError(f"This is a result of the '{result.lab}' lab, not of '{lab_name}'.")

@@ -184,10 +184,11 @@ MAX_UPLOAD_CELLS = 50_000  # values in all rows of a file (a recording: under 10
 MAX_TEXT_CHARS = 4_000  # one text field (a PTX excerpt is the longest Roofline writes)
 MAX_NUMBER = 2.0 ** 63  # larger numbers are no measurement; they overflow float formatting on the pages
 MAX_DEPTH = 6  # nesting of objects and lists (a recording nests 5 deep)
-# Text Roofline never writes: HTML, control characters, backslashes, $math$, entities, and the shapes of
-# Markdown links and images, autolinked web and e-mail addresses. A page may put an uploaded string into
+# Text Roofline never writes: HTML, control, invisible and bidi characters, backslashes, $math$, entities,
+# the shapes of Markdown links and images, autolinked web and e-mail addresses. A page may put an uploaded string into
 # Markdown (a run's label in a caption), so such text is refused with a message instead of shown.
-_MARKUP = (r"[<>\\$&\x00-\x08\x0b-\x1f\x7f]|\]\s*[(\[:]|!\[|://|www\.|@[A-Za-z0-9-]+\.|javascript:")
+_MARKUP = (r"[<>\\$&\x00-\x08\x0b-\x1f\x7f\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]"  # + invisible, bidi
+           r"|\]\s*[(\[:]|!\[|://|www\.|@[A-Za-z0-9-]+\.|javascript:")
 _TEXT = {"type": "string", "maxLength": MAX_TEXT_CHARS, "not": {"type": "string", "pattern": _MARKUP}}
 _NAME = {"type": "string", "pattern": r"^[A-Za-z0-9_. -]{1,64}$"}
 _SCALAR = {"anyOf": [_TEXT, {"type": ["number", "boolean", "null"]}]}
