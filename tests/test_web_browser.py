@@ -39,7 +39,8 @@ HOSTILE_LINKS = {
     "transfers": f"transfers?{'&'.join(f'{k}={quote(v)}' for k, v in (('size_mib', NINES), ('mode', ALL)))}",
     "home": f"?mode={quote(ALL)}&predict=NaN",
 }
-TITLES = {"glossary": "Glossary", "glossary-image": "Glossary", "glossary-all": "Glossary", "workbench": "Kernel workbench", "roofline": "Roofline",
+TITLES = {"glossary": "Glossary", "glossary-image": "Glossary", "glossary-all": "Glossary",
+          "workbench": "Kernel workbench", "roofline": "Roofline",
           "transfers": "Host transfers", "home": "Roofline"}
 MiB = 1024 * 1024
 # The workbench's code editor (the streamlit-code-editor component) loads its font from Google on every visit,

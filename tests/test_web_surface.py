@@ -140,8 +140,11 @@ def hostile_files() -> list:
             cases.append((f"markup{i}.json", json.dumps(data).encode(), "markup"))
     spoof = {**good["meta"]["gpu"], "name": "NVIDIA H100\u202e001H AIDIVN"}  # a right-to-left override
     cases.append(("bidi.json", json.dumps({**good, "meta": {**good["meta"], "gpu": spoof}}).encode(), "markup"))
-    for meta, says in (({"gpu": "H100"}, "wrong type"), ({"versions": "x"}, "wrong type"), ({"kind": "evil"}, "allowed"),
-                       ({"gpu": {"name": ["a"]}}, "wrong type")):
+    for meta, says in (({"gpu": "H100"}, "wrong type"), ({"versions": "x"}, "wrong type"),
+                       ({"kind": "evil"}, "allowed"), ({"gpu": {"name": ["a"]}}, "wrong type"),
+                       ({"gpu": {"name": 5}}, "wrong type"),
+                       ({"ceilings": [1]}, "wrong type"), ({"ceilings": {"copy_tbps": "x"}}, "wrong type"),
+                       ({"normalised_by": "x"}, "wrong type")):
         cases.append(("types.json", json.dumps({**good, "meta": {**good["meta"], **meta}}).encode(), says))
     body = json.dumps(good)
     for bad in ("NaN", "Infinity", "-Infinity", "1e999", "9" * 400):

@@ -216,11 +216,18 @@ UPLOAD_SCHEMA = {
             "patternProperties": {_UNIT_COLUMN: {"type": ["number", "null"]}}, "additionalProperties": _SCALAR}},
         "meta": {"type": "object", "maxProperties": 64, "propertyNames": _NAME, "properties": {
             "kind": {"enum": list(KINDS)},
-            "gpu": {"type": "object", "maxProperties": 64, "propertyNames": _NAME, "additionalProperties": _SCALAR},
+            # what pages read of a run's metadata has the type they expect (a label joins the GPU's name)
+            "gpu": {"type": "object", "maxProperties": 64, "propertyNames": _NAME, "additionalProperties": _SCALAR,
+                    "properties": {"name": _TEXT, "key": _TEXT}},
             "versions": {"type": "object", "maxProperties": 32, "propertyNames": _NAME,
                          "additionalProperties": _SCALAR},
             "date": _TEXT, "git_commit": {"anyOf": [_TEXT, {"type": "null"}]},
-            "ceilings": _any(3),
+            "normalised_by": {"type": ["number", "null"]}, "repredicted": {"type": "boolean"},
+            "ceilings": {"type": "object", "maxProperties": 32, "propertyNames": _NAME, "additionalProperties": _any(2),
+                         "properties": {"copy_tbps": {"type": ["number", "null"]},
+                                        "fma_tflops": {"type": ["number", "null"]},
+                                        "matmul_tflops": {"type": "object", "maxProperties": 16, "propertyNames": _NAME,
+                                                          "additionalProperties": {"type": ["number", "null"]}}}},
         }, "additionalProperties": _any(MAX_DEPTH - 2)},
         "messages": {"type": "array", "maxItems": 100, "items": _TEXT},
         "complete": {"type": "boolean"},
@@ -281,6 +288,7 @@ def parse_untrusted(text: str, csv_format: bool) -> "Result":
         deepest = _deepest(error)
         where = ".".join(str(p)[:40] for p in deepest.absolute_path) or "the file"
         raise ParamError(f"Not a Roofline result file: {where} {_WHY.get(deepest.validator, 'is not valid')}.")
+    data.setdefault("meta", {}).setdefault("gpu", {})  # pages read meta["gpu"] of every run they show
     return Result.from_dict(data)
 
 
