@@ -10,6 +10,7 @@ import json
 
 import streamlit as st
 
+from labs import get_lab
 from labs.engine import results
 from labs.engine.params import ParamError
 from labs.engine.results import MAX_UPLOAD_BYTES, Result
@@ -145,6 +146,11 @@ def parse_upload(name: str, data: bytes, lab_name: str) -> Result:
     result = results.parse_untrusted(body, csv_format=name.lower().endswith(".csv"))
     if result.lab != lab_name:
         raise ParamError(f"This is a result of the '{result.lab}' lab, not of '{lab_name}'.")
+    try:
+        key = tuple(get_lab(lab_name).key)
+    except ParamError:  # not a lab (a workbench exercise's verdicts): the generic schema alone
+        key = ()
+    results.check_rows(result, results.row_contract(lab_name, key))
     result.meta["uploaded_as"] = name[:80]
     return result
 

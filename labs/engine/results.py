@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy as _copy
 import csv
 import datetime as _dt
+import functools
 import io
 import json
 import math
@@ -265,7 +266,8 @@ def parse_untrusted(text: str, csv_format: bool) -> "Result":
             rows = []
             for row in reader:
                 _require(len(rows) < MAX_UPLOAD_ROWS, f"it has more than {MAX_UPLOAD_ROWS:,} rows")
-                rows.append({k: _strict_cell(v) for k, v in row.items()})
+                # an empty cell is a column this row does not have (as a JSON row that lacks the key)
+                rows.append({k: cell for k, cell in ((k, _strict_cell(v)) for k, v in row.items()) if cell is not None})
             data = {**data, "rows": rows}
         else:
             data = _strict_json(text)
@@ -290,6 +292,43 @@ def parse_untrusted(text: str, csv_format: bool) -> "Result":
         raise ParamError(f"Not a Roofline result file: {where} {_WHY.get(deepest.validator, 'is not valid')}.")
     data.setdefault("meta", {}).setdefault("gpu", {})  # pages read meta["gpu"] of every run they show
     return Result.from_dict(data)
+
+
+_JSON_TYPES = {"str": "string", "int": "integer", "float": "number", "bool": "boolean", "NoneType": "null"}
+
+
+@functools.lru_cache(maxsize=64)
+def row_contract(lab: str, key: tuple) -> tuple:
+    """(required columns, ((column, JSON types), ...)) of the lab's rows as its committed recordings hold them:
+    the key columns every row has, and for every column the types of its values. Pages and labs index rows by
+    their key columns (r["step"]) and compare the numbers (r["last_wave_util"] < 0.75): an upload must agree."""
+    required, types = None, {}
+    for result in list_recorded(lab):
+        for row in result.rows:
+            present = {k for k in key if row.get(k) is not None}
+            required = present if required is None else required & present
+            for column, value in row.items():  # null only where a recording has a null there
+                types.setdefault(column, set()).add(_JSON_TYPES.get(type(value).__name__, "string"))
+    for column, seen in types.items():
+        if "number" in seen:
+            seen.discard("integer")  # an int where the recordings also hold floats is a number like them
+    required = tuple(k for k in key if k in (required or ()))
+    return required, tuple((c, tuple(sorted(t))) for c, t in sorted(types.items()))
+
+
+def check_rows(result: "Result", contract: tuple) -> None:
+    """Every row of an uploaded result has the required columns and the recordings' types (one ParamError if not)."""
+    import jsonschema
+
+    required, types = contract
+    schema = {"type": "array", "items": {"type": "object", "required": list(required),
+                                         "properties": {c: {"type": list(t)} for c, t in types}}}
+    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(result.rows))
+    if error is not None:
+        where = "rows." + ".".join(str(p)[:40] for p in error.absolute_path) if error.absolute_path else "rows"
+        what = ("lacks a column this lab's rows all have: " + ", ".join(required)
+                if error.validator == "required" else _WHY.get(error.validator, "is not valid"))
+        raise ParamError(f"Not a result of this lab as Roofline writes them: {where} {what}.")
 
 
 def _finite_number(text: str):
