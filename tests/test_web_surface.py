@@ -305,7 +305,8 @@ def odd_copies(lab) -> list:
             "nulls": [{k: (v if k in lab.key else None) for k, v in r.items()} for r in d["rows"]],
             # accepted: the rows as recorded, in another order, with a column more
             "reordered": [{**r, "extra_note": "x"} for r in reversed(d["rows"])]}
-    return [(f"{name}.json", json.dumps({**d, "rows": rows}).encode(), "application/json") for name, rows in bent.items()]
+    return [(f"{name}.json", json.dumps({**d, "rows": rows}).encode(), "application/json")
+            for name, rows in bent.items()]
 
 
 @pytest.mark.parametrize("lab", [lab for lab in LABS if list_recorded(lab.name)], ids=lambda lab: lab.name)
