@@ -1,5 +1,7 @@
 """Roofline: navigation only. Learn (Home, Glossary, Model scorecard) · Labs (one page per lab) · Your GPU."""
 
+import logging
+import sys
 from pathlib import Path
 
 import streamlit as st
@@ -27,4 +29,13 @@ lab_pages = [p for lab in all_labs() for p in page_if_present(f"pages/{lab.name}
 your_gpu = page_if_present("pages/gpu.py", title="Your GPU", icon=":material/memory:", url_path="gpu")
 do = page_if_present("pages/workbench.py", title="Kernel workbench", icon=":material/code:", url_path="workbench")
 
-st.navigation({"Learn": learn, "Labs": lab_pages, "Do": do, "Your GPU": your_gpu}).run()
+page = st.navigation({"Learn": learn, "Labs": lab_pages, "Do": do, "Your GPU": your_gpu})
+try:
+    page.run()
+except Exception:  # st.stop() and st.rerun() are BaseExceptions: they pass through
+    if "pytest" in sys.modules:  # under the tests every failure stays an exception, to be seen and fixed
+        raise
+    # a visitor sees one sentence, never a traceback; the server's log has the details
+    logging.getLogger("roofline").exception("page %s failed", page.url_path or "home")
+    st.error("This page could not show everything it was given (an odd link or file, or a bug of ours). "
+             "The details are in the server's log; the rest of the app works.")
