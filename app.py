@@ -1,5 +1,7 @@
 """Roofline: navigation only. Learn (Home, Glossary, Model scorecard) · Labs (one page per lab) · Your GPU."""
 
+import logging
+import sys
 from pathlib import Path
 
 import streamlit as st
@@ -38,5 +40,14 @@ do = page_if_present("pages/workbench.py", title="Kernel workbench", icon=":mate
     page_if_present("pages/class.py", title="Class", icon=":material/groups:", url_path="class")
 
 # expanded: every page listed, none hidden behind "View more"
-st.navigation({"Learn": learn, **{t: pages for t, pages in groups.items() if pages}, "Do": do, "Your GPU": your_gpu},
-              expanded=True).run()
+page = st.navigation({"Learn": learn, **{t: pages for t, pages in groups.items() if pages}, "Do": do,
+                      "Your GPU": your_gpu}, expanded=True)
+try:
+    page.run()
+except Exception:  # st.stop() and st.rerun() are BaseExceptions: they pass through
+    if "pytest" in sys.modules:  # under the tests every failure stays an exception, to be seen and fixed
+        raise
+    # a visitor sees one sentence, never a traceback; the server's log has the details
+    logging.getLogger("roofline").exception("page %s failed", page.url_path or "home")
+    st.error("This page could not show everything it was given (an odd link or file, or a bug of ours). "
+             "The details are in the server's log; the rest of the app works.")

@@ -5,7 +5,7 @@
     python -m labs run roofline --record                  ... and commit it as content/recorded/<gpu>/roofline.json
     python -m labs calibrate [--record]                   measure this GPU's ceilings
     python -m labs warmup [--labs a,b]                    instructor warm-up: compile and run every lab once
-    python -m labs --cluster tcp://HOST:8786 run roofline on a GPU of a pool (labs/pool.py; or ROOFLINE_CLUSTER)
+    python -m labs --cluster tls://HOST:8786 run roofline on a GPU of a pool (labs/engine/pool.py; or ROOFLINE_CLUSTER)
     python -m labs count roofline [k=v ...] [--record]    hardware counters (ncu) beside the model's bytes and FLOPs
     python -m labs workbench list                         the workbench exercises
     python -m labs workbench run matmul my_kernel.py      check (and on a GPU, judge) a kernel in the jail [--record]
@@ -192,7 +192,8 @@ def add_class_parser(sub) -> None:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m labs", description="Roofline's labs from the command line.")
     parser.add_argument("--cluster", metavar="ADDRESS",
-                        help="run labs on a GPU pool: its Dask scheduler, e.g. tcp://10.0.0.5:8786 (as ROOFLINE_CLUSTER)")
+                        help="run labs on a GPU pool: its Dask scheduler, e.g. tls://10.0.0.5:8786 "
+                             "(as ROOFLINE_CLUSTER)")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="list the labs and their parameters").set_defaults(func=cmd_list)
     run = sub.add_parser("run", help="run a lab: python -m labs run LAB [key=value ...]")

@@ -6,7 +6,6 @@ certificate submits and gets its answer; a client without it (no TLS, TLS withou
 of another CA) cannot connect, so it cannot submit anything.
 """
 
-import asyncio
 import operator
 import os
 import shutil

@@ -138,8 +138,13 @@ def hostile_files() -> list:
                 node = node[step]
             node[path[-1]] = hostile
             cases.append((f"markup{i}.json", json.dumps(data).encode(), "markup"))
-    for meta, says in (({"gpu": "H100"}, "wrong type"), ({"versions": "x"}, "wrong type"), ({"kind": "evil"}, "allowed"),
-                       ({"gpu": {"name": ["a"]}}, "wrong type")):
+    spoof = {**good["meta"]["gpu"], "name": "NVIDIA H100\u202e001H AIDIVN"}  # a right-to-left override
+    cases.append(("bidi.json", json.dumps({**good, "meta": {**good["meta"], "gpu": spoof}}).encode(), "markup"))
+    for meta, says in (({"gpu": "H100"}, "wrong type"), ({"versions": "x"}, "wrong type"),
+                       ({"kind": "evil"}, "allowed"), ({"gpu": {"name": ["a"]}}, "wrong type"),
+                       ({"gpu": {"name": 5}}, "wrong type"),
+                       ({"ceilings": [1]}, "wrong type"), ({"ceilings": {"copy_tbps": "x"}}, "wrong type"),
+                       ({"normalised_by": "x"}, "wrong type")):
         cases.append(("types.json", json.dumps({**good, "meta": {**good["meta"], **meta}}).encode(), says))
     body = json.dumps(good)
     for bad in ("NaN", "Infinity", "-Infinity", "1e999", "9" * 400):
@@ -158,6 +163,11 @@ def hostile_files() -> list:
     cells = {**good, "rows": [{f"c{i}": 1 for i in range(90)}] * 1000}
     cases.append(("cells.json", json.dumps(cells).encode(), "at most 50,000"))
     return cases
+
+
+def test_a_byte_order_mark_is_no_reason_to_refuse_a_file():
+    rec = list_recorded("roofline")[0]
+    assert classroom.parse_upload("bom.json", b"\xef\xbb\xbf" + rec.to_json().encode(), "roofline").rows == rec.rows
 
 
 def test_every_committed_recording_passes_the_upload_schema():
@@ -260,3 +270,57 @@ def test_a_token_issued_to_another_browser_is_not_adopted():
     assert not store.owns(theirs, "browser-of-the-victim") and not store.owns(theirs)
     assert store.owns(theirs, "browser-of-the-sender")
     assert token_of(workbench(theirs)) != theirs  # AppTest has no cookie: not the sender's browser either
+
+
+def test_the_served_config_limits_uploads_and_hides_tracebacks():
+    """.streamlit/config.toml, as this Streamlit reads it (an unknown value would fall back to the default)."""
+    import tomllib
+
+    from streamlit import config
+
+    values = tomllib.loads((ROOT / ".streamlit" / "config.toml").read_text())
+    assert values["server"]["maxUploadSize"] * 1024 * 1024 >= results.MAX_UPLOAD_BYTES
+    assert values["server"]["maxUploadSize"] <= 10
+    assert values["client"]["showErrorDetails"] in ("none", "type")
+    config.get_config_options(force_reparse=True)
+    assert config.get_option("server.maxUploadSize") == values["server"]["maxUploadSize"]
+    assert config.get_option("client.showErrorDetails") == values["client"]["showErrorDetails"]
+
+
+_UNIT = re.compile(r"_(pct|ms|us|s|tbps|gbps|tflops|flops|bytes|gb|mib)$")
+
+
+def odd_copies(lab) -> list:
+    """A lab's own recording, bent: its key columns dropped or null, rows empty, other text columns numbers
+    and other numbers text: refused (pages index rows by their key columns and compare the numbers); every
+    other value null: refused too; reordered with a column more: shown without an exception."""
+    d = recorded_dict(lab.name)
+    key = lab.key[0]
+    swap = {str: lambda v: 7, int: lambda v: "x", float: lambda v: "x"}
+    bent = {"drop-key": [{k: v for k, v in r.items() if k != key} for r in d["rows"]],
+            "null-key": [{**r, key: None} for r in d["rows"]],
+            "empty-row": [{}],
+            "swap-types": [{k: (v if k in lab.key or _UNIT.search(k) else swap.get(type(v), lambda v: v)(v))
+                            for k, v in r.items()} for r in d["rows"]],
+            "nulls": [{k: (v if k in lab.key else None) for k, v in r.items()} for r in d["rows"]],
+            # accepted: the rows as recorded, in another order, with a column more
+            "reordered": [{**r, "extra_note": "x"} for r in reversed(d["rows"])]}
+    return [(f"{name}.json", json.dumps({**d, "rows": rows}).encode(), "application/json")
+            for name, rows in bent.items()]
+
+
+@pytest.mark.parametrize("lab", [lab for lab in LABS if list_recorded(lab.name)], ids=lambda lab: lab.name)
+def test_an_odd_upload_shown_alone_never_breaks_the_page(lab):
+    """The uploads are the only runs shown (the recorded ones deselected), so the page's own code reads them."""
+    at = AppTest.from_file(str(ROOT / "pages" / f"{lab.name}.py"), default_timeout=120)
+    at.run()
+    uploader = next(u for u in at.get("file_uploader") if "Compare with result files" in u.label)
+    uploader.set_value(odd_copies(lab))
+    at.run()
+    for chooser in at.multiselect:
+        if chooser.key and chooser.key.startswith("recorded:"):
+            chooser.set_value([])
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    refused = [e.value for e in at.error if "Not a result of this lab" in e.value]
+    assert len(refused) == 5, refused  # all but the reordered rows, which the page shows

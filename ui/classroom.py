@@ -10,6 +10,7 @@ import json
 
 import streamlit as st
 
+from labs import get_lab
 from labs.engine import results
 from labs.engine.params import ParamError
 from labs.engine.results import MAX_UPLOAD_BYTES, Result
@@ -217,9 +218,15 @@ def parse_upload(name: str, data: bytes, lab_name: str) -> Result:
         body = data.decode("utf-8")
     except UnicodeDecodeError:
         raise ParamError("This is not a text file; upload the JSON or CSV that Roofline wrote.") from None
+    body = body.removeprefix("\ufeff")  # a byte-order mark, as some editors save UTF-8
     result = results.parse_untrusted(body, csv_format=name.lower().endswith(".csv"))
     if result.lab != lab_name:
         raise ParamError(f"This is a result of the '{result.lab}' lab, not of '{lab_name}'.")
+    try:
+        key = tuple(get_lab(lab_name).key)
+    except ParamError:  # not a lab (a workbench exercise's verdicts): the generic schema alone
+        key = ()
+    results.check_rows(result, results.row_contract(lab_name, key))
     result.meta["uploaded_as"] = name[:80]
     return result
 
@@ -236,32 +243,67 @@ def _parsed(name: str, data: bytes, lab_name: str):
     return key, cache[key]
 
 
+def _release(f) -> bool:
+    """Drop a file the page will not use from the server's memory: Streamlit keeps every uploaded file's bytes
+    until the session ends, so without this a session could hold any number of refused files. True if this
+    is the first time this file is dropped (the page then reruns once, so no widget value holds it either)."""
+    gone = st.session_state.setdefault("uploads.gone", set())  # file ids dropped before: never rerun twice
+    if len(gone) > 10_000:
+        gone.clear()
+    first = f.file_id not in gone
+    gone.add(f.file_id)
+    try:
+        from streamlit import runtime
+        from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+        ctx = get_script_run_ctx()
+        if ctx is not None and runtime.exists():
+            runtime.get_instance().uploaded_file_mgr.remove_file(ctx.session_id, f.file_id)
+            return first
+    except Exception:  # noqa: BLE001 - an internal API of Streamlit's: without it the file only stays in memory
+        pass
+    return False
+
+
 def uploads(lab_name: str) -> list:
     files = st.file_uploader("Compare with result files (JSON or CSV from Roofline's download buttons or CLI)",
                              type=["json", "csv"], accept_multiple_files=True, key=f"upload:{lab_name}",
                              max_upload_size=max(1, MAX_UPLOAD_BYTES // 1_000_000))
-    held = st.session_state.setdefault("uploads.held", {})  # lab -> the cache keys of the files its uploader holds
-    held[lab_name] = []
     cache = st.session_state.setdefault(UPLOADS, {})
+    present = st.session_state.setdefault("uploads.present", {})  # lab -> cache keys of its uploader's files
+    accepted = st.session_state.setdefault("uploads.accepted", {})  # lab -> cache keys of the files it compares
+    refused = st.session_state.setdefault("uploads.refused", {}).setdefault(lab_name, {})  # file_id -> message
+    present[lab_name], accepted[lab_name] = [], []
+    released = st.session_state.setdefault("uploads.released", {})  # lab -> this run dropped files: rerun once
+    if not files and not released.pop(lab_name, False):
+        refused.clear()  # the learner emptied the uploader (not this page, by dropping what it refused)
+    released.pop(lab_name, None)
     found = []
     for f in files or []:
-        if sum(len(keys) for keys in held.values()) >= MAX_SESSION_FILES:
-            st.error(f"{text.plain(f.name, 80)}: not read; one session compares at most {MAX_SESSION_FILES} files "
-                     "(remove some to add others).")
+        if sum(len(keys) for keys in accepted.values()) >= MAX_SESSION_FILES:
+            refused[f.file_id] = (f"{text.plain(f.name, 80)}: not read; one session compares at most "
+                                  f"{MAX_SESSION_FILES} files (remove some, then upload this one again).")
+            released[lab_name] = _release(f) or released.get(lab_name, False)
             continue
         key, parsed = _parsed(f.name, f.getvalue(), lab_name)
+        present[lab_name].append(key)
         if isinstance(parsed, Result):
-            rows = sum(len(cache[k].rows) for keys in held.values() for k in keys if isinstance(cache.get(k), Result))
-            if rows + len(parsed.rows) > MAX_SESSION_ROWS:  # refused once, for as long as the file is held
+            rows = sum(len(cache[k].rows) for keys in accepted.values() for k in keys)
+            if rows + len(parsed.rows) > MAX_SESSION_ROWS:
                 parsed = cache[key] = (f"Not read: one session compares at most {MAX_SESSION_ROWS:,} rows (remove "
                                        "some files, then upload this one again).")
-        held[lab_name].append(key)
         if isinstance(parsed, str):
-            st.error(f"{text.plain(f.name, 80)}: {text.plain(parsed, 300)}")
+            refused[f.file_id] = f"{text.plain(f.name, 80)}: {text.plain(parsed, 300)}"
+            released[lab_name] = _release(f) or released.get(lab_name, False)
             continue
+        accepted[lab_name].append(key)
         # a copy: what a page does to it (sorting, a column added) must not reach the next rerun's
         found.append(dataclasses.replace(parsed, rows=[dict(r) for r in parsed.rows], meta=copy.deepcopy(parsed.meta)))
-    keep = {k for keys in held.values() for k in keys}
+    for message in refused.values():
+        st.error(message)
+    keep = {k for keys in present.values() for k in keys}
     for key in [k for k in cache if k not in keep]:  # files no uploader holds any more
         del cache[key]
+    if released.get(lab_name):
+        st.rerun()  # this run's widget value still holds the dropped files' bytes; the next one does not
     return found

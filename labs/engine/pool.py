@@ -88,9 +88,10 @@ def cert_files() -> tuple:
     files = tuple(folder / name for name in (CA_FILE, CERT_FILE, KEY_FILE))
     missing = [f.name for f in files if not f.is_file()]
     if missing:
-        raise ParamError(f"The GPU pool speaks TLS beyond this machine and {folder} lacks {', '.join(missing)}. Make the "
-                         f"certificates once with `bash scripts/pool_certs.sh {folder}`, copy ca.pem, pool.pem and "
-                         f"pool-key.pem to every machine of the pool, and point {CERTS_ENV} at that folder.")
+        raise ParamError(f"The GPU pool speaks TLS beyond this machine and {folder} lacks {', '.join(missing)}. "
+                         f"Make the certificates once with `bash scripts/pool_certs.sh {folder}`, copy ca.pem, "
+                         f"pool.pem and pool-key.pem to every machine of the pool, and point {CERTS_ENV} at that "
+                         "folder.")
     return tuple(str(f) for f in files)
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy as _copy
 import csv
 import datetime as _dt
+import functools
 import io
 import json
 import math
@@ -202,10 +203,11 @@ MAX_UPLOAD_CELLS = 50_000  # values in all rows of a file (a recording: under 10
 MAX_TEXT_CHARS = 4_000  # one text field (a PTX excerpt is the longest Roofline writes)
 MAX_NUMBER = 2.0 ** 63  # larger numbers are no measurement; they overflow float formatting on the pages
 MAX_DEPTH = 6  # nesting of objects and lists (a recording nests 5 deep)
-# Text Roofline never writes: HTML, control characters, backslashes, $math$, entities, and the shapes of
-# Markdown links and images, autolinked web and e-mail addresses. A page may put an uploaded string into
+# Text Roofline never writes: HTML, control, invisible and bidi characters, backslashes, $math$, entities,
+# the shapes of Markdown links and images, autolinked web and e-mail addresses. A page may put an uploaded string into
 # Markdown (a run's label in a caption), so such text is refused with a message instead of shown.
-_MARKUP = (r"[<>\\$&\x00-\x08\x0b-\x1f\x7f]|\]\s*[(\[:]|!\[|://|www\.|@[A-Za-z0-9-]+\.|javascript:")
+_MARKUP = (r"[<>\\$&\x00-\x08\x0b-\x1f\x7f\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]"  # + invisible, bidi
+           r"|\]\s*[(\[:]|!\[|://|www\.|@[A-Za-z0-9-]+\.|javascript:")
 _TEXT = {"type": "string", "maxLength": MAX_TEXT_CHARS, "not": {"type": "string", "pattern": _MARKUP}}
 _NAME = {"type": "string", "pattern": r"^[A-Za-z0-9_. -]{1,64}$"}
 _SCALAR = {"anyOf": [_TEXT, {"type": ["number", "boolean", "null"]}]}
@@ -233,17 +235,26 @@ UPLOAD_SCHEMA = {
             "patternProperties": {_UNIT_COLUMN: {"type": ["number", "null"]}}, "additionalProperties": _SCALAR}},
         "meta": {"type": "object", "maxProperties": 64, "propertyNames": _NAME, "properties": {
             "kind": {"enum": list(KINDS)},
-            "gpu": {"type": "object", "maxProperties": 64, "propertyNames": _NAME, "additionalProperties": _SCALAR},
-            "versions": {"type": "object", "maxProperties": 32, "propertyNames": _NAME, "additionalProperties": _SCALAR},
+            # what pages read of a run's metadata has the type they expect (a label joins the GPU's name)
+            "gpu": {"type": "object", "maxProperties": 64, "propertyNames": _NAME, "additionalProperties": _SCALAR,
+                    "properties": {"name": _TEXT, "key": _TEXT}},
+            "versions": {"type": "object", "maxProperties": 32, "propertyNames": _NAME,
+                         "additionalProperties": _SCALAR},
             "date": _TEXT, "git_commit": {"anyOf": [_TEXT, {"type": "null"}]},
-            "ceilings": _any(3),
+            "normalised_by": {"type": ["number", "null"]}, "repredicted": {"type": "boolean"},
+            "ceilings": {"type": "object", "maxProperties": 32, "propertyNames": _NAME, "additionalProperties": _any(2),
+                         "properties": {"copy_tbps": {"type": ["number", "null"]},
+                                        "fma_tflops": {"type": ["number", "null"]},
+                                        "matmul_tflops": {"type": "object", "maxProperties": 16, "propertyNames": _NAME,
+                                                          "additionalProperties": {"type": ["number", "null"]}}}},
         }, "additionalProperties": _any(MAX_DEPTH - 2)},
         "messages": {"type": "array", "maxItems": 100, "items": _TEXT},
         "complete": {"type": "boolean"},
     },
 }
-_WHY = {"type": "has the wrong type", "const": "is not a version this app reads", "enum": "is not one of the allowed values",
-        "required": "lacks a field every result file has", "additionalProperties": "has a field result files do not have",
+_WHY = {"type": "has the wrong type", "const": "is not a version this app reads",
+        "enum": "is not one of the allowed values", "required": "lacks a field every result file has",
+        "additionalProperties": "has a field result files do not have",
         "maxItems": "has too many items", "maxProperties": "has too many fields", "maxLength": "is too long",
         "pattern": "is not a name this app writes", "propertyNames": "has a field name this app never writes",
         "not": "holds markup (a link, an image, HTML, a web address or control characters) this app never writes",
@@ -273,7 +284,8 @@ def parse_untrusted(text: str, csv_format: bool) -> "Result":
             rows = []
             for row in reader:
                 _require(len(rows) < MAX_UPLOAD_ROWS, f"it has more than {MAX_UPLOAD_ROWS:,} rows")
-                rows.append({k: _strict_cell(v) for k, v in row.items()})
+                # an empty cell is a column this row does not have (as a JSON row that lacks the key)
+                rows.append({k: cell for k, cell in ((k, _strict_cell(v)) for k, v in row.items()) if cell is not None})
             data = {**data, "rows": rows}
         else:
             data = _strict_json(text)
@@ -296,7 +308,45 @@ def parse_untrusted(text: str, csv_format: bool) -> "Result":
         deepest = _deepest(error)
         where = ".".join(str(p)[:40] for p in deepest.absolute_path) or "the file"
         raise ParamError(f"Not a Roofline result file: {where} {_WHY.get(deepest.validator, 'is not valid')}.")
+    data.setdefault("meta", {}).setdefault("gpu", {})  # pages read meta["gpu"] of every run they show
     return Result.from_dict(data)
+
+
+_JSON_TYPES = {"str": "string", "int": "integer", "float": "number", "bool": "boolean", "NoneType": "null"}
+
+
+@functools.lru_cache(maxsize=64)
+def row_contract(lab: str, key: tuple) -> tuple:
+    """(required columns, ((column, JSON types), ...)) of the lab's rows as its committed recordings hold them:
+    the key columns every row has, and for every column the types of its values. Pages and labs index rows by
+    their key columns (r["step"]) and compare the numbers (r["last_wave_util"] < 0.75): an upload must agree."""
+    required, types = None, {}
+    for result in list_recorded(lab):
+        for row in result.rows:
+            present = {k for k in key if row.get(k) is not None}
+            required = present if required is None else required & present
+            for column, value in row.items():  # null only where a recording has a null there
+                types.setdefault(column, set()).add(_JSON_TYPES.get(type(value).__name__, "string"))
+    for column, seen in types.items():
+        if "number" in seen:
+            seen.discard("integer")  # an int where the recordings also hold floats is a number like them
+    required = tuple(k for k in key if k in (required or ()))
+    return required, tuple((c, tuple(sorted(t))) for c, t in sorted(types.items()))
+
+
+def check_rows(result: "Result", contract: tuple) -> None:
+    """Every row of an uploaded result has the required columns and the recordings' types (one ParamError if not)."""
+    import jsonschema
+
+    required, types = contract
+    schema = {"type": "array", "items": {"type": "object", "required": list(required),
+                                         "properties": {c: {"type": list(t)} for c, t in types}}}
+    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(result.rows))
+    if error is not None:
+        where = "rows." + ".".join(str(p)[:40] for p in error.absolute_path) if error.absolute_path else "rows"
+        what = ("lacks a column this lab's rows all have: " + ", ".join(required)
+                if error.validator == "required" else _WHY.get(error.validator, "is not valid"))
+        raise ParamError(f"Not a result of this lab as Roofline writes them: {where} {what}.")
 
 
 def _finite_number(text: str):
