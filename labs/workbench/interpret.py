@@ -91,12 +91,6 @@ def count(ex: Exercise, code: str, limits: Optional[sandbox.Limits] = None, samp
 # ---------------------------------------------------------------------------------------------
 # The model of their launch
 # ---------------------------------------------------------------------------------------------
-def clock_hz(target) -> float:
-    """The SM clock the FMA ceiling implies: TFLOP/s = SMs x FP32 lanes x 2 x clock."""
-    lanes = gpu_mod.sm_shape(target.compute_capability).fp32_lanes
-    return target.ceilings.fma_tflops * 1e12 / (target.sm_count * 2 * lanes)
-
-
 def resident_programs(num_warps: int, target) -> int:
     """Programs one SM holds at once: its thread limit over the program's threads, at most its block limit
     (registers and shared memory can lower it further; the count cannot see them)."""
@@ -108,7 +102,7 @@ def resident_programs(num_warps: int, target) -> int:
 def launch_terms(launch: dict, ex: Exercise, target) -> dict:
     """Seconds each ceiling needs for one launch (the longest one bounds it)."""
     bw = target.ceilings.copy_tbps * 1e12
-    clock = clock_hz(target)
+    clock = gpu_mod.clock_hz(target)  # the SM clock the FMA ceiling implies
     moved = launch["load_bytes"] + launch["store_bytes"]
     # a streaming (memory-bound) kernel's bytes cross DRAM; a tiled one's re-reads are served by the L2
     level, level_bw, cycles = ("DRAM", bw, LATENCY_CYCLES["hbm"]) if ex.metric == "tbps" else \

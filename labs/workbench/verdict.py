@@ -243,18 +243,6 @@ def model_target(name: Optional[str] = None):
     return gpu_mod.datasheet_target(gpu_mod.datasheet_by_name(name))
 
 
-def recorded_gpu(ex: Exercise) -> Optional[str]:
-    """The datasheet name of the GPU whose recording of the exercise's lab stands in for our kernel and the
-    library without a GPU: the model then describes that same GPU."""
-    from labs.engine.results import list_recorded
-
-    for result in list_recorded(ex.lab):
-        sheet = gpu_mod.datasheet_for(result.meta.get("gpu", {}).get("name", ""))
-        if sheet:
-            return sheet.name
-    return None
-
-
 def verdict_target(v: dict):
     """The GPU a verdict's model describes: the attached one for a live run, else the named datasheet GPU."""
     return (gpu_mod.live_target() if v.get("gpu") else None) or model_target(v.get("model_gpu"))
