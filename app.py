@@ -17,6 +17,11 @@ HERE = Path(__file__).resolve().parent
 st.set_page_config(page_title="Roofline: GPUs for AI engineers", page_icon=str(HERE / "content" / "favicon.png"),
                    layout="wide")
 classroom.announce()  # the class board's instructor key, printed to the log once (labs/classroom)
+if "pytest" not in sys.modules:  # tests time the GPU themselves: no self-test holding the lock behind them
+    # the trusted judge's jail variant, found at start (GPU servers only) so no learner's first run waits on it
+    from labs.workbench.verdict import prepare_judge
+
+    prepare_judge()
 
 
 def page_if_present(path: str, **kwargs):

@@ -9,6 +9,7 @@
     python -m labs count roofline [k=v ...] [--record]    hardware counters (ncu) beside the model's bytes and FLOPs
     python -m labs workbench list                         the workbench exercises
     python -m labs workbench run matmul my_kernel.py      check (and on a GPU, judge) a kernel in the jail [--record]
+    python -m labs workbench prepare                      on a GPU server: settle the trusted judge's jail now
         [--learner NAME --class CODE]                     ... and keep it in the class store, as the page does
     python -m labs class new [TITLE] | list | board EXERCISE [--class CODE] [--csv]   the class (labs/classroom)
 
@@ -104,6 +105,9 @@ def cmd_warmup(args) -> int:
         for name, seconds, status in report:
             print(f"  {name:14s} {seconds:8.2f} s  {status}", file=sys.stderr)
             failed |= status.startswith("failed")
+    from labs.workbench.verdict import prepare_judge  # the workbench's trusted judge, ready before the class
+
+    print("  " + prepare_judge(background=False), file=sys.stderr)
     return 1 if failed else 0
 
 
@@ -140,6 +144,10 @@ def cmd_workbench(args) -> int:
         for ex in EXERCISES:
             print(f"{ex.name:10s} {ex.title}  [{ex.lab} lab]\n  write: {ex.signature}\n  starter: {ex.path('starter')}")
         return 0
+    if args.action == "prepare":  # what the app does at start: the trusted judge's jail found and remembered
+        said = wb.prepare_judge(background=False)
+        print(said)
+        return 0 if said.startswith("trusted judge ready") else 3
     if not args.exercise or not args.file:
         raise params_mod.ParamError("usage: python -m labs workbench run EXERCISE FILE [--record]")
     ex = get_exercise(args.exercise)
@@ -220,7 +228,8 @@ def main(argv=None) -> int:
                      help="also save it as a recorded counter run of this GPU (content/recorded/<gpu>/counters/)")
     cnt.set_defaults(func=cmd_count)
     wb = sub.add_parser("workbench", help="the kernel workbench: python -m labs workbench list | run EXERCISE FILE")
-    wb.add_argument("action", choices=("list", "run"))
+    wb.add_argument("action", choices=("list", "run", "prepare"),
+                    help="prepare: find how the trusted judge's profiler works with the jail here (the app does it at start)")
     wb.add_argument("exercise", nargs="?")
     wb.add_argument("file", nargs="?", help="a Python file defining the exercise's function")
     wb.add_argument("--json", action="store_true", help="print the whole verdict as JSON (without a GPU it carries "

@@ -252,6 +252,55 @@ def protections() -> list[str]:
     return sandbox.protections()
 
 
+_PREPARING: dict = {}  # the one background preparation of this process (its thread)
+
+
+def prepare_judge(background: bool = True) -> str:
+    """Settle, before any learner's first run, how the trusted judge's profiler works with the jail on this
+    server (judge.variant: our own add solution judged under Nsight Compute in a few jail variants, the first
+    that works remembered in ROOFLINE_CACHE/workbench-judge.json). The app starts it once per process, in the
+    background and under the GPU lock like any run, so a learner's first verdict never waits on it;
+    `python -m labs warmup` runs it in the foreground. Returns what it started or did, or why nothing."""
+    if background and "thread" in _PREPARING:  # the app's every rerun calls this: once per process
+        return "trusted judge: prepared (or being prepared) in the background"
+    info = gpu_mod.detect()
+    why = judge.unavailable(info.available) or ("" if sandbox.jail.status().ok else sandbox.jail.status().reason)
+    if why:
+        return f"trusted judge not prepared: {why}"
+    if background:
+        import threading
+
+        _PREPARING["thread"] = threading.Thread(target=_prepare_quietly, name="roofline-judge-prepare", daemon=True)
+        _PREPARING["thread"].start()
+        return "trusted judge: finding the profiler's jail in the background"
+    return _prepare_now()
+
+
+def _prepare_now() -> str:
+    from labs.workbench.exercises import get_exercise
+
+    add = get_exercise("add")
+    target = gpu_mod.live_target()
+    point = judge.self_test_point(True)
+    with runner.gpu_session("workbench:judge self-test"):
+        limits = judge_limits(limits_for(True, add, target), add, point, target)
+        try:
+            shared = judge.variant(True, limits)
+        except judge.JudgeUnavailable as exc:
+            return f"trusted judge unavailable: {exc}"
+    return "trusted judge ready: " + ("+".join(shared) or "isolated") + judge.variant_words(tuple(shared))
+
+
+def _prepare_quietly() -> None:
+    import logging
+
+    log = logging.getLogger("roofline")
+    try:
+        log.warning("%s", _prepare_now())
+    except Exception:  # noqa: BLE001 - a failed preparation leaves the first learner's run to try again
+        log.exception("trusted judge preparation failed")
+
+
 def submit(ex: Exercise, code: str, progress: Callable[[float, str], None] = noop_progress,
            on_wait: Optional[Callable[[int], None]] = None, static_check: bool = True,
            limits: Optional[sandbox.Limits] = None, counters: bool = True, model_gpu: Optional[str] = None) -> dict:
