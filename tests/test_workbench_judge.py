@@ -230,13 +230,28 @@ def judged_row(ex, ms: float, self_ms=None, kernels: int = judge.CALLS, dram=Non
 def test_a_time_below_the_physics_floor_is_not_credible():
     row, work, target = judged_row(ADD, 1e-3)
     floor, _ = judge.floor_ms(ADD, work, target)
-    assert floor == pytest.approx(work["bytes"] / (target.ceilings.copy_tbps * judge.FLOOR_MARGIN * 1e12) * 1e3)
+    peak = max(target.ceilings.copy_tbps * judge.FLOOR_MARGIN, target.datasheet.bandwidth_tbps)
+    assert floor == pytest.approx(work["bytes"] / (peak * 1e12) * 1e3)
     assert row["credible"] is False and "below this GPU's physics floor" in row["not_credible"][0]
     mm = get_exercise("matmul")
     mrow, mwork, _ = judged_row(mm, 0.5 * mwork_floor(mm))
     assert mrow["credible"] is False and "TFLOP/s" in mrow["not_credible"][0]
     honest, _, _ = judged_row(ADD, 1.2 * floor, self_ms=1.25 * floor)
     assert honest["credible"] is True and honest["measured_by"] == "trusted"
+
+
+def test_the_floor_is_the_hardwares_peak_not_a_sustained_ceiling():
+    """A matmul profiled alone can pass the calibrated cuBLAS rate (an H100: 729 against 647 TFLOP/s); the
+    datasheet's peak is what no kernel beats, so an honest 729 TFLOP/s is credible and 1,200 is not."""
+    mm = get_exercise("matmul")
+    target = wb.model_target("H100 SXM")
+    work = mm.work(mm.points[0], target)
+    floor, what = judge.floor_ms(mm, work, target)
+    peak = target.datasheet.matmul_tflops(mm.dtype)
+    assert floor == pytest.approx(work["flops"] / (peak * 1e12) * 1e3) and "datasheet" in what
+    at_729 = work["flops"] / 729e12 * 1e3
+    assert judged_row(mm, at_729, self_ms=at_729 * 1.04)[0]["credible"] is True
+    assert judged_row(mm, work["flops"] / 1200e12 * 1e3)[0]["credible"] is False
 
 
 def mwork_floor(ex) -> float:

@@ -129,9 +129,16 @@ class WorkerRun:
     gpu_processes: int = 0  # most processes inside the jail seen holding the GPU at once (watch_gpu runs)
 
 
-def _new_workdir(uid: Optional[int]) -> Path:
+def base_dir() -> Path:
+    """The runs' (and the judge's) folders' parent, made on first use: others may enter a folder of theirs in it,
+    never list it."""
     SANDBOX_BASE.mkdir(parents=True, exist_ok=True)
-    os.chmod(SANDBOX_BASE, 0o711)  # others may enter a run's folder they own, never list the base
+    os.chmod(SANDBOX_BASE, 0o711)
+    return SANDBOX_BASE
+
+
+def _new_workdir(uid: Optional[int]) -> Path:
+    base_dir()
     work = Path(tempfile.mkdtemp(prefix="run-", dir=SANDBOX_BASE))
     for f in HARNESS_FILES:
         shutil.copy(f, work / f.name)
