@@ -80,6 +80,7 @@ def record_one(out: Path, summary: list, kind: str, exercise: str, path: Path, v
     if v.get("status") in ("no JSON", "crashed", "error") or "endless" in path.stem:
         text += "\n" + "\n".join("            | " + s for s in stderr.strip().splitlines()[-8:])
         text += "\n            " + gpu_processes()
+    text += "".join("\n            " + s for s in stderr.splitlines() if s.startswith("recorded") or "--record" in s)
     print(text, flush=True)
     summary.append({"kind": kind, "file": path.name, "exercise": exercise, "status": v.get("status"),
                     "wall_s": round(wall, 1), "measured_by": v.get("measured_by"), "jail": v.get("jail"),
