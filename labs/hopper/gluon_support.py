@@ -66,11 +66,11 @@ def hopper_missing(compute_capability: Optional[str]) -> Optional[str]:
 
 
 def device_capability(device) -> Optional[str]:
-    """'9.0' for a CUDA device, None for the CPU."""
-    if getattr(device, "type", str(device)).split(":")[0] != "cuda":
-        return None
+    """'9.0' for a CUDA device, None for the CPU (or where torch sees no CUDA)."""
     import torch
 
+    if getattr(device, "type", str(device)).split(":")[0] != "cuda" or not torch.cuda.is_available():
+        return None
     major, minor = torch.cuda.get_device_capability(device)
     return f"{major}.{minor}"
 

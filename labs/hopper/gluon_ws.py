@@ -148,17 +148,29 @@ def register_budget(num_warps: int) -> int:
     return min(256, (65536 // threads) // 8 * 8)
 
 
-def gluon_ws_matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, order: torch.Tensor, programs: int,
-                    block: tuple, stages: int, num_warps: int = 8, producer_regs: int = PRODUCER_REGS):
-    """C = A @ B (row-major A [M, K], B [K, N], C [M, N]) over the tiles of `order` (int32 [tiles, 2]) on
-    `programs` persistent programs; returns the compiled kernel (its .asm holds the PTX and SASS)."""
+SMEM_BYTES = 227 * 1024  # shared memory one block may use on Hopper
+
+
+def smem_bytes(block: tuple, stages: int, element_bytes: int = 2) -> int:
+    """The ring of A and B slices, the C tile for the store, and two mbarriers (8 bytes) per stage."""
     bm, bn, bk = block
+    return stages * (bm * bk + bk * bn) * element_bytes + bm * bn * element_bytes + 2 * 8 * stages
+
+
+def prepare_gluon_ws(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, order: torch.Tensor, programs: int,
+                     block: tuple, stages: int, num_warps: int = 8, producer_regs: int = PRODUCER_REGS):
+    """C = A @ B (row-major A [M, K], B [K, N], C [M, N]) over the tiles of `order` (int32 [tiles, 2]) on
+    `programs` persistent programs. Builds the descriptors once and returns launch(), which returns the compiled
+    kernel (its .asm holds the PTX and SASS)."""
+    bm, bn, bk = block
+    if smem_bytes(block, stages, a.element_size()) > SMEM_BYTES:
+        raise ValueError(f"{bm}x{bn}x{bk} with {stages} stages needs {smem_bytes(block, stages) // 1024} KiB of "
+                         f"shared memory; a Hopper block has {SMEM_BYTES // 1024} KiB.")
     dtype = GL_DTYPES[a.dtype]
 
     def descriptor(t, shape):
         return TensorDescriptor.from_tensor(t, list(shape), gl.NVMMASharedLayout.get_default_for(list(shape), dtype))
 
-    grid = (programs, )
-    return gluon_ws_kernel[grid](descriptor(a, (bm, bk)), descriptor(b, (bk, bn)), descriptor(out, (bm, bn)),
-                                 order, order.shape[0], STAGES=stages, PRODUCER_REGS=producer_regs,
-                                 num_warps=num_warps, maxnreg=register_budget(num_warps))
+    args = (descriptor(a, (bm, bk)), descriptor(b, (bk, bn)), descriptor(out, (bm, bn)), order, order.shape[0])
+    meta = dict(STAGES=stages, PRODUCER_REGS=producer_regs, num_warps=num_warps, maxnreg=register_budget(num_warps))
+    return lambda: gluon_ws_kernel[(programs, )](*args, **meta)
