@@ -6,7 +6,8 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from labs import hopper
-from labs.hopper.measure import ASM_STEP
+from labs.engine import runner
+from labs.hopper.measure import gluon_step_note
 from labs.hopper.model import BEST_STEP
 from labs.matmul import ladder_model
 from ui import charts
@@ -23,6 +24,10 @@ if not target.ceilings.matmul_tflops.get(params.dtype):
     st.warning(f"The {target.name}'s datasheet gives no {params.dtype} tensor-core rate, so the model (and the "
                "lesson's times, shown as ?) cannot describe this lab on it. The lab is written for Hopper GPUs: "
                "choose an H100 or H200 in the sidebar.")
+gpu_info = runner.live_gpu()
+ws_note = gluon_step_note(gpu_info.compute_capability if gpu_info.available else None)
+if ws_note:
+    st.info(ws_note)
 shown = live or (recorded[0] if recorded else None)
 steps = ["cuBLAS", *params.steps]
 
@@ -78,10 +83,11 @@ if asm_rows:
                and c != "ptx_excerpt"]
     st.dataframe([{"step": r["step"], **{c: r.get(c) for c in columns}} for r in asm_rows if r["n"] == first],
                  width="stretch", hide_index=True)
-    excerpt = next((r["ptx_excerpt"] for r in asm_rows if r.get("ptx_excerpt")), "")
-    if excerpt:
-        st.caption(f"PTX around the first tensor-core instruction of step {ASM_STEP!r} ({shown.label}):")
-        st.code(excerpt, language="text")
+    for r in (r for r in asm_rows if r.get("ptx_excerpt") and r["n"] == first):
+        where = "the partitions taking their registers (setmaxnreg)" if "setmaxnreg" in r["ptx_excerpt"] \
+            else "the first tensor-core instruction"
+        st.caption(f"PTX around {where} in step {r['step']!r} ({shown.label}):")
+        st.code(r["ptx_excerpt"], language="text")
 else:
     st.info("The instruction counts come from a run on a Hopper GPU (or its recording): none is shown yet.")
 st.markdown(page.section("Near the metal: reading the PTX"))

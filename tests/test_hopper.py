@@ -1,8 +1,9 @@
 """Tests of the Hopper matmul anatomy lab (labs/hopper/, pages/hopper.py).
 
-On CPU every step's kernel runs in Triton's interpreter on small odd shapes against float64 (TMA
-descriptors included); the model is checked against numbers worked out by hand; the page renders from
-the model and the recordings alone. The timed steps and the PTX need a Hopper GPU (marked `gpu`).
+On CPU every Triton step's kernel runs in Triton's interpreter on small odd shapes against float64 (TMA
+descriptors included); the Gluon step (warp-specialized) cannot run there, and the tests check that it is left out
+with a note; the model is checked against numbers worked out by hand; the page renders from the model and the
+recordings alone. The timed steps, the Gluon kernel and the PTX need a Hopper GPU (marked `gpu`).
 """
 
 import math
@@ -13,7 +14,7 @@ import pytest
 import torch
 
 from labs import hopper as hp
-from labs.hopper import kernels, measure, model
+from labs.hopper import gluon_support, kernels, measure, model
 from labs.matmul import configs
 from labs.engine import timing
 from labs.engine import gpu
@@ -37,6 +38,8 @@ def toy_target(cc="9.0", memory_gb=80) -> Target:
 @pytest.mark.parametrize("step", model.STEPS)
 def test_every_step_matches_float64_on_odd_shapes(step, device):
     sw = model.STEPS[step]
+    if sw.warp_specialize and gluon_support.unavailable_reason(gluon_support.device_capability(device)):
+        pytest.skip("the Gluon step needs a Hopper GPU and Gluon (its hiding is tested below)")
     m, n, k = (45, 48, 80) if sw.tma else (37, 45, 51)  # TMA: rows on 16-byte boundaries; else all odd
     a, b = timing.random_tensor((m, k), "bf16", device), timing.random_tensor((k, n), "bf16", device)
     out = torch.full((m, n), float("nan"), device=device, dtype=a.dtype)
@@ -208,8 +211,41 @@ def test_instruction_counting():
           "mbarrier.try_wait.parity.shared::cta.b64 %p1, [%r5], %r6;\ncp.async.cg.shared.global [%r7], [%rd8], 16;\n"
     counts = measure.count_instructions(ptx, measure.PTX_MARKERS)
     assert counts == {"wgmma": 1, "mma.sync": 0, "cp.async.bulk.tensor": 1, "cp.async": 1, "ld.global": 0,
-                      "mbarrier": 1}
+                      "mbarrier": 1, "setmaxnreg": 0, "mbarrier.arrive": 0}
     assert "wgmma" in measure.ptx_excerpt(ptx) and measure.ptx_excerpt("add.s32 %r1, %r2, %r3;") == ""
+    # lines of the Gluon kernel's PTX (Triton 3.6, sm_90a): the partitions' registers, the consumers' plain arrive
+    # on an `empty` barrier (counted), the producer's arrive.expect_tx on a `ready` one (not an `empty` release)
+    ws = "setmaxnreg.inc.sync.aligned.u32 \t240;\n@%p13 mbarrier.arrive.shared::cta.b64 _, [%r99];\n" \
+         "@%p5 mbarrier.arrive.expect_tx.shared.b64 _, [%r44], 49152;\nsetmaxnreg.dec.sync.aligned.u32 \t40;\n"
+    counts = measure.count_instructions(ws, measure.PTX_MARKERS)
+    assert counts["setmaxnreg"] == 2 and counts["mbarrier.arrive"] == 1 and counts["mbarrier"] == 2
+    assert measure.ptx_excerpt(ws, at=measure.PARTITION_LINE).startswith("setmaxnreg.inc")
+    assert measure.count_instructions("USETMAXREG.TRY R2, 0xf0 ;", measure.SASS_MARKERS)["USETMAXREG"] == 1
+
+
+def test_gluon_step_is_left_out_with_a_note_where_it_cannot_run(monkeypatch):
+    """Without a Hopper GPU, or with a Triton lacking a Gluon feature the kernel uses, the warp-specialized step is
+    not run: measure leaves it out with the reason, launching it says why, and the page's note names the step."""
+    assert measure.WS_STEP == "7 warp-specialized"
+    cc = gluon_support.device_capability("cuda")  # None on this CPU machine
+    if cc is None or not cc.startswith("9."):
+        ok, notes = measure.usable_configs(measure.WS_STEP, "bf16", "cuda")
+        assert ok == [] and "Gluon" in notes[0] and gluon_support.hopper_missing(cc) in notes[0]
+        a = timing.random_tensor((64, 64), "bf16", "cpu")
+        with pytest.raises(gluon_support.GluonUnavailable, match="Hopper"):
+            kernels.anatomy_matmul(a, a, model.STEPS[measure.WS_STEP], programs=1)
+        assert measure.WS_STEP in measure.gluon_step_note(cc) and "left out" in measure.gluon_step_note(cc)
+    assert "compute capability 8.0" in gluon_support.unavailable_reason("8.0")  # an A100: no wgmma
+    # a Hopper GPU, but a Triton whose Gluon lacks something the kernel calls (looked for, not read from a version)
+    gluon_support.gluon_missing.cache_clear()
+    monkeypatch.setitem(gluon_support.REQUIRED, "triton.experimental.gluon.language",
+                        ("warp_specialize", "a_feature_no_triton_has"))
+    assert "a_feature_no_triton_has" in gluon_support.unavailable_reason("9.0")
+    assert "a_feature_no_triton_has" in measure.gluon_step_note("9.0")
+    monkeypatch.undo()
+    gluon_support.gluon_missing.cache_clear()
+    if gluon_support.gluon_missing() is None:  # this Triton has Gluon: a Hopper GPU would run the step
+        assert gluon_support.unavailable_reason("9.0") is None and measure.gluon_step_note("9.0") == ""
 
 
 def test_params_check_and_lesson_numbers():
@@ -246,14 +282,58 @@ def test_short_run_on_hopper_shows_wgmma_and_tma():
 
     _hopper_or_skip()
     started = time.monotonic()
-    result = runner.run(hp.LAB, hp.Params(sizes=(2048,), steps=("2 pipeline", "3 TMA", model.BEST_STEP)),
-                        use_cache=False)
+    steps = ("2 pipeline", "3 TMA", "6 Hilbert order", measure.WS_STEP, model.BEST_STEP)
+    result = runner.run(hp.LAB, hp.Params(sizes=(2048,), steps=steps), use_cache=False)
     assert result.complete and time.monotonic() - started < 120
     rows = {r["step"]: r for r in result.rows if r.get("measured_tflops")}
     assert rows[model.BEST_STEP]["config"] in {c.config_label for c in model.BEST_CANDIDATES}
     assert rows["3 TMA"]["ptx_wgmma"] > 0 and rows["3 TMA"]["ptx_cp_async_bulk_tensor"] > 0
     assert rows["2 pipeline"]["ptx_cp_async_bulk_tensor"] == 0 and rows["2 pipeline"]["ptx_cp_async"] > 0
     assert rows["3 TMA"]["ptx_excerpt"]
+    if not gluon_support.gluon_missing():  # the Gluon step ran, and its PTX is not the step before's
+        assert rows[measure.WS_STEP]["ptx_changed"] and rows[measure.WS_STEP]["ptx_setmaxnreg"] > 0
+        assert "setmaxnreg" in rows[measure.WS_STEP]["ptx_excerpt"]
+
+
+def _gluon_or_skip():
+    _hopper_or_skip()
+    reason = gluon_support.gluon_missing()
+    if reason:
+        pytest.skip(f"the Gluon step cannot run: {reason}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m,n,k,programs", [(517, 528, 560, 3), (333, 344, 136, 2), (1000, 1000, 1000, None),
+                                            (129, 264, 64, 1)])
+def test_gluon_step_matches_float64_on_odd_shapes(m, n, k, programs):
+    """M, N, K not multiples of the 128 x 256 x 64 tile (the TMA zero-fills and clips the edges); few programs, so
+    each walks several tiles and the ring's phases wrap around many times, across tiles."""
+    _gluon_or_skip()
+    a, b = timing.random_tensor((m, k), "bf16", "cuda"), timing.random_tensor((k, n), "bf16", "cuda")
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=a.dtype)
+    kernels.anatomy_matmul(a, b, model.STEPS[measure.WS_STEP], out, programs=programs)
+    timing.check_close(out, measure.reference(a, b), "bf16", f"Gluon {m}x{n}x{k}")
+
+
+@pytest.mark.gpu
+def test_gluon_ptx_differs_from_the_step_before():
+    """Step 6 (Triton, persistent, TMA) against step 7 (Gluon): the PTX differs, and in the ways warp
+    specialization shows: setmaxnreg (registers moved between partitions), the consumers' plain arrives on the
+    `empty` barriers, 12 warps (8 consumers and the producer's warpgroup) instead of 8."""
+    _gluon_or_skip()
+    m, n, k = measure.PROBE_TMA
+    a, b = timing.random_tensor((m, k), "bf16", "cuda"), timing.random_tensor((k, n), "bf16", "cuda")
+    before = kernels.anatomy_matmul(a, b, model.STEPS["6 Hilbert order"], programs=3)[1]
+    after = kernels.anatomy_matmul(a, b, model.STEPS[measure.WS_STEP], programs=3)[1]
+    assert before.asm["ptx"] != after.asm["ptx"]
+    old, new = measure.instruction_summary(before), measure.instruction_summary(after)
+    assert old["ptx_setmaxnreg"] == 0 and new["ptx_setmaxnreg"] > 0
+    assert old["ptx_mbarrier_arrive"] == 0 and new["ptx_mbarrier_arrive"] > 0
+    assert new["ptx_wgmma"] > 0 and new["ptx_cp_async_bulk_tensor"] > 0
+    assert before.metadata.num_warps == 8 and after.metadata.num_warps == 12
+    if "sass_USETMAXREG" in new:  # where Triton can disassemble (CUDA's cuobjdump)
+        assert old["sass_USETMAXREG"] == 0 and new["sass_USETMAXREG"] > 0
+    assert "setmaxnreg" in measure.ptx_excerpt(after.asm["ptx"], at=measure.PARTITION_LINE)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -269,6 +349,8 @@ def test_page_renders_without_a_gpu():
     assert len(at.get("plotly_chart")) >= 2
     headings = [h.value for h in at.subheader]
     assert any("DRAM" in h for h in headings) and any("warp-tiled" in h for h in headings)
+    if gluon_support.unavailable_reason(gluon_support.device_capability("cuda")):  # the Gluon step's note
+        assert any(measure.WS_STEP in i.value and "left out" in i.value for i in at.info)
     levels = at.dataframe[-2].value  # the warp-tiled kernel's levels, before the numbers table
     assert list(levels["level"]) == ["global (L2)", "shared memory", "registers (FMA)"]
 

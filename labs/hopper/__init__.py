@@ -13,8 +13,8 @@ What you will learn:
   every tile asks the L2 for, but it changes how many of them the L2 must fetch from DRAM;
 - persistent kernels: one program per SM walks many tiles, so the start and end of a tile (the
   pipeline filling and the output being written) can overlap the neighbouring tiles' math;
-- warp specialization: producer warps only issue copies, consumer warps only issue tensor-core
-  math (wgmma), with buffers between them;
+- warp specialization: a producer warp only issues copies, consumer warpgroups only issue tensor-core
+  math (wgmma), with a ring of buffers and mbarriers between them (written in Gluon: gluon_ws.py);
 - what autotuners do: try a few configurations (tile shape, stages, schedule) on the real operands,
   each checked first, and keep the fastest for the size;
 - the instructions behind all this, read from the compiled kernel: `wgmma.mma_async` (tensor cores
@@ -24,7 +24,8 @@ The experiment: one Triton kernel with every feature a switch, turned on one ste
 sizes, each step checked against float64, timed beside cuBLAS, and predicted by a model built from
 this GPU's measured ceilings (tensor-core rate, L2 and DRAM bandwidth) and a published memory latency.
 
-The package: kernels.py (the kernel and its switches' launcher), model.py (the prediction, pure arithmetic),
+The package: kernels.py (the kernel and its switches' launcher), gluon_ws.py (the warp-specialized Gluon kernel) and
+gluon_support.py (whether this machine can run it), model.py (the prediction, pure arithmetic),
 measure.py (checks, timing, the instruction counts). The shared matmul pieces (the float64 check, cuBLAS, the tile
 model's figures) come from the matmul lab (labs/matmul/), imported downward.
 """

@@ -9,7 +9,8 @@ What you will learn:
 - TMA: the copy engine moves whole tiles (tensor descriptors) instead of every thread loading 16 bytes;
 - the tile order (a small table built on the host, labs/hopper/model.py tile_order) and persistent programs that
   walk many tiles, with the tile loop and the K loop optionally flattened into one;
-- warp specialization: Triton's producer and consumer warps on the K loop.
+- warp specialization: a producer warp and consumer warpgroups, written in Gluon (labs/hopper/gluon_ws.py),
+  because Triton 3.6's warp_specialize flag on this loop compiles to the same PTX as the step before.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import triton.language as tl
 
 from labs.engine.gpu import device_sm_count
 from labs.engine.params import ParamError
+from labs.hopper import gluon_support
 from labs.hopper.model import Switches, tile_order
 
 
@@ -38,7 +40,7 @@ def _tile_coords(order_ptr, tile):
 @triton.jit
 def _tile_with_pointers(a_ptr, b_ptr, c_ptr, M, N, K, tile_m, tile_n, stride_am, stride_bk, stride_cm,
                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                        WS: tl.constexpr, UPCAST: tl.constexpr):
+                        UPCAST: tl.constexpr):
     rows = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)  # [BLOCK_M] rows of A and C
     cols = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)  # [BLOCK_N] columns of B and C
     ks = tl.arange(0, BLOCK_K)
@@ -46,7 +48,7 @@ def _tile_with_pointers(a_ptr, b_ptr, c_ptr, M, N, K, tile_m, tile_n, stride_am,
     a_ptrs = a_ptr + tl.where(rows < M, rows, 0)[:, None] * stride_am + ks[None, :]  # [BLOCK_M, BLOCK_K]
     b_ptrs = b_ptr + ks[:, None] * stride_bk + cols[None, :]  # [BLOCK_K, BLOCK_N], contiguous along N
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in tl.range(0, tl.cdiv(K, BLOCK_K), warp_specialize=WS):
+    for k in tl.range(0, tl.cdiv(K, BLOCK_K)):
         k_left = K - k * BLOCK_K  # the last slice may be partial: its missing products must be zero
         a = tl.load(a_ptrs, mask=ks[None, :] < k_left, other=0.0)
         b = tl.load(b_ptrs, mask=(ks[:, None] < k_left) & (cols[None, :] < N), other=0.0)
@@ -62,10 +64,10 @@ def _tile_with_pointers(a_ptr, b_ptr, c_ptr, M, N, K, tile_m, tile_n, stride_am,
 @triton.jit
 def _tile_with_tma(a_desc, b_desc, c_desc, K, tile_m, tile_n,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                   WS: tl.constexpr, UPCAST: tl.constexpr):
+                   UPCAST: tl.constexpr):
     off_m, off_n = tile_m * BLOCK_M, tile_n * BLOCK_N
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in tl.range(0, tl.cdiv(K, BLOCK_K), warp_specialize=WS):
+    for k in tl.range(0, tl.cdiv(K, BLOCK_K)):
         a = a_desc.load([off_m, k * BLOCK_K])  # the copy engine moves the whole [BLOCK_M, BLOCK_K] slice,
         b = b_desc.load([k * BLOCK_K, off_n])  # zero-filling what lies past the edges: no masks
         if UPCAST:
@@ -77,7 +79,7 @@ def _tile_with_tma(a_desc, b_desc, c_desc, K, tile_m, tile_n,
 @triton.jit
 def anatomy_pointer_kernel(a_ptr, b_ptr, c_ptr, order_ptr, M, N, K, num_tiles, stride_am, stride_bk, stride_cm,
                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                           PERSISTENT: tl.constexpr, WS: tl.constexpr, UPCAST: tl.constexpr = False):
+                           PERSISTENT: tl.constexpr, UPCAST: tl.constexpr = False):
     """Loads by pointers (cp.async on Ampere and Hopper when num_stages > 1). Triton compiles a variant for
     sizes and strides that are multiples of 16: only then can it prove 16-byte alignment and copy 16 bytes
     at a time (cp.async cannot move a single 2-byte element)."""
@@ -85,31 +87,31 @@ def anatomy_pointer_kernel(a_ptr, b_ptr, c_ptr, order_ptr, M, N, K, num_tiles, s
         for tile in range(tl.program_id(0), num_tiles, tl.num_programs(0)):
             tile_m, tile_n = _tile_coords(order_ptr, tile)
             _tile_with_pointers(a_ptr, b_ptr, c_ptr, M, N, K, tile_m, tile_n, stride_am, stride_bk, stride_cm,
-                                BLOCK_M, BLOCK_N, BLOCK_K, WS, UPCAST)
+                                BLOCK_M, BLOCK_N, BLOCK_K, UPCAST)
     else:  # one program per tile; the hardware starts the next program when an SM frees up
         tile_m, tile_n = _tile_coords(order_ptr, tl.program_id(0))
         _tile_with_pointers(a_ptr, b_ptr, c_ptr, M, N, K, tile_m, tile_n, stride_am, stride_bk, stride_cm,
-                            BLOCK_M, BLOCK_N, BLOCK_K, WS, UPCAST)
+                            BLOCK_M, BLOCK_N, BLOCK_K, UPCAST)
 
 
 @triton.jit(do_not_specialize=["K", "num_tiles"])
 def anatomy_tma_kernel(a_desc, b_desc, c_desc, order_ptr, K, num_tiles,
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                       PERSISTENT: tl.constexpr, WS: tl.constexpr, UPCAST: tl.constexpr = False,
+                       PERSISTENT: tl.constexpr, UPCAST: tl.constexpr = False,
                        FLATTEN: tl.constexpr = False):
     """Loads and stores by tensor descriptors: the TMA copy engine (cp.async.bulk.tensor)."""
     if PERSISTENT:
         if FLATTEN:  # the tile loop and the K loop pipelined as one: no refill between tiles
             for tile in tl.range(tl.program_id(0), num_tiles, tl.num_programs(0), flatten=True):
                 tile_m, tile_n = _tile_coords(order_ptr, tile)
-                _tile_with_tma(a_desc, b_desc, c_desc, K, tile_m, tile_n, BLOCK_M, BLOCK_N, BLOCK_K, WS, UPCAST)
+                _tile_with_tma(a_desc, b_desc, c_desc, K, tile_m, tile_n, BLOCK_M, BLOCK_N, BLOCK_K, UPCAST)
         else:
             for tile in range(tl.program_id(0), num_tiles, tl.num_programs(0)):
                 tile_m, tile_n = _tile_coords(order_ptr, tile)
-                _tile_with_tma(a_desc, b_desc, c_desc, K, tile_m, tile_n, BLOCK_M, BLOCK_N, BLOCK_K, WS, UPCAST)
+                _tile_with_tma(a_desc, b_desc, c_desc, K, tile_m, tile_n, BLOCK_M, BLOCK_N, BLOCK_K, UPCAST)
     else:
         tile_m, tile_n = _tile_coords(order_ptr, tl.program_id(0))
-        _tile_with_tma(a_desc, b_desc, c_desc, K, tile_m, tile_n, BLOCK_M, BLOCK_N, BLOCK_K, WS, UPCAST)
+        _tile_with_tma(a_desc, b_desc, c_desc, K, tile_m, tile_n, BLOCK_M, BLOCK_N, BLOCK_K, UPCAST)
 
 
 _ORDER_TABLES: dict = {}
@@ -127,6 +129,26 @@ def sm_count(device) -> int:
     return device_sm_count(device, in_interpreter=3)  # on the CPU: a few programs, so each walks several tiles
 
 
+def check_tma_rows(*tensors: torch.Tensor) -> None:
+    """The TMA reads and writes whole rows of 16-byte units: refuse what it cannot describe, with a message."""
+    for t in tensors:
+        if (t.stride(0) * t.element_size()) % 16 or t.data_ptr() % 16 or t.stride(1) != 1:
+            raise ParamError("TMA needs row-major matrices whose rows start on 16-byte boundaries "
+                             f"(a multiple of {16 // t.element_size()} elements); got {tuple(t.shape)}.")
+
+
+def prepare_warp_specialized(a, b, out, sw: Switches, table, programs: int, block: tuple, num_warps: int):
+    """The Gluon step's launch, or GluonUnavailable saying why this machine cannot run it (no Hopper GPU, or a
+    Triton without the Gluon features the kernel uses: labs/hopper/gluon_support.py)."""
+    reason = gluon_support.unavailable_reason(gluon_support.device_capability(a.device))
+    if reason:
+        raise gluon_support.GluonUnavailable(f"the warp-specialized step is written in Gluon and needs a Hopper GPU "
+                                             f"and a Triton with Gluon: {reason}.")
+    from labs.hopper.gluon_ws import prepare_gluon_ws  # imported only here: it needs Gluon to import
+
+    return prepare_gluon_ws(a, b, out, table, programs, block, sw.stages, num_warps)
+
+
 def prepare(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, sw: Switches,
             block: Optional[tuple] = None, num_warps: Optional[int] = None, programs: Optional[int] = None):
     """Everything a launch needs, built once (descriptors, order table, grid): returns launch().
@@ -139,15 +161,15 @@ def prepare(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, sw: Switches,
     table = order_table(sw.order, tiles_m, tiles_n, a.device)
     grid = (min(tiles, programs or sm_count(a.device)),) if sw.persistent else (tiles,)
     upcast = a.device.type == "cpu"  # the interpreter's 16-bit arithmetic is not to be trusted
-    meta = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, PERSISTENT=sw.persistent, WS=sw.warp_specialize,
-                UPCAST=upcast, num_warps=num_warps, num_stages=sw.stages)
+    if sw.tma:
+        check_tma_rows(a, b, out)
+    if sw.warp_specialize:  # the Gluon kernel: a producer warp, consumer warpgroups (labs/hopper/gluon_ws.py)
+        return prepare_warp_specialized(a, b, out, sw, table, grid[0], (bm, bn, bk), num_warps)
+    meta = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, PERSISTENT=sw.persistent, UPCAST=upcast,
+                num_warps=num_warps, num_stages=sw.stages)
     if sw.tma:
         from triton.tools.tensor_descriptor import TensorDescriptor
 
-        for t in (a, b, out):
-            if (t.stride(0) * t.element_size()) % 16 or t.data_ptr() % 16 or t.stride(1) != 1:
-                raise ParamError("TMA needs row-major matrices whose rows start on 16-byte boundaries "
-                                 f"(a multiple of {16 // t.element_size()} elements); got {tuple(t.shape)}.")
         args = (TensorDescriptor.from_tensor(a, [bm, bk]), TensorDescriptor.from_tensor(b, [bk, bn]),
                 TensorDescriptor.from_tensor(out, [bm, bn]), table, k, tiles)
         kernel = anatomy_tma_kernel

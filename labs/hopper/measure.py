@@ -19,6 +19,7 @@ import torch
 from labs.engine import timing
 from labs.engine.gpu import Target, free_memory_bytes
 from labs.engine.params import ParamError
+from labs.hopper import gluon_support
 from labs.hopper.kernels import anatomy_matmul, prepare
 from labs.hopper.model import BEST_STEP, STEPS, step_candidates
 from labs.matmul.configs import dtype_support, tma_supported
@@ -32,9 +33,13 @@ from labs.matmul.model import bytes_needed
 # (family, regular expression) counted in the PTX and in the SASS of the compiled kernel
 PTX_MARKERS = (("wgmma", r"\bwgmma\.mma_async"), ("mma.sync", r"\bmma\.sync"),
                ("cp.async.bulk.tensor", r"\bcp\.async\.bulk\.tensor"), ("cp.async", r"\bcp\.async\.(?:ca|cg)"),
-               ("ld.global", r"\bld\.global"), ("mbarrier", r"\bmbarrier\."))
+               ("ld.global", r"\bld\.global"), ("mbarrier", r"\bmbarrier\."),
+               # warp specialization: registers handed between partitions, and the consumers' arrivals on the
+               # `empty` barriers (a plain arrive; the TMA's own barriers take arrive.expect_tx)
+               ("setmaxnreg", r"\bsetmaxnreg\."), ("mbarrier.arrive", r"\bmbarrier\.arrive\.shared"))
 SASS_MARKERS = (("HGMMA", r"\bHGMMA\b"), ("HMMA", r"\bHMMA\b"), ("UTMALDG", r"\bUTMALDG\b"),
-                ("UTMASTG", r"\bUTMASTG\b"), ("LDGSTS", r"\bLDGSTS\b"), ("LDG", r"\bLDG\b"))
+                ("UTMASTG", r"\bUTMASTG\b"), ("LDGSTS", r"\bLDGSTS\b"), ("LDG", r"\bLDG\b"),
+                ("USETMAXREG", r"\bUSETMAXREG\b"))
 
 
 def count_instructions(text: str, markers) -> dict:
@@ -56,10 +61,15 @@ def instruction_summary(compiled) -> dict:
     return row
 
 
-def ptx_excerpt(ptx: str, lines: int = 14, width: int = 120) -> str:
-    """The lines around the first tensor-core instruction of the main loop (a short, readable window)."""
+TENSOR_CORE_LINE = r"wgmma\.mma_async|mma\.sync"
+PARTITION_LINE = r"setmaxnreg\."  # where a warp-specialized kernel's partitions take their registers
+
+
+def ptx_excerpt(ptx: str, lines: int = 14, width: int = 120, at: str = TENSOR_CORE_LINE) -> str:
+    """The lines around the first line matching `at` (by default the main loop's first tensor-core instruction):
+    a short, readable window."""
     src = (ptx or "").splitlines()
-    hit = next((i for i, line in enumerate(src) if re.search(r"wgmma\.mma_async|mma\.sync", line)), None)
+    hit = next((i for i, line in enumerate(src) if re.search(at, line)), None)
     if hit is None:
         return ""
     lo = max(0, hit - lines // 2)
@@ -74,6 +84,17 @@ def ptx_excerpt(ptx: str, lines: int = 14, width: int = 120) -> str:
 PROBE_TMA = (517, 528, 560)  # M odd, N and K multiples of 16 elements: rows start on 16-byte boundaries
 PROBE_ODD = (333, 347, 351)  # all odd: only the pointer path can take it
 ASM_STEP = "3 TMA"  # the step whose PTX the page shows
+WS_STEP = next(name for name, sw in STEPS.items() if sw.warp_specialize)  # the Gluon step: its PTX is shown too
+
+
+def gluon_step_note(compute_capability: Optional[str]) -> str:
+    """'' where the GPU of live runs (its compute capability, None without one) and this Triton can run the Gluon
+    step; else the note the page shows: the step is left out of runs here, and why."""
+    reason = gluon_support.unavailable_reason(compute_capability)
+    if not reason:
+        return ""
+    return (f"Step {WS_STEP!r} is a Gluon kernel: it runs on a Hopper GPU with a Triton that has Gluon, and is left "
+            f"out of runs here ({reason}). The model and the recorded runs still show it.")
 
 
 def check(params, target: Target) -> None:
@@ -121,6 +142,10 @@ def usable_configs(step: str, dtype: str, device: str = "cuda", **kw) -> tuple:
     not). A step's own kernel giving a wrong answer raises; a candidate of the best-configuration step
     that does is never timed, and its note says so (the search goes on without it)."""
     ok, notes = [], []
+    if any(sw.warp_specialize for sw in step_candidates(step)):  # the Gluon kernel: left out where it cannot run
+        reason = gluon_support.unavailable_reason(gluon_support.device_capability(device))
+        if reason:
+            return [], [f"it is written in Gluon and needs a Hopper GPU and a Triton with Gluon: {reason}"]
     for sw in step_candidates(step):
         try:
             probe_check(sw, dtype, device, **kw)
@@ -223,7 +248,9 @@ def measure(params, target: Target, progress):
                 row["ptx_changed"] = previous_ptx is None or ptx != previous_ptx
                 previous_ptx = ptx
             if step == ASM_STEP and n == params.sizes[0]:
-                row["ptx_excerpt"] = ptx_excerpt(compiled.asm.get("ptx", ""))
+                row["ptx_excerpt"] = ptx_excerpt(ptx)
+            if step == WS_STEP and n == params.sizes[0]:  # where the partitions split: setmaxnreg, then their code
+                row["ptx_excerpt"] = ptx_excerpt(ptx, lines=24, at=PARTITION_LINE)
             yield row
         del a, b, out
     progress(1.0, "done")

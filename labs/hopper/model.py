@@ -40,7 +40,7 @@ class Switches:
     stages: int  # num_stages: slices of A and B in flight in shared memory
     persistent: bool  # one program per SM walking many tiles, instead of one program per tile
     order: str  # the order tiles are visited in: row-major, grouped, hilbert
-    warp_specialize: bool  # producer and consumer warps (Triton's warp_specialize on the K loop)
+    warp_specialize: bool  # a producer warp (TMA) and consumer warpgroups (wgmma): the Gluon kernel, gluon_ws.py
     block: tuple = (BLOCK_M, BLOCK_N, BLOCK_K)  # tile rows x columns x depth of one K slice
     num_warps: int = NUM_WARPS  # warps per program (4 = one warpgroup)
     flatten: bool = False  # persistent only: one flat loop over (tile, slice), so the next tile's loads
@@ -50,7 +50,7 @@ class Switches:
     def label(self) -> str:
         return (f"{'TMA' if self.tma else 'pointers'}, {self.stages} stage{'s' if self.stages > 1 else ''}, "
                 f"{'persistent' if self.persistent else 'one program per tile'}, {self.order}"
-                f"{', flattened' if self.flatten else ''}{', warp-specialized' if self.warp_specialize else ''}")
+                f"{', flattened' if self.flatten else ''}{', warp-specialized (Gluon)' if self.warp_specialize else ''}")
 
     @property
     def config_label(self) -> str:
@@ -224,7 +224,8 @@ def step_times(sw: Switches, dtype: str, target: Target, n: Optional[int] = None
     - tile start (pipeline fill: one latency and one slice) and end (the C tile leaving through shared
       memory at the same 128 bytes per clock; the L2 takes it, and its trip to DRAM is in the DRAM term):
       paid per tile with one program per tile; a persistent kernel overlaps the end with the next tile
-      (the TMA store runs on its own), and warp specialization or a flattened loop the start too.
+      (the TMA store runs on its own), and warp specialization or a flattened loop the start too: the producer
+      warp runs up to `stages` slices ahead into the next tile while the consumers write this one.
     """
     sms = target.sm_count
     e = timing.element_bytes(dtype)
