@@ -217,8 +217,16 @@ def warmup_now(warmup_ms: float) -> float:
     return warmup_ms if first_pass() else min(warmup_ms, LATER_PASS_WARMUP_MS)
 
 
+def budget_now(budget_ms: float) -> float:
+    """A timer's budget now: all of it in one window, its pass's share inside a pass (the same time in all)."""
+    return budget_ms if _PASS.get() is None else budget_ms / PASSES
+
+
 def record_samples(samples_ms: list) -> Timing:
-    """For a timer of its own (host copies, a torchrun worker): hand its independent samples to the rule's record."""
+    """For a timer of its own (host copies, a torchrun worker): hand its independent samples to the rule's record.
+    Inside a pass the timer's one timing is their median (the passes are the repeats)."""
+    if _PASS.get() is not None:
+        return record(Timing([float(statistics.median(samples_ms))]))
     return record(Timing(list(samples_ms)))
 
 
