@@ -2,7 +2,7 @@
 
 Every kernel the app times runs inside `gpu_session()`, so two learners' runs never overlap on the
 GPU (their timings would be wrong, and torch's memory counters are per process). `run_on` is one run
-of a lab on this process's GPU; the runner calls it for the embedded default, and a GPU pool's worker
+of a lab on this process's GPU: its sweep measured in passes, merged by labs/engine/passes.py; the runner calls it for the embedded default, and a GPU pool's worker
 calls it for the GPU it owns (labs/engine/pool.py), so both share this lock and this in-memory cache.
 """
 
