@@ -72,6 +72,11 @@ def add_series(fig: go.Figure, rows: list, x: str, y: str, name: str, style: dic
                            and not isinstance(rows[0].get(h), bool) else f"{axis_words(h)}: %{{customdata[{i}]}}"
                            for i, h in enumerate(hover))
     extra = dict(error_y=spread_bars(rows, y)) if measured else {}
+    predicted = "predicted_" + y[len("measured_"):]
+    if y.startswith("measured_") and any(r.get(predicted) is not None for r in rows):
+        # the model of this run's own GPU, kept with its points: drawn by house_style where it differs from
+        # the model the chart draws (another GPU's points must not read as model error)
+        extra["meta"] = {"model_y": [r.get(predicted) for r in rows]}
     fig.add_trace(go.Scatter(x=[r[x] for r in rows], y=[r[y] for r in rows], name=name, customdata=custom,
                              hovertemplate=f"{axis_words(x)}: %{{x:.4g}}<br>{axis_words(y)}: %{{y:.4g}}<br>{template}"
                                            f"<extra>{name}</extra>", **style, **extra))
@@ -155,6 +160,7 @@ _RECORDED = re.compile(r"^(?P<gpu>.+?), (?P<date>\d{4}-\d{2}-\d{2}), (?P<kind>[a
 _RECORDED_LAST = re.compile(r"^(?P<impl>[^,]+), (?P<gpu>.+?), (?P<date>\d{4}-\d{2}-\d{2}), (?P<kind>[a-z]+)$")
 _LIVE = re.compile(r"^measured(?: now)?(?:[,:] | (?=\S))(?P<impl>.+)$")
 _MODEL = re.compile(r"^model(?:[,:] (?P<impl>.+))?$")
+_GPU_MODEL = re.compile(r"^model of (?P<gpu>.+?)(?:, (?P<impl>.+))?$")  # another GPU's model (models_of_each_gpu)
 
 
 def axis_words(title: str) -> str:
@@ -173,7 +179,7 @@ def axis_words(title: str) -> str:
 def trace_source(name: str):
     """(source, implementation) of a trace named the overlay way: 'model, ours' -> ('model', 'ours');
     'measured, ours' -> ('this GPU', 'ours'); 'H100 80GB HBM3, 2026-11-21, recorded, ours' -> ('H100 80GB HBM3',
-    'ours'). (None, name) for any other name."""
+    'ours'); 'model of NVIDIA H200, ours' -> ('model of NVIDIA H200', 'ours'). (None, name) for any other name."""
     name = name or ""
     first, last = _RECORDED.match(name), _RECORDED_LAST.match(name)  # "<run>, impl" or "impl, <run>"
     m = first if first and first.group("impl") else last or first
@@ -184,10 +190,49 @@ def trace_source(name: str):
     m = _LIVE.match(name)
     if m:
         return "this GPU", m.group("impl")
+    m = _GPU_MODEL.match(name)
+    if m:
+        return f"model of {m.group('gpu')}", m.group("impl") or ""
     m = _MODEL.match(name)
     if m:
         return "model", m.group("impl") or ""
     return None, name
+
+
+GPU_MODEL_DASHES = ("dash", "dashdot", "longdash", "longdashdot")  # the chart's own model is dotted
+MODELS_AGREE_PCT = 2.0  # another GPU's model this close to the drawn one everywhere adds nothing to draw
+
+
+def _close(a, b) -> bool:
+    return isinstance(a, (int, float)) and isinstance(b, (int, float)) and abs(a - b) <= abs(b) * MODELS_AGREE_PCT / 100
+
+
+def models_of_each_gpu(fig: go.Figure) -> None:
+    """For every run's points (add_series kept their GPU's model with them) whose model is not the one the chart
+    draws, that GPU's model as a line of its own: named 'model of <GPU>, <impl>', dashed, one dash per GPU, in
+    the colour of the implementation. Without it an H200's points sit beside the H100's model and read as model
+    error. A run of the GPU the chart models (its model agrees with the drawn one) adds nothing."""
+    parsed = [(t, *trace_source(t.name)) for t in fig.data if isinstance(t, go.Scatter)]
+    drawn = {impl: dict(zip(t.x or (), t.y or ())) for t, source, impl in parsed if source == "model"}
+    gpus = []
+    for t, source, impl in parsed:
+        model_y = (t.meta or {}).get("model_y") if isinstance(t.meta, dict) else None
+        if source in (None, "model") or source.startswith("model of ") or not model_y:
+            continue
+        if impl not in drawn:  # the chart draws no model for this series: none of another GPU's either
+            continue
+        mine = drawn[impl]
+        points = [(x, y) for x, y in zip(t.x, model_y) if y is not None]
+        if not points or all(_close(y, mine.get(x)) for x, y in points):
+            continue
+        if source not in gpus:
+            gpus.append(source)
+        dash = GPU_MODEL_DASHES[gpus.index(source) % len(GPU_MODEL_DASHES)]
+        colour = t.marker.color if isinstance(t.marker.color, str) else None
+        name = f"model of {source}" + (f", {impl}" if impl else "")
+        fig.add_trace(go.Scatter(x=[x for x, _ in points], y=[y for _, y in points], name=name,
+                                 mode="lines+markers", marker=dict(symbol="circle-open", size=8, color=colour),
+                                 line=dict(dash=dash, color=colour), hovertemplate=f"%{{x:.4g}}: %{{y:.4g}}<extra>{name}</extra>"))
 
 
 def _positive(values) -> list:
@@ -266,9 +311,12 @@ def _sources(fig: go.Figure) -> None:
              for t, source, _ in parsed if source is None}
     palette = [c for c in OKABE_ITO if c.lower() not in taken] or list(OKABE_ITO)
     colour = {impl: palette[i % len(palette)] for i, impl in enumerate(impls)}
-    recorded = [s for s in sources if s not in ("model", "this GPU")]
+    recorded = [s for s in sources if s not in ("model", "this GPU") and not s.startswith("model of ")]
     symbol = {"model": "circle-open", "this GPU": "circle"} | \
         {s: SOURCE_SYMBOLS[i % len(SOURCE_SYMBOLS)] for i, s in enumerate(recorded)}
+    for s in sources:  # another GPU's model: its GPU's marker, open
+        if s.startswith("model of "):
+            symbol[s] = symbol.get(s[len("model of "):], "circle") + "-open"
     for t, source, impl in grouped:
         t.update(legendgroup=impl, showlegend=False)
         t.marker.update(color=colour[impl], symbol=symbol[source])
@@ -277,14 +325,16 @@ def _sources(fig: go.Figure) -> None:
     for impl in impls:  # legend only: the implementation's colour
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines+markers", name=impl, legendgroup=impl,
                                  marker=dict(color=colour[impl], size=9), line=dict(color=colour[impl])))
+    dashes = {t_source: t.line.dash for t, t_source, _ in grouped if t_source.startswith("model of ")}
     for source in sources:  # legend only: the GPU's marker, in grey
-        model = source == "model"
-        fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines+markers" if model else "markers",
-                                 name="model (dotted)" if model else ("measured now" if source == "this GPU"
-                                                                      else f"{source}, recorded"),
+        model = source == "model" or source.startswith("model of ")
+        dash = dashes.get(source, "dot")
+        name = {"model": "model (dotted)", "this GPU": "measured now"}.get(source) or \
+            (f"{source} ({dash})" if model else f"{source}, recorded")
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines+markers" if model else "markers", name=name,
                                  legendgroup=f"source: {source}",
                                  marker=dict(color="#555555", symbol=symbol[source], size=9),
-                                 line=dict(color="#555555", dash="dot")))
+                                 line=dict(color="#555555", dash=dash)))
 
 
 def _one_entry_per_name(fig: go.Figure) -> None:
@@ -368,6 +418,7 @@ def _place_labels(fig: go.Figure) -> None:
 
 def house_style(fig: go.Figure) -> go.Figure:
     """The one chart style, applied in place (and returned)."""
+    models_of_each_gpu(fig)
     if not _factor_legend(fig):  # a chart that spends colour and marker on two other things keeps them
         _sources(fig)
     _one_entry_per_name(fig)

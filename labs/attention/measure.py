@@ -176,7 +176,7 @@ def _runner(fn, mode: str, q, k, v, do):
 # flushed before each call) with SHORT_WARMUP_MS of warm-up and SHORT_REP_MS of timed calls: 25 samples or more
 # of any call under a millisecond.
 LONG_CALL_MS = 5.0
-LONG_CALL_REPS = timing.REPEATS  # the timing rule's repeats: their spread is kept with the point
+LONG_CALL_REPS = timing.REPEATS  # the timing rule's repeats (in one window; one a pass inside passes)
 SHORT_WARMUP_MS, SHORT_REP_MS = 5, 25
 FLUSH_BYTES = 256 * 2**20  # what do_bench writes to empty the L2 (TIMER_BYTES accounts for it)
 
@@ -240,7 +240,7 @@ def _time_point(run, with_host: bool = False):
         if with_host:
             return (peak, *timing.time_with_host_ms(run, warmup_ms=SHORT_WARMUP_MS, rep_ms=SHORT_REP_MS))
         if first_ms >= LONG_CALL_MS:
-            times = sorted([first_ms] + [_event_ms(run) for _ in range(LONG_CALL_REPS - 1)])
+            times = sorted([first_ms] + [_event_ms(run) for _ in range(min(LONG_CALL_REPS, timing.repeats_now()) - 1)])
             timing.record_samples(times)  # each long call is one independent repeat
             return peak, times[len(times) // 2], None
         return peak, timing.time_ms(run, warmup_ms=SHORT_WARMUP_MS, rep_ms=SHORT_REP_MS), None
@@ -376,7 +376,8 @@ def measure(params: Params, target: Target, progress):
     keys = check_keys(params, lambda shape, mode: point_config(shape, mode, device))
     progress(0.0, f"checking {len(keys)} configurations against float64, {CHECK_THREADS} at a time "
                   f"(their kernels compile meanwhile)")
-    checked, unavailable = _run_checks(keys, device)
+    # once a run: later passes find every configuration checked (and those met on the way, added to `checked`)
+    checked, unavailable = timing.once_per_run("attention: checks", lambda: _run_checks(keys, device))
     for dtype in params.dtypes:
         for d in params.head_dims:
             for n in params.seq_lens:

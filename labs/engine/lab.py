@@ -6,7 +6,9 @@
     check(params, target)                optional: refuse what cannot run (memory, dtype support)
 
 Rows from `predict` and `measure` share the `key` columns; the runner joins them and adds the
-error on `metric` (measured_<metric> against predicted_<metric>).
+error on `metric` (measured_<metric> against predicted_<metric>). The runner calls `measure` once a pass
+(labs/engine/passes.py): it may ask `timing.first_pass()` or use `timing.once_per_run` to check a kernel
+against float64 once a run rather than once a pass.
 """
 
 from __future__ import annotations
@@ -57,6 +59,9 @@ class Lab:
     headline: Optional[Headline] = None  # the number to predict before a run
     page: str = ""  # the page that shows this lab, when another lab's page hosts it ("" = its own)
     counters: Optional[object] = None  # labs.engine.counters.Adapter: how Nsight Compute counts this lab
+    # the runner measures the sweep in passes, one timing of each point per pass (labs/engine/passes.py); False
+    # where measure() times in other processes (torchrun workers), which keep their repeats in one window
+    timed_in_passes: bool = True
 
     @property
     def page_name(self) -> str:

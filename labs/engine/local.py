@@ -2,13 +2,14 @@
 
 Every kernel the app times runs inside `gpu_session()`, so two learners' runs never overlap on the
 GPU (their timings would be wrong, and torch's memory counters are per process). `run_on` is one run
-of a lab on this process's GPU; the runner calls it for the embedded default, and a GPU pool's worker
+of a lab on this process's GPU: its sweep measured in passes, merged by labs/engine/passes.py; the runner calls it for the embedded default, and a GPU pool's worker
 calls it for the GPU it owns (labs/engine/pool.py), so both share this lock and this in-memory cache.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import os
 import threading
@@ -17,7 +18,7 @@ from contextlib import contextmanager
 from typing import Callable, Optional
 
 from labs.engine import gpu as gpu_mod
-from labs.engine import timing
+from labs.engine import passes, timing
 from labs.engine.lab import Lab, Progress, noop_progress
 from labs.engine.params import to_dict
 from labs.engine.results import Result, merge_rows, run_metadata
@@ -117,34 +118,81 @@ def run_on(lab: Lab, params, info: Optional[gpu_mod.GpuInfo], target: gpu_mod.Ta
 
 
 def _measure_rows(lab: Lab, params, target, progress: Progress, time_limit_s: float):
-    """Collect measured rows; running out of GPU memory or time stops the sweep but keeps what was measured."""
+    """Measure the lab's sweep in passes (timing.PASSES of them, one timing of each point per pass; more while a
+    point is unsteady and time allows) and merge them (labs/engine/passes.py). Running out of GPU memory or time
+    stops the sweep but keeps what the passes measured."""
     import torch
 
-    rows: list = []
-    notes: list = []  # a lab's measure() may yield a string: a note for the learner, kept with the result
+    sweep = passes.Sweep(lab.key)
+    notes: list = []  # a lab's measure() may yield a string: a note for the learner, kept (first pass) with the result
+    memo: dict = {}  # what the first pass checked once for the whole run (timing.once_per_run)
+    planned = timing.PASSES if lab.timed_in_passes else 1
     started = time.monotonic()
+    longest_pass_s = 0.0
+    while True:
+        index, pass_started, measured = sweep.passes, time.monotonic(), []
+        label = _pass_label(index, planned) if lab.timed_in_passes else ""
+        total = max(planned, index + 1)
 
-    def guarded(fraction: float, message: str) -> None:
-        if time.monotonic() - started > time_limit_s:
-            raise RunTimedOut
-        progress(fraction, message)
+        def guarded(fraction: float, message: str) -> None:
+            if time.monotonic() - started > time_limit_s:
+                raise RunTimedOut
+            progress((index + fraction) / total, label + message)
 
-    try:
-        with timing.collecting() as timed:  # what each row's measurement timed gives the row its spread
-            for row in lab.measure(params, target, guarded):
-                if isinstance(row, str):
-                    notes.append(row)
-                else:
-                    rows.append(timing.row_spread(row, timed.take()))
-    except RunTimedOut:
-        return rows, notes + [f"The run passed its time limit of {time_limit_s:.0f} s after {len(rows)} measured points; "
-                      "what was measured is kept. Try fewer or smaller points."], False
-    except torch.cuda.OutOfMemoryError:
-        _release_gpu_memory()
-        free_gb = gpu_mod.free_memory_bytes() / 1e9
-        return rows, notes + [f"The GPU ran out of memory after {len(rows)} measured points; the sweep stopped there "
-                      f"and what was measured is kept ({free_gb:.1f} GB free now). Try a smaller size."], False
-    return rows, notes, True
+        pass_mode = timing.in_pass(index, memo) if lab.timed_in_passes else contextlib.nullcontext()
+        try:
+            with timing.collecting() as timed, pass_mode:  # what each row's measurement timed gives it its spread
+                for row in lab.measure(params, target, guarded):
+                    if isinstance(row, str):
+                        if index == 0:
+                            notes.append(row)
+                    else:
+                        measured.append((row, timed.take()))
+        except RunTimedOut:
+            sweep.add(measured)
+            return sweep.rows(), notes + [f"The run passed its time limit of {time_limit_s:.0f} s {_where(index, measured)}; "
+                                          "what was measured is kept. Try fewer or smaller points."], False
+        except torch.cuda.OutOfMemoryError:
+            sweep.add(measured)
+            _release_gpu_memory()
+            free_gb = gpu_mod.free_memory_bytes() / 1e9
+            return sweep.rows(), notes + [f"The GPU ran out of memory {_where(index, measured)}; the sweep stopped "
+                                          f"there and what was measured is kept ({free_gb:.1f} GB free now). "
+                                          "Try a smaller size."], False
+        sweep.add(measured)
+        longest_pass_s = max(longest_pass_s, time.monotonic() - pass_started)
+        if not _another_pass(lab, sweep, planned):
+            return sweep.rows(), notes, True
+        if time.monotonic() - started + longest_pass_s > time_limit_s:  # the next pass would not finish in time
+            return sweep.rows(), notes + [_short_of_time(sweep, planned, time_limit_s)], True
+
+
+def _pass_label(index: int, planned: int) -> str:
+    if index < planned:
+        return f"pass {index + 1} of {planned}: "
+    return f"extra pass {index - planned + 1} (unsteady points): "
+
+
+def _where(index: int, measured: list) -> str:
+    return f"after {len(measured)} measured points" + (f" of pass {index + 1}" if index else "")
+
+
+def _another_pass(lab: Lab, sweep: passes.Sweep, planned: int) -> bool:
+    """Whether the run wants another pass: its planned ones, then extra ones (bounded) while a point is unsteady.
+    A sweep that timed nothing (memory readings) gains nothing from a second pass."""
+    if not lab.timed_in_passes or not sweep.timed():
+        return False
+    if sweep.passes < planned:
+        return True
+    return sweep.passes < planned + timing.MAX_EXTRA_PASSES and sweep.unsteady() > 0
+
+
+def _short_of_time(sweep: passes.Sweep, planned: int, time_limit_s: float) -> str:
+    if sweep.passes < planned:
+        return (f"Each point is the median of {sweep.passes} passes, not {planned}: another pass would have passed "
+                f"the run's time limit of {time_limit_s:.0f} s. Try fewer or smaller points for steadier numbers.")
+    return (f"{sweep.unsteady()} unsteady points were not measured again: another pass would have passed the "
+            f"run's time limit of {time_limit_s:.0f} s.")
 
 
 def queue_length() -> int:

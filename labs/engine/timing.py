@@ -2,12 +2,23 @@
 
 The rule: every timed point is the median of REPEATS independent timings (each one a do_bench median over its
 own calls, the L2 flushed before each call); their spread (p10 to p90, in % of the median) is kept with the
-point. A point whose spread is wider than STEADY_PCT is measured again, a whole new set of repeats, at most
-MAX_ROUNDS times; one that stays unsteady keeps its steadiest set and is flagged `unsteady`, never averaged
-in silently. `time_ms` applies it to kernels, `graph_time_ms` to CUDA-graph replays (launch-bound work),
-`time_step` to steps whose CPU time matters too, `per_call_us` to back-to-back calls; timers of host-side
-work (copies between host and GPU) hand their samples to `record_samples`. Whatever a lab's measurement
-timed for one row is attached to that row by the runner (`repeats`, `spread_pct`, `unsteady`).
+point. The repeats are spread over the run, not taken back to back: the runner (labs/engine/local.py) runs a
+lab's sweep in PASSES passes, and inside a pass (`in_pass`) every timer takes ONE timing per call, so a point's
+repeats lie a whole sweep apart and see the slow drift (clocks, temperature, allocation) that five timings in
+one tenth of a second cannot. labs/engine/passes.py matches the rows of the passes by the lab's key, takes each
+measured number's median and the widest spread; a point wider than STEADY_PCT gets extra passes (at most
+MAX_EXTRA_PASSES, while the time limit allows) and one that stays unsteady is flagged `unsteady`, never averaged
+in silently. Warm-up is done in the first pass; later passes warm up briefly. Correctness needs checking once
+a run: `first_pass()` and `once_per_run()` let a measure() skip re-checking what an earlier pass checked.
+
+Outside a pass (a lab whose timings are taken by other processes, `Lab.timed_in_passes = False`, or a direct
+call) a timer takes its REPEATS back to back, and a point wider than STEADY_PCT is measured again, a whole new
+set of repeats, at most MAX_ROUNDS times; one that stays unsteady keeps its steadiest set and is flagged.
+
+`time_ms` applies the rule to kernels, `graph_time_ms` to CUDA-graph replays (launch-bound work), `time_step` to
+steps whose CPU time matters too, `per_call_us` to back-to-back calls; timers of host-side work (copies between
+host and GPU) take `repeats_now()` samples and hand them to `record_samples`. Whatever a lab's measurement timed
+for one row is attached to that row by the runner (`repeats`, `spread_pct`, `unsteady`).
 
 Also here: rate helpers and the float64 correctness check every kernel passes before it is timed.
 """
@@ -82,8 +93,11 @@ def check_close(out: torch.Tensor, ref: torch.Tensor, dtype: str, what: str, tol
 
 
 REPEATS = 5  # independent timings behind every point
+PASSES = REPEATS  # passes over a lab's sweep: one timing of each point per pass
 STEADY_PCT = 10.0  # a point whose p10-p90 spread is wider than this (% of its median) is measured again
-MAX_ROUNDS = 3  # rounds of REPEATS at most; a point still unsteady after them is flagged
+MAX_ROUNDS = 3  # in one window: rounds of REPEATS at most; a point still unsteady after them is flagged
+MAX_EXTRA_PASSES = 2  # in passes: extra passes at most while a point is unsteady (and the time limit allows)
+LATER_PASS_WARMUP_MS = 1.0  # warm-up of a timer after the first pass: the kernel is compiled and was run before
 
 
 def spread_pct(samples: list) -> float:
@@ -157,16 +171,75 @@ def record(timing: Timing) -> Timing:
     return timing
 
 
+@dataclass
+class _Pass:
+    index: int  # 0: the first pass of the run
+    memo: dict  # what once_per_run computed: shared by every pass of one run
+
+
+_PASS: contextvars.ContextVar = contextvars.ContextVar("roofline_pass", default=None)
+
+
+@contextlib.contextmanager
+def in_pass(index: int, memo: dict):
+    """Inside the block every timer takes one timing per call (pass `index` of a run; `memo` lives for the run)."""
+    token = _PASS.set(_Pass(index, memo))
+    try:
+        yield
+    finally:
+        _PASS.reset(token)
+
+
+def first_pass() -> bool:
+    """True outside passes and in a run's first pass: what only needs doing once a run (checks) is done now."""
+    current = _PASS.get()
+    return current is None or current.index == 0
+
+
+def repeats_now() -> int:
+    """How many independent timings a timer takes per call: one inside a pass, REPEATS in one window."""
+    return REPEATS if _PASS.get() is None else 1
+
+
+def once_per_run(key, compute: Callable[[], object]):
+    """compute() the first time `key` is asked for in this run, its value again in later passes (a float64
+    check of the same kernel on the same shape need not run five times). Outside passes: compute() each time."""
+    current = _PASS.get()
+    if current is None:
+        return compute()
+    if key not in current.memo:
+        current.memo[key] = compute()
+    return current.memo[key]
+
+
+def warmup_now(warmup_ms: float) -> float:
+    """The warm-up a timer does now: all of it in the first pass (or in one window), a short one later."""
+    return warmup_ms if first_pass() else min(warmup_ms, LATER_PASS_WARMUP_MS)
+
+
+def budget_now(budget_ms: float) -> float:
+    """A timer's budget now: all of it in one window, its pass's share inside a pass (the same time in all)."""
+    return budget_ms if _PASS.get() is None else budget_ms / PASSES
+
+
 def record_samples(samples_ms: list) -> Timing:
-    """For a timer of its own (host copies, a torchrun worker): hand its independent samples to the rule's record."""
+    """For a timer of its own (host copies, a torchrun worker): hand its independent samples to the rule's record.
+    Inside a pass the timer's one timing is their median (the passes are the repeats)."""
+    if _PASS.get() is not None:
+        return record(Timing([float(statistics.median(samples_ms))]))
     return record(Timing(list(samples_ms)))
 
 
 def repeated(once: Callable[[], object], repeats: int = REPEATS) -> Timing:
-    """The rule: `once()` gives one independent timing (ms, or (ms, what else it measured)); REPEATS of them,
-    measured again while unsteady. The steadiest set is kept (with what else was measured, as `.payloads`)."""
+    """The rule: `once()` gives one independent timing (ms, or (ms, what else it measured)). Inside a pass: one
+    of them (the passes are the repeats). In one window: REPEATS of them, measured again while unsteady, the
+    steadiest set kept. What else was measured is kept as `.payloads`."""
+    if _PASS.get() is not None:
+        repeats, max_rounds = 1, 1
+    else:
+        max_rounds = MAX_ROUNDS
     best = None
-    for rounds in range(1, MAX_ROUNDS + 1):
+    for rounds in range(1, max_rounds + 1):
         results = [once() for _ in range(repeats)]
         pairs = [r if isinstance(r, tuple) else (r, None) for r in results]
         timing = Timing([float(ms) for ms, _ in pairs], rounds)
@@ -189,11 +262,11 @@ def row_spread(row: dict, timings: list) -> dict:
 
 
 def time_ms(fn: Callable[[], object], warmup_ms: float = 25, rep_ms: float = 100) -> float:
-    """Median time of one call of `fn`, in ms, by the rule: REPEATS do_bench medians (warm-up once, L2 flushed
-    before every call, CUDA events around it), each over rep_ms / REPEATS of calls."""
+    """Median time of one call of `fn`, in ms, by the rule: REPEATS do_bench medians (one per pass inside passes;
+    warm-up once, L2 flushed before every call, CUDA events around it), each over rep_ms / REPEATS of calls."""
     import triton.testing
 
-    warm = [warmup_ms]
+    warm = [warmup_now(warmup_ms)]
 
     def once() -> float:
         ms = triton.testing.do_bench(fn, warmup=warm[0], rep=max(rep_ms / REPEATS, 5), return_mode="median")
@@ -224,7 +297,7 @@ def time_ms_clean_l2(fn, warmup_ms: float = 25, rep_ms: float = 60) -> float:
     end.record()
     torch.cuda.synchronize()
     estimate = start.elapsed_time(end) / 5
-    for _ in range(max(1, int(warmup_ms / estimate))):
+    for _ in range(max(1, int(warmup_now(warmup_ms) / estimate))):
         fn()
     n = min(2000 // REPEATS, max(1, int(rep_ms / REPEATS / estimate)))  # calls per repeat
 
@@ -289,7 +362,7 @@ def time_step(step, warmup_ms: float = 25, rep_ms: float = 100, max_reps: int = 
     end.record()
     torch.cuda.synchronize()
     estimate = max(start.elapsed_time(end) / 5, 1e-3)
-    for _ in range(max(1, int(warmup_ms / estimate))):
+    for _ in range(max(1, int(warmup_now(warmup_ms) / estimate))):
         step(idle)
     n = max(1, min(max_reps // REPEATS, int(rep_ms / REPEATS / estimate)))  # calls per repeat
 
@@ -366,23 +439,25 @@ def sync() -> None:
         torch.cuda.synchronize()
 
 
-def per_call_us(fn, budget_ms: float = 20.0, batches: int = 5, warmup_ms: float = 5.0) -> float:
+def per_call_us(fn, budget_ms: float = 20.0, batches: int = REPEATS, warmup_ms: float = 5.0) -> float:
     """Median wall time of one call of `fn` when called back to back, in microseconds.
 
     This is what a loop of calls gets: the larger of the GPU's time and the CPU's time per call. The
     do_bench timers above flush the L2 with a large memset before each call, and the CPU queues the
     next call while that memset runs: they hide the CPU's share, which this timer keeps.
     """
+    per_batch_ms = budget_ms / batches
+    batches = min(batches, repeats_now())  # inside a pass: one batch, the passes are the repeats
     start = time.perf_counter()
     fn()
-    while time.perf_counter() - start < warmup_ms * 1e-3:  # caches, allocator, CPU clock up to speed
+    while time.perf_counter() - start < warmup_now(warmup_ms) * 1e-3:  # caches, allocator, CPU clock up to speed
         fn()
     sync()
     t0 = time.perf_counter()
     fn()
     sync()
     single = time.perf_counter() - t0
-    reps = max(1, min(20_000, int(budget_ms * 1e-3 / batches / max(single, 1e-7))))
+    reps = max(1, min(20_000, int(per_batch_ms * 1e-3 / max(single, 1e-7))))
     samples = []
     for _ in range(batches):
         sync()

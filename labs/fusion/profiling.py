@@ -28,9 +28,11 @@ def back_to_back_ms(fn: Callable[[], object], budget_ms: float = 20.0, batches: 
     batch of one call, which times the call's latency (CPU, then GPU, then the wait) instead of a loop's rate.
     Python's garbage collector is paused while the batches run.
     """
+    per_batch_ms = budget_ms / batches
+    batches = min(batches, timing.repeats_now())  # inside a pass: one batch, the passes are the repeats
     started = time.perf_counter()
     fn()
-    while time.perf_counter() - started < warmup_ms * 1e-3:  # caches, allocator, CPU clock up to speed
+    while time.perf_counter() - started < timing.warmup_now(warmup_ms) * 1e-3:  # caches, allocator, CPU clock up to speed
         fn()
     timing.sync()
     t0 = time.perf_counter()
@@ -38,7 +40,7 @@ def back_to_back_ms(fn: Callable[[], object], budget_ms: float = 20.0, batches: 
         fn()
     timing.sync()
     burst = (time.perf_counter() - t0) / 3
-    reps = max(min_reps, min(20_000, int(budget_ms * 1e-3 / batches / max(burst, 1e-7))))
+    reps = max(min_reps, min(20_000, int(per_batch_ms * 1e-3 / max(burst, 1e-7))))
     wall, host = [], []
     collecting = gc.isenabled()
     gc.disable()

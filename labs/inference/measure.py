@@ -76,6 +76,22 @@ def measure_launch(progress):
     yield {"experiment": "launch", "kernel": "graph-node", "measured_ms": node}
 
 
+def _check_gemm(w_odd, kernel: str, m: int, dtype: str) -> float:
+    """The GEMM at M = m on odd sizes (every mask exercised), its output poisoned, against float64."""
+    x_odd = timing.random_tensor((m, 1001), dtype)
+    out = torch.full((m, 777), float("nan"), device="cuda", dtype=x_odd.dtype)
+    linear(x_odd, w_odd, kernel, out)
+    return timing.check_close(out, gemm_reference(x_odd, w_odd), dtype, f"GEMM {kernel} M={m}")
+
+
+def _check_attention(q, k_cache, v_cache, context: int, kernel: str, out, dtype: str) -> float:
+    """Decode attention into a poisoned `out`, its first CHECK_SEQUENCES sequences against float64."""
+    attention(q, k_cache, v_cache, context, kernel, out)
+    c = min(q.shape[0], CHECK_SEQUENCES)
+    return timing.check_close(out[:c], attention_reference(q[:c], k_cache[:c], v_cache[:c], context),
+                              dtype, f"attention {kernel} B={q.shape[0]} T={context}")
+
+
 def measure_gemm(p: Params, target: Target, progress, done, total):
     k, n = p.gemm_k, p.gemm_n
     w = timing.random_tensor((n, k), p.dtype)  # torch's Linear layout: [out, in]
@@ -83,10 +99,7 @@ def measure_gemm(p: Params, target: Target, progress, done, total):
     w_odd = timing.random_tensor((777, 1001), p.dtype)  # odd sizes: every mask in the kernel is exercised
     for kernel, m in gemm_points(p):
         progress(done / total, f"GEMM {kernel}, M = {m}: checking against float64")
-        x_odd = timing.random_tensor((m, 1001), p.dtype)
-        out = torch.full((m, 777), float("nan"), device="cuda", dtype=x_odd.dtype)
-        linear(x_odd, w_odd, kernel, out)
-        err = timing.check_close(out, gemm_reference(x_odd, w_odd), p.dtype, f"GEMM {kernel} M={m}")
+        err = timing.once_per_run(("inference: gemm", kernel, m), lambda: _check_gemm(w_odd, kernel, m, p.dtype))
         progress(done / total, f"GEMM {kernel}, M = {m}: timing")
         x = x_all[:m]
         y = torch.empty((m, n), device="cuda", dtype=x.dtype)
@@ -162,10 +175,8 @@ def measure_attention(p: Params, target: Target, progress, done, total):
             for context in p.attn_context:
                 progress(done / total, f"attention {kernel}, batch {batch}, context {context}: checking")
                 out = torch.full_like(q, float("nan"))
-                attention(q, k_cache, v_cache, context, kernel, out)
-                c = min(batch, CHECK_SEQUENCES)
-                err = timing.check_close(out[:c], attention_reference(q[:c], k_cache[:c], v_cache[:c], context),
-                                        p.dtype, f"attention {kernel} B={batch} T={context}")
+                err = timing.once_per_run(("inference: attention", kernel, batch, context),
+                                          lambda: _check_attention(q, k_cache, v_cache, context, kernel, out, p.dtype))
                 progress(done / total, f"attention {kernel}, batch {batch}, context {context}: timing")
                 ms, timer = attention_time_ms(lambda: attention(q, k_cache, v_cache, context, kernel, out))
                 _, nbytes = attention_cost(batch, context, p)
@@ -195,7 +206,7 @@ def check_block(p: Params) -> float:
 
 def measure_block(p: Params, target: Target, progress, done, total):
     progress(done / total, "block: checking one step against float64")
-    err = check_block(p)
+    err = timing.once_per_run("inference: block", lambda: check_block(p))
     weights = make_block_weights(p.block_shape, p.dtype, "cuda")
     for batch in p.block_batch:
         progress(done / total, f"block decode step, batch {batch}: timing (CUDA graph)")

@@ -144,7 +144,8 @@ def measure(params, target: Target, progress):
             for kind, config in sorted(kinds, key=lambda kc: (kc[0], kc[1].label)):
                 progress(done / total, f"{dtype}: compiling and checking the Triton kernel ({kind} path, "
                                        f"{config.label}) against float64")
-                probe_check(dtype, params, kind, config=config)
+                timing.once_per_run(("matmul: probe", dtype, kind, config.label),  # once a run, not once a pass
+                                    lambda: probe_check(dtype, params, kind, config=config))
         for n in params.sizes:
             a, b = operands(n, n, n, dtype)
             out = torch.full((n, n), float("nan"), device=a.device, dtype=out_dtype(dtype))
@@ -159,14 +160,16 @@ def measure(params, target: Target, progress):
                         continue
                     with timing.tf32(dtype == "tf32"):
                         c = cublas_matmul(a, b, dtype, None if dtype == "fp8" else out.fill_(float("nan")))
-                        err = check_sampled(c, a, b, dtype, f"cuBLAS ({dtype}, N={n})")
+                        err = timing.once_per_run(("matmul: cublas", dtype, n),
+                                                  lambda: check_sampled(c, a, b, dtype, f"cuBLAS ({dtype}, N={n})"))
                         ms = kernel_ms(lambda: cublas_matmul(a, b, dtype, None if dtype == "fp8" else out))
                     del c
                 else:
                     config = config_for(params, dtype, n, target.sm_count, cc)
                     out.fill_(float("nan"))
                     _, path, compiled = triton_matmul(a, b, dtype, out, config, params.tma, params.autotune)
-                    err = check_sampled(out, a, b, dtype, f"Triton ({dtype}, N={n}, {path})")
+                    err = timing.once_per_run(("matmul: triton", dtype, n, path),
+                                              lambda: check_sampled(out, a, b, dtype, f"Triton ({dtype}, N={n}, {path})"))
                     ms = kernel_ms(lambda: triton_matmul(a, b, dtype, out, config, params.tma, params.autotune))
                     row.update({"path": path, "config": (chosen_config(_autotuned("tma" if path == "tma" else "ptr",
                                                                                   a.element_size()))

@@ -31,6 +31,12 @@ def check(params, target: Target) -> None:
                          f"this GPU has {free / 1e9:.1f} GB free. Choose size_mib <= {int(0.9 * free / 2 / MiB)}.")
 
 
+def _check(probe, dtype: str, flops: int) -> float:
+    out = torch.full_like(probe, float("nan"))  # poison: an element left unwritten fails the check
+    fma_chain(probe, flops, out)
+    return timing.check_close(out, reference(probe, flops), dtype, f"FMA chain ({dtype}, F={flops})")
+
+
 def measure(params, target: Target, progress):
     """For each (dtype, F): check on an odd-sized probe against float64, then time on the full buffer."""
     total = len(params.dtypes) * len(params.flops_per_element)
@@ -42,9 +48,7 @@ def measure(params, target: Target, progress):
         probe = timing.random_tensor((CHECK_ELEMENTS,), dtype)
         for flops in params.flops_per_element:
             progress(done / total, f"{dtype}, {flops} FLOP/element: checking against float64")
-            out = torch.full_like(probe, float("nan"))  # poison: an element left unwritten fails the check
-            fma_chain(probe, flops, out)
-            err = timing.check_close(out, reference(probe, flops), dtype, f"FMA chain ({dtype}, F={flops})")
+            err = timing.once_per_run(("roofline: check", dtype, flops), lambda: _check(probe, dtype, flops))
             progress(done / total, f"{dtype}, {flops} FLOP/element: timing")
             ms = timing.time_ms(lambda: fma_chain(x, flops, y))
             i = intensity(dtype, flops)

@@ -120,7 +120,7 @@ def timed_in_turns(pairs: dict, rounds: int = ROUNDS, timer=None, progress=None)
         for key, (copy, probe) in pairs.items():
             if progress is not None:
                 progress(key, round_)
-            times[key].append(timer(copy, WALL_BUDGET_MS / rounds, min_reps=3))
+            times[key].append(timer(copy, timing.budget_now(WALL_BUDGET_MS) / rounds, min_reps=3))
             if probe is not None:
                 figures[key].append(probe())
     return {key: (min(times[key]), fastest(figures[key])) for key in pairs}
