@@ -494,6 +494,7 @@ def lesson_numbers(target: Target) -> dict:
     f64 = flash_model(shape64, "fwd", target)
     f128 = flash_model(shape128, "fwd", target)
     big = Shape(4, 16, 16384, 16384, 64, False, "bf16")
+    short = flash_model(Shape(4, 16, 1024, 1024, 64, False, "bf16"), "fwd", target)
     return {
         "gpu": target.name,
         "ceilings_source": target.describe_ceilings(),
@@ -502,6 +503,9 @@ def lesson_numbers(target: Target) -> dict:
         "mma_per_exp": f"{mm / ex:.0f}",
         "exp_share_d64_pct": f"{100 * f64['predicted_exp_ms'] / f64['predicted_ms']:.0f}",
         "exp_share_d128_pct": f"{100 * f128['predicted_exp_ms'] / f128['predicted_ms']:.0f}",
+        "hidden_share_d64_pct": f"{100 * f64['predicted_hidden_ms'] / f64['predicted_exp_ms']:.0f}",
+        "programs_per_sm": str(programs_per_sm(sm_shape(str(target.compute_capability)), 4)),
+        "short_schedule_pct": f"{100 * short['predicted_schedule_ms'] / short['predicted_ms']:.0f}",
         "predicted_d64_tflops": f"{_tflops(shape64, f64):.0f}",
         "predicted_d128_tflops": f"{_tflops(shape128, f128):.0f}",
         "s_gb_16k": f"{big.s_bytes / 1e9:.1f}",
