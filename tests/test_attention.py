@@ -133,9 +133,9 @@ def test_two_programs_per_sm_hide_half_the_shorter_phase():
 
 
 def test_schedule_waves_and_the_causal_tail():
-    assert Sc.makespan([1.0] * 265, 264) == 2.0  # one program over a full wave costs a whole program's time
-    assert Sc.makespan([3.0, 1.0, 1.0, 1.0], 2) == 3.0  # longest first: the short ones fill the other slot
-    assert Sc.makespan([1.0, 1.0, 1.0, 3.0], 2) == 4.0  # longest last: it runs alone at the end (slots 1+3, 2)
+    assert Sc.makespan([1.0], 265, 264) == 2.0  # one program over a full wave costs a whole program's time
+    assert Sc.makespan([3.0, 1.0, 1.0, 1.0], 1, 2) == 3.0  # longest first: the short ones fill the other slot
+    assert Sc.makespan([1.0, 1.0, 1.0, 3.0], 1, 2) == 4.0  # longest last: it runs alone at the end (slots 1+3, 2)
     t = T.Tiles(64, 64, 4, 2)
     assert Sc.forward_tiles(256, 256, t, causal=True) == [4, 3, 2, 1]  # launched from the last query tile
     assert Sc.forward_tiles(256, 256, t, causal=False) == [4, 4, 4, 4]

@@ -160,7 +160,8 @@ def flash_model(shape: Shape, mode: str, target: Target, cfg: Optional[FlashConf
         # the dQ kernel runs first and also writes delta = rowsum(dO * O) and lse2 for the dK/dV kernel
         prep_bytes = 2 * shape.q_bytes + 3 * shape.lse_bytes  # reads O, dO and lse; writes delta and lse2
         q_bytes = 2 * shape.q_bytes + kv_hbm_b + prep_bytes  # Q in, dQ out, K and V, O, dO and lse
-        kernels.append(_kernel_time(shape, cfg.dq, forward_tiles(lq, lk, cfg.dq, causal), 3, q_bytes, target))  # S, dP, dQ
+        dq_programs = forward_tiles(lq, lk, cfg.dq, causal)
+        kernels.append(_kernel_time(shape, cfg.dq, dq_programs, 3, q_bytes, target))  # S, dP, dQ per score
         hbm += kv_bytes + q_bytes
         out["predicted_peak_bytes"] = flash_peak_bytes(shape, mode)
     out.update({"predicted_hbm_bytes": hbm, "predicted_ms": sum(k["s"] for k in kernels) * 1e3,

@@ -59,18 +59,20 @@ def dkdv_tiles(lq: int, lk: int, t: Tiles, causal: bool) -> list[int]:
     return out
 
 
-def makespan(durations: list[float], slots: int) -> float:
-    """When the last of `durations` (seconds, in launch order) ends, each started on the first free slot."""
-    if not durations:
+def makespan(durations: list[float], copies: int, slots: int) -> float:
+    """When the last program ends: `copies` repeats of `durations` (seconds, in launch order), each program
+    started on the first free slot."""
+    programs = copies * len(durations)
+    if not programs:
         return 0.0
-    if len(durations) <= slots:
+    if programs <= slots:
         return max(durations)
     if len(set(durations)) == 1:
-        return -(-len(durations) // slots) * durations[0]  # equal programs: whole waves
-    if len(durations) > SIMULATED_PROGRAMS:
-        return sum(durations) / slots
+        return -(-programs // slots) * durations[0]  # equal programs: whole waves
+    if programs > SIMULATED_PROGRAMS:
+        return copies * sum(durations) / slots
     ends = [0.0] * slots
-    for d in durations:
+    for d in durations * copies:
         heapq.heapreplace(ends, ends[0] + d)
     return max(ends)
 
@@ -89,15 +91,15 @@ def kernel_seconds(tiles_per_program: list[int], copies: int, mma_s: float, exp_
     hidden = hidden_share(p) * min(mma_s, exp_s)
     tile_s = p * (mma_s + exp_s - hidden)  # one tile's time for one program
     fixed_s = KERNEL_LAUNCH_US * 1e-6  # the program's first loads and last store
-    durations = [n * tile_s + fixed_s for n in tiles_per_program] * copies
-    span = makespan(durations, sm_count * p)
+    span = makespan([n * tile_s + fixed_s for n in tiles_per_program], copies, sm_count * p)
     tiles = copies * sum(tiles_per_program)
     return {"s": span + KERNEL_LAUNCH_US * 1e-6,  # and the kernel's own start
             "mma_s": tiles * mma_s / sm_count, "exp_s": tiles * exp_s / sm_count,
             "hidden_s": tiles * hidden / sm_count if shared else 0.0}
 
 
-def tile_seconds(t: Tiles, d: int, matmuls: int, mma_rate: float, exp_rate: float, sm_count: int) -> tuple[float, float]:
+def tile_seconds(t: Tiles, d: int, matmuls: int, mma_rate: float, exp_rate: float,
+                 sm_count: int) -> tuple[float, float]:
     """(tensor-core seconds, exponential seconds) of one BLOCK_M x BLOCK_N tile on one SM: `matmuls` products
     of 2 d FLOPs per score, and one exponential per score."""
     scores = t.block_m * t.block_n
