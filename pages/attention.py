@@ -157,9 +157,11 @@ charts.add_series(fig, ours, "seq_len", "predicted_l2_request_bytes", "ours: req
                   dict(mode="lines+markers", line=dict(dash="dot")))
 charts.add_series(fig, ours, "seq_len", "predicted_hbm_bytes", "ours: HBM", dict(mode="lines+markers"))
 charts.show(fig, width="stretch")
-fig = charts.figure("Predicted time per part (they add up: this schedule does not overlap them)", "sequence length N",
-                    "time (ms)", log_x=True, log_y=True)
+fig = charts.figure("Predicted time per part (multiplies + exponentials - hidden + waves and starts)",
+                    "sequence length N", "time (ms)", log_x=True, log_y=True)
 for part, name in (("predicted_mma_ms", "matrix multiplies (tensor cores)"), ("predicted_exp_ms", "exponentials (SFU)"),
+                   ("predicted_hidden_ms", "hidden under the SM's other program"),
+                   ("predicted_schedule_ms", "waves, tail, program starts"),
                    ("predicted_mem_ms", "HBM traffic (overlapped)")):
     charts.add_series(fig, ours, "seq_len", part, name, dict(mode="lines+markers"))
 charts.show(fig, width="stretch")

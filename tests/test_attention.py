@@ -16,7 +16,7 @@ import torch
 
 from labs import attention as A
 from labs.attention import kernels as K, launch as L, measure as Me, model as M, naive as N
-from labs.attention import online_softmax as S, tiles as T
+from labs.attention import online_softmax as S, schedule as Sc, tiles as T
 from labs.engine import timing
 from labs.engine import gpu
 from labs.engine.params import ParamError
@@ -106,7 +106,12 @@ def test_flash_time_model_hand_checked():
     exp_s = 1024 * 1024 / M.exp_rate(t)  # one exponential per score
     assert m["predicted_mma_ms"] == pytest.approx(mma_s * 1e3)
     assert m["predicted_exp_ms"] == pytest.approx(exp_s * 1e3)
-    assert m["predicted_ms"] == pytest.approx((mma_s + exp_s) * 1e3)  # compute-bound: bytes take far less
+    # 8 programs (query tiles) on 132 SMs: each has an SM to itself and nothing to hide its exponentials under; it
+    # runs its 8 key tiles at one SM's share of the rates, then pays its start and end and the kernel's launch
+    per_program_s = 8 * (mma_s + exp_s) / 64 * t.sm_count
+    assert m["predicted_hidden_ms"] == 0
+    assert m["predicted_ms"] == pytest.approx((per_program_s + 2 * gpu.KERNEL_LAUNCH_US * 1e-6) * 1e3)
+    assert m["predicted_mem_ms"] < m["predicted_ms"] / 10  # compute-bound: bytes take far less
     assert m["predicted_peak_bytes"] == 1024 * 64 * 2 + 1024 * 4  # O and the log-sum-exp
 
 
@@ -116,6 +121,30 @@ def test_flash_model_counts_the_causal_diagonal_tiles():
     causal = M.flash_model(M.Shape(1, 1, 1024, 1024, 64, True, "bf16"), "fwd", H200, cfg)
     # 8 x 8 tiles; causal visits 28 below the diagonal and 8 on it: 36 of 64
     assert causal["predicted_mma_ms"] == pytest.approx(full["predicted_mma_ms"] * 36 / 64)
+
+
+def test_two_programs_per_sm_hide_half_the_shorter_phase():
+    assert Sc.programs_per_sm(gpu.sm_shape("9.0"), 4) == 2  # 65,536 registers / (128 threads x 255)
+    assert Sc.programs_per_sm(gpu.sm_shape("9.0"), 8) == 1
+    k = Sc.kernel_seconds([4] * 16, 132, 3e-6, 1e-6, 132, 2)  # 2112 programs: 8 full waves of 264 slots
+    assert k["hidden_s"] == pytest.approx(2112 * 4 * 0.5e-6 / 132)
+    tile_s = 2 * (3e-6 + 1e-6 - 0.5e-6)  # each of two programs advances at half the SM's rate
+    assert k["s"] == pytest.approx(8 * (4 * tile_s + 3e-6) + 3e-6)
+
+
+def test_schedule_waves_and_the_causal_tail():
+    assert Sc.makespan([1.0], 265, 264) == 2.0  # one program over a full wave costs a whole program's time
+    assert Sc.makespan([3.0, 1.0, 1.0, 1.0], 1, 2) == 3.0  # longest first: the short ones fill the other slot
+    assert Sc.makespan([1.0, 1.0, 1.0, 3.0], 1, 2) == 4.0  # longest last: it runs alone at the end (slots 1+3, 2)
+    t = T.Tiles(64, 64, 4, 2)
+    assert Sc.forward_tiles(256, 256, t, causal=True) == [4, 3, 2, 1]  # launched from the last query tile
+    assert Sc.forward_tiles(256, 256, t, causal=False) == [4, 4, 4, 4]
+    assert Sc.dkdv_tiles(256, 256, t, causal=True) == [4, 3, 2, 1]  # key tile j sees query tiles j..3
+    full = M.flash_model(M.Shape(4, 16, 2048, 2048, 64, False, "bf16"), "fwd", H200)
+    causal = M.flash_model(M.Shape(4, 16, 2048, 2048, 64, True, "bf16"), "fwd", H200)
+    # half the work, but the unequal programs leave slots idle at the end: more than half the time
+    assert causal["predicted_schedule_ms"] > full["predicted_schedule_ms"] * 0.5
+    assert causal["predicted_ms"] > 0.5 * full["predicted_ms"]
 
 
 def test_memory_models_grow_as_n_squared_and_n():

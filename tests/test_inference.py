@@ -128,6 +128,17 @@ def test_skinny_kernel_pays_for_its_padded_tensor_core_tile():
     assert rows[("triton", 1)]["predicted_ms"] > rows[("cublas", 1)]["predicted_ms"]  # cuBLAS hides its MMAs
 
 
+def test_decode_attention_waves_from_shared_memory():
+    p = M.Params(attn_batch=(8,), attn_context=(512,))
+    target = synthetic_target()
+    # 3 stages x (K and V) x 64 tokens x 128 x 2 bytes = 96 KiB a program: two fit in Hopper's 228 KiB, not four
+    assert M.triton_attention_per_sm(128, "bf16", target) == 2
+    # batch 8 x 8 K/V heads x 8 slices = 512 programs over 264 slots: two waves, one more first load and last store
+    assert M.triton_attention_waves_ms(8, 512, p, target) == pytest.approx(gpu.KERNEL_LAUNCH_US * 1e-3)
+    assert M.triton_attention_waves_ms(1, 512, p, target) == 0  # 64 programs: one wave
+    assert M.attention_row("sdpa", 8, 512, p, target)["predicted_waves_ms"] == 0  # SDPA's blocks are not ours
+
+
 def test_probed_fixed_cost_of_a_decode_call_replaces_two_launches():
     p = M.Params(attn_batch=(8,), attn_context=(512,), attn_kernels=("triton", "sdpa"))
     target = synthetic_target(bw_tbps=4.0)
@@ -138,9 +149,10 @@ def test_probed_fixed_cost_of_a_decode_call_replaces_two_launches():
     assert fixed == {"triton": 0.009, "sdpa": 0.012}
     _, nbytes = M.attention_cost(8, 512, p)
     row = M.attention_row("triton", 8, 512, p, target, None, fixed)
-    assert row["predicted_ms"] == pytest.approx(nbytes / 4e12 * 1e3 + 0.009)
+    waves_ms = row["predicted_waves_ms"]
+    assert row["predicted_ms"] == pytest.approx(nbytes / 4e12 * 1e3 + 0.009 + waves_ms)
     assert M.attention_row("triton", 8, 512, p, target)["predicted_ms"] == pytest.approx(
-        nbytes / 4e12 * 1e3 + M.LAUNCH_ALONE_MS + M.GRAPH_NODE_MS)  # no probe: two launches
+        nbytes / 4e12 * 1e3 + M.LAUNCH_ALONE_MS + M.GRAPH_NODE_MS + waves_ms)  # no probe: two launches
     # the SDPA block rate: its probe's 8 MiB of K and V over the probe's time less the fixed cost (0.188 ms)
     block_bytes = M.sdpa_block_bytes(M.SDPA_PROBE_CONTEXT, p)
     assert M.block_gbps_from(0.2, p, 0.012) == pytest.approx(block_bytes / 0.188e-3 / 1e9)
@@ -160,7 +172,10 @@ def test_kv_cache_bytes_by_hand():
     rows = M.predict_attention(M.Params(attn_batch=(64,), attn_context=(8192,), attn_kernels=("triton",)),
                                  synthetic_target(bw_tbps=4.0))
     nbytes = 64 * 8192 * 4096 + 2 * 64 * 32 * 128 * 2  # K and V, plus q read and output written
-    assert rows[0]["predicted_ms"] == pytest.approx(nbytes / 4e12 * 1e3 + M.LAUNCH_ALONE_MS + M.GRAPH_NODE_MS)
+    # 64 x 8 pairs x 2 slices = 1024 programs, two an SM on 132 SMs: four waves, three after the probed first one
+    waves_ms = 3 * gpu.KERNEL_LAUNCH_US * 1e-3
+    fixed = M.LAUNCH_ALONE_MS + M.GRAPH_NODE_MS
+    assert rows[0]["predicted_ms"] == pytest.approx(nbytes / 4e12 * 1e3 + fixed + waves_ms)
 
 
 def test_sdpa_one_block_floor_by_hand():
@@ -179,7 +194,7 @@ def test_sdpa_one_block_floor_by_hand():
     assert many["predicted_ms"] == pytest.approx(nbytes / 4e12 * 1e3 + fixed)
     assert many["predicted_limit"] == "bandwidth"
     # the split-KV Triton kernel has no such floor, and without a measured rate SDPA falls back to the roofline
-    assert rows[("triton", 1, 32768)]["predicted_ms"] < 0.04
+    assert rows[("triton", 1, 32768)]["predicted_ms"] < 0.05  # bytes, two launches, a second wave: 0.041 ms
     no_probe = M.attention_row("sdpa", 1, 32768, p, synthetic_target())
     assert no_probe["predicted_ms"] == pytest.approx(alone["predicted_ms"] - 16_777_216 / 50e9 * 1e3
                                                      + (134_217_728 + 2 * 32 * 128 * 2) / 4e12 * 1e3)

@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
+from labs.attention.schedule import dkdv_tiles, forward_tiles, kernel_seconds, programs_per_sm, tile_seconds
 from labs.attention.tiles import HEAD_DIMS, FlashConfig, Tiles, lq_pad, tile_counts, tiles_for
 from labs.engine.gpu import Target, sm_shape
 from labs.engine.params import param
@@ -106,13 +107,16 @@ def _tile_elements(shape: Shape, t: Tiles) -> int:
     return shape.b * shape.h * (c["full"] + c["masked"]) * t.block_m * t.block_n
 
 
-def _kernel_time(mma_flops: float, exps: float, hbm_bytes: float, shape: Shape, target: Target) -> dict:
-    """One kernel: tensor-core time plus exponential time (they do not overlap in this schedule),
-    or the memory time if that is longer."""
-    mma_s = mma_flops / matmul_rate(target, shape.dtype)
-    exp_s = exps / exp_rate(target)
+def _kernel_time(shape: Shape, t: Tiles, programs: list, matmuls: int, hbm_bytes: float, target: Target) -> dict:
+    """One kernel on the SMs (schedule.kernel_seconds: its programs in waves, each tile's tensor-core time plus
+    its exponential time less what the SM's other program hides, each program's start and end), or the memory
+    time if that is longer. programs: the tiles each program visits, per head; matmuls: products per score."""
+    mma, exp = tile_seconds(t, shape.d, matmuls, matmul_rate(target, shape.dtype), exp_rate(target), target.sm_count)
+    per_sm = programs_per_sm(sm_shape(str(target.compute_capability)), t.warps)
+    k = kernel_seconds(programs, shape.b * shape.h, mma, exp, target.sm_count, per_sm)
     mem_s = hbm_bytes / (target.ceilings.copy_tbps * 1e12)
-    return {"mma_s": mma_s, "exp_s": exp_s, "mem_s": mem_s, "s": max(mma_s + exp_s, mem_s)}
+    return k | {"mem_s": mem_s, "schedule_s": k["s"] - (k["mma_s"] + k["exp_s"] - k["hidden_s"]),
+                "s": max(k["s"], mem_s)}
 
 
 def _kv_rereads(shape: Shape, t: Tiles, target: Target) -> tuple[float, float]:
@@ -139,32 +143,30 @@ def flash_model(shape: Shape, mode: str, target: Target, cfg: Optional[FlashConf
     """Predicted time, HBM bytes and peak memory of our kernels, with the tiles they pick for this point on `target`
     (tiles_for: by head dim, mask, mode and how much work there is against the SMs)."""
     cfg = cfg or planned_config(shape, mode, target)
-    d = shape.d
-    elems = _tile_elements(shape, cfg.fwd)
+    lq, lk, causal = shape.lq, shape.lk, shape.causal
     requested, kv_hbm = _kv_rereads(shape, cfg.fwd, target)
     fwd_bytes = 2 * shape.q_bytes + kv_hbm + shape.lse_bytes  # Q in, O out, K and V, lse out
-    k_fwd = _kernel_time(2 * 2 * d * elems, elems, fwd_bytes, shape, target)
+    k_fwd = _kernel_time(shape, cfg.fwd, forward_tiles(lq, lk, cfg.fwd, causal), 2, fwd_bytes, target)  # S, PV
     out = {"predicted_hbm_bytes": fwd_bytes, "predicted_l2_request_bytes": requested + 2 * shape.q_bytes,
-           "predicted_mma_ms": k_fwd["mma_s"] * 1e3, "predicted_exp_ms": k_fwd["exp_s"] * 1e3,
            "predicted_mem_ms": k_fwd["mem_s"] * 1e3, "predicted_ms": k_fwd["s"] * 1e3,
            "predicted_peak_bytes": shape.q_bytes + shape.lse_bytes}
-    if mode == "fwd":
-        return out
-    e_kv = _tile_elements(shape, cfg.dkdv)
-    _, kv_hbm_b = _kv_rereads(shape, cfg.dkdv, target)
-    kv_bytes = 2 * shape.q_bytes + 2 * shape.kv_bytes * 2 + 2 * shape.lse_bytes  # Q, dO; K, V in, dK, dV out
-    k_kv = _kernel_time(4 * 2 * d * e_kv, e_kv, kv_bytes, shape, target)  # S^T, dV, dP^T, dK
-    # the dQ kernel runs first and also writes delta = rowsum(dO * O) and lse2 for the dK/dV kernel
-    prep_bytes = 2 * shape.q_bytes + 3 * shape.lse_bytes  # reads O, dO and lse; writes delta and lse2
-    e_q = _tile_elements(shape, cfg.dq)
-    q_bytes = 2 * shape.q_bytes + kv_hbm_b + prep_bytes  # Q in, dQ out, K and V, O, dO and lse
-    k_q = _kernel_time(3 * 2 * d * e_q, e_q, q_bytes, shape, target)  # S, dP, dQ
-    t_s = k_kv["s"] + k_q["s"]
-    mma_s, exp_s = k_kv["mma_s"] + k_q["mma_s"], k_kv["exp_s"] + k_q["exp_s"]
-    hbm = fwd_bytes + kv_bytes + q_bytes
-    out.update({"predicted_ms": (k_fwd["s"] + t_s) * 1e3, "predicted_hbm_bytes": hbm,
-                "predicted_mma_ms": (k_fwd["mma_s"] + mma_s) * 1e3, "predicted_exp_ms": (k_fwd["exp_s"] + exp_s) * 1e3,
-                "predicted_peak_bytes": flash_peak_bytes(shape, mode)})
+    kernels = [k_fwd]
+    hbm = fwd_bytes
+    if mode != "fwd":
+        _, kv_hbm_b = _kv_rereads(shape, cfg.dkdv, target)
+        kv_bytes = 2 * shape.q_bytes + 2 * shape.kv_bytes * 2 + 2 * shape.lse_bytes  # Q, dO; K, V in, dK, dV out
+        # S^T, dV, dP^T, dK per score
+        kernels.append(_kernel_time(shape, cfg.dkdv, dkdv_tiles(lq, lk, cfg.dkdv, causal), 4, kv_bytes, target))
+        # the dQ kernel runs first and also writes delta = rowsum(dO * O) and lse2 for the dK/dV kernel
+        prep_bytes = 2 * shape.q_bytes + 3 * shape.lse_bytes  # reads O, dO and lse; writes delta and lse2
+        q_bytes = 2 * shape.q_bytes + kv_hbm_b + prep_bytes  # Q in, dQ out, K and V, O, dO and lse
+        dq_programs = forward_tiles(lq, lk, cfg.dq, causal)
+        kernels.append(_kernel_time(shape, cfg.dq, dq_programs, 3, q_bytes, target))  # S, dP, dQ per score
+        hbm += kv_bytes + q_bytes
+        out["predicted_peak_bytes"] = flash_peak_bytes(shape, mode)
+    out.update({"predicted_hbm_bytes": hbm, "predicted_ms": sum(k["s"] for k in kernels) * 1e3,
+                **{f"predicted_{part}_ms": sum(k[f"{part}_s"] for k in kernels) * 1e3
+                   for part in ("mma", "exp", "hidden", "schedule")}})
     return out
 
 
@@ -493,6 +495,7 @@ def lesson_numbers(target: Target) -> dict:
     f64 = flash_model(shape64, "fwd", target)
     f128 = flash_model(shape128, "fwd", target)
     big = Shape(4, 16, 16384, 16384, 64, False, "bf16")
+    short = flash_model(Shape(4, 16, 1024, 1024, 64, False, "bf16"), "fwd", target)
     return {
         "gpu": target.name,
         "ceilings_source": target.describe_ceilings(),
@@ -501,6 +504,9 @@ def lesson_numbers(target: Target) -> dict:
         "mma_per_exp": f"{mm / ex:.0f}",
         "exp_share_d64_pct": f"{100 * f64['predicted_exp_ms'] / f64['predicted_ms']:.0f}",
         "exp_share_d128_pct": f"{100 * f128['predicted_exp_ms'] / f128['predicted_ms']:.0f}",
+        "hidden_share_d64_pct": f"{100 * f64['predicted_hidden_ms'] / f64['predicted_exp_ms']:.0f}",
+        "programs_per_sm": str(programs_per_sm(sm_shape(str(target.compute_capability)), 4)),
+        "short_schedule_pct": f"{100 * short['predicted_schedule_ms'] / short['predicted_ms']:.0f}",
         "predicted_d64_tflops": f"{_tflops(shape64, f64):.0f}",
         "predicted_d128_tflops": f"{_tflops(shape128, f128):.0f}",
         "s_gb_16k": f"{big.s_bytes / 1e9:.1f}",

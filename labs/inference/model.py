@@ -12,10 +12,10 @@ import functools
 from dataclasses import dataclass
 
 from labs.engine import timing
-from labs.engine.gpu import MB, Target
+from labs.engine.gpu import KERNEL_LAUNCH_US, MB, Target, sm_shape
 from labs.engine.params import ParamError, param
 from labs.engine.results import recorded_rows
-from labs.inference.launch import ATTN, SKINNY_MAX_M, next_pow2, skinny_launches
+from labs.inference.launch import ATTN, SKINNY_MAX_M, attention_splits, cdiv, next_pow2, skinny_launches
 
 
 # ---------------------------------------------------------------------------------------------
@@ -249,6 +249,27 @@ def attention_fixed_ms(kernel: str, fixed: dict | None = None) -> float:
     return (fixed or {}).get(kernel) or fixed_ms(attention_launches(kernel))
 
 
+# The Triton decode kernel aims at ATTN["programs_per_sm"] programs on every SM, but each program keeps up to
+# num_stages tiles of K and of V in shared memory (3 x 2 x 64 tokens x 128 x 2 bytes = 96 KiB at head dim 128), and
+# an SM's shared memory (228 KiB on Hopper) holds only two such programs: 512 programs (8 sequences x 8 K/V heads x
+# 8 slices) run in two waves, not one. The probed fixed cost holds the first wave's first loads; each further wave
+# waits for its own first loads and ends with its own stores before the next can start: the engine's figure for
+# that, KERNEL_LAUNCH_US, per wave. A short context shows it most (one to four tiles a program).
+def triton_attention_per_sm(head_dim: int, dtype: str, target: Target) -> int:
+    """Decode-attention programs one SM holds: the aim, or fewer where their K and V tiles fill its shared memory."""
+    tile_bytes = ATTN["BLOCK_T"] * head_dim * timing.element_bytes(dtype)
+    smem = sm_shape(str(target.compute_capability)).smem_per_sm_kib * 1024
+    return max(1, min(ATTN["programs_per_sm"], smem // (ATTN["num_stages"] * 2 * tile_bytes)))
+
+
+def triton_attention_waves_ms(batch: int, context: int, p: Params, target: Target) -> float:
+    """What the Triton decode attention's waves after the first add: one first load and last store each."""
+    hd = p.d_model // p.heads
+    splits, _ = attention_splits(batch, p.kv_heads, context, target.sm_count)
+    waves = cdiv(batch * p.kv_heads * splits, target.sm_count * triton_attention_per_sm(hd, p.dtype, target))
+    return (waves - 1) * KERNEL_LAUNCH_US * 1e-3
+
+
 def attention_row(kernel: str, batch: int, context: int, p: Params, target: Target,
                   block_gbps: float | None = None, fixed: dict | None = None) -> dict:
     """One attention point: the roofline (bytes at the copy rate) and, for SDPA, the one-block floor when the
@@ -258,12 +279,13 @@ def attention_row(kernel: str, batch: int, context: int, p: Params, target: Targ
     roof_ms = roofline_ms(flops, nbytes, target, p.dtype)
     block_ms = sdpa_block_ms(context, p, block_gbps) if kernel == "sdpa" else 0.0
     fixed_call_ms = attention_fixed_ms(kernel, fixed)
-    ms = max(roof_ms, block_ms) + fixed_call_ms
+    waves_ms = triton_attention_waves_ms(batch, context, p, target) if kernel == "triton" else 0.0
+    ms = max(roof_ms, block_ms) + fixed_call_ms + waves_ms
     row = {"experiment": "attention", "kernel": kernel, "batch": batch, "context": context,
            "kv_bytes": kv_bytes(batch, context, p.kv_heads, hd, p.dtype),
            "kv_bytes_per_token": kv_bytes(1, 1, p.kv_heads, hd, p.dtype),
            "bytes": nbytes, "predicted_ms": ms, "predicted_tbps": timing.tbps(nbytes, ms),
-           "predicted_fixed_ms": fixed_call_ms}
+           "predicted_fixed_ms": fixed_call_ms, "predicted_waves_ms": waves_ms}
     if kernel == "sdpa" and block_gbps:
         row |= {"sdpa_block_gbps": block_gbps, "predicted_limit": "one block" if block_ms > roof_ms else "bandwidth"}
     return row
@@ -315,6 +337,8 @@ def block_parts(p: Params, batch: int, target: Target) -> dict:
         kernels += launches
     flops, nbytes = attention_cost(batch, t + 1, p)
     attention_ms = roofline_ms(flops, nbytes, target, p.dtype)
+    if p.block_attention == "triton":
+        attention_ms += triton_attention_waves_ms(batch, t + 1, p, target)
     fixed += fixed_ms(attention_launches(p.block_attention))
     kernels += attention_launches(p.block_attention)
     d, f, kv = s.d_model, s.d_ff, s.kv_heads * s.head_dim
@@ -443,6 +467,10 @@ def lesson_numbers(target: Target) -> dict:
         "m4096_us": f"{1e3 * m1[2]['predicted_ms']:.0f}",
         "launch_us": f"{1e3 * LAUNCH_ALONE_MS:.1f}",
         "node_us": f"{1e3 * GRAPH_NODE_MS:.1f}",
+        "attn_programs_per_sm": str(ATTN["programs_per_sm"]),
+        "attn_program_kib": f"{ATTN['num_stages'] * 2 * ATTN['BLOCK_T'] * hd * timing.element_bytes(dtype) / 1024:.0f}",
+        "attn_held_per_sm": str(triton_attention_per_sm(hd, dtype, target)),
+        "kernel_launch_us": f"{KERNEL_LAUNCH_US:.0f}",
         "kv_kib_per_token": f"{kv_bytes(1, 1, p.kv_heads, hd, p.dtype) / 1024:.0f}",
         "kv_mb_64x8192": f"{kv_bytes(64, 8192, p.kv_heads, hd, p.dtype) / MB:.0f}",
         "block_weight_mb": f"{block[1]['weight_bytes'] / MB:.0f}",
