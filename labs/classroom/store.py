@@ -112,7 +112,7 @@ def summarize(verdict: dict) -> dict:
     seconds = verdict.get("seconds")
     return {"status": str(verdict.get("status") or "error")[:24], "metric": metric[:16], "rate": rate,
             "share_of_model": share, "trusted": is_trusted(verdict), "measured_by": measured_by_text(verdict),
-            "gpu": str(verdict.get("gpu") or "")[:120],
+            "gpu": str(verdict.get("gpu") or "")[:120], "judged_on": str(verdict.get("judged_on") or "")[:120] or None,
             "seconds": float(seconds) if isinstance(seconds, (int, float)) else None}
 
 
@@ -273,7 +273,8 @@ class Store:
     def submissions(self, class_code: str, exercise: Optional[str] = None, with_code: bool = False) -> list[dict]:
         """The class's submissions, oldest first, each with its learner's name (code only when asked)."""
         cols = [submissions.c[c] for c in ("id", "learner_id", "exercise", "status", "metric", "rate",
-                                           "share_of_model", "trusted", "measured_by", "gpu", "queue_position",
+                                           "share_of_model", "trusted", "measured_by", "gpu", "judged_on",
+                                           "queue_position",
                                            "seconds", "created_at", "finished_at")]
         if with_code:
             cols += [submissions.c.code, submissions.c.verdict]
