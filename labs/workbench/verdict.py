@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import time
 from typing import Callable, Optional
 
 import torch
@@ -260,6 +261,7 @@ def submit(ex: Exercise, code: str, progress: Callable[[float, str], None] = noo
     counters: time a correct kernel by the trusted judge (Nsight Compute) where it can run here.
     model_gpu: without a GPU, the datasheet GPU to model (the labs' selector; default: model_target's).
     where: the GPU of a pool's worker ("gpu1.host"), named in the lock's enter/exit log (the per-GPU audit)."""
+    started = time.monotonic()
     code = code.encode("utf-8", "replace").decode("utf-8")  # lone surrogates from a browser cannot be written
     info = gpu_mod.detect()
     gpu = info.available
@@ -279,7 +281,9 @@ def submit(ex: Exercise, code: str, progress: Callable[[float, str], None] = noo
     limits = limits or limits_for(gpu, ex, target)
     judged, why_untrusted, rows, checks = {}, "", [], []
     progress(0.1, "waiting for the GPU lock, then starting the jail")
+    asked_at = time.monotonic()
     with runner.gpu_session(f"workbench:{ex.name}" + (f"@{where}" if where else ""), on_wait):
+        locked_at = time.monotonic()
         progress(0.2, "running your code in the jail" + (" (check, then self-timing)" if gpu else " (check)"))
         # on a GPU the run's folder stays for the judged runs (its Triton cache saves the compilation)
         run = sandbox.run_worker(code, job, {"cases": [list(c) for c in cases]}, limits, gpu, keep_dir=gpu)
@@ -305,7 +309,9 @@ def submit(ex: Exercise, code: str, progress: Callable[[float, str], None] = noo
                 rows = point_rows(ex, target, self_ms, judged)
         finally:
             sandbox.discard(run)
-    return _finish(verdict, ex, run, checks, rows, target, info, judged, why_untrusted, code)
+    finished = _finish(verdict, ex, run, checks, rows, target, info, judged, why_untrusted, code)
+    # how long judging it took, waiting for the lock left out: what the class queue's estimates are made of
+    return finished | {"judge_s": round(time.monotonic() - started - (locked_at - asked_at), 2)}
 
 
 def _checks(ex: Exercise, run: sandbox.WorkerRun, cases: list) -> list[dict]:
