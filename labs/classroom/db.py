@@ -65,7 +65,7 @@ submissions = Table("submissions", metadata,
                     Column("gpu", String(120)),
                     Column("judged_on", String(120)),               # which GPU (pool worker) judged it (v2)
                     Column("queue_position", Integer),              # runs ahead of it when it queued
-                    Column("seconds", Float),                       # how long judging it took (judge_s)
+                    Column("seconds", Float),                       # how long it kept the queue (queue_s)
                     Column("created_at", Float, nullable=False),
                     Column("finished_at", Float),
                     Index("submissions_by_class", "class_code", "exercise"),

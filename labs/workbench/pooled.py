@@ -67,6 +67,7 @@ def submit(ex: Exercise, code: str, progress: Callable[[float, str], None] = noo
             f"({verdict['judged_on']}).")
         return verdict
     verdict["judged_on"] = where.get("gpu_label") or where.get("worker_name") or "a worker of the pool"
+    verdict["queue_s"] = verdict.get("judge_s")  # the worker is busy for the whole judging: the pool's estimates
     verdict["pool"] = {k: where.get(k) for k in ("worker_name", "host", "gpu_index", "gpu_label", "kind", "scheduler",
                                                  "attempts")}
     if len(where.get("attempts") or ()) > 1:
@@ -81,6 +82,7 @@ def embedded(ex: Exercise, code: str, progress, on_wait, **options) -> dict:
     from labs.workbench import verdict as judge
 
     verdict = judge.submit(ex, code, progress=progress, on_wait=on_wait, **options)
+    verdict["queue_s"] = verdict.get("held_s")  # the next one waits for the lock only: the estimates' unit
     verdict["judged_on"] = f"{socket.gethostname()} (this app's {'GPU' if verdict.get('gpu') else 'CPU: no GPU'})"
     return verdict
 

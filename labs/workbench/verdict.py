@@ -309,9 +309,11 @@ def submit(ex: Exercise, code: str, progress: Callable[[float, str], None] = noo
                 rows = point_rows(ex, target, self_ms, judged)
         finally:
             sandbox.discard(run)
+    held_s = time.monotonic() - locked_at
     finished = _finish(verdict, ex, run, checks, rows, target, info, judged, why_untrusted, code)
-    # how long judging it took, waiting for the lock left out: what the class queue's estimates are made of
-    return finished | {"judge_s": round(time.monotonic() - started - (locked_at - asked_at), 2)}
+    # what the class queue's estimates are made of: the GPU lock held, and the whole judging (lock wait left out)
+    judge_s = time.monotonic() - started - (locked_at - asked_at)
+    return finished | {"held_s": round(held_s, 2), "judge_s": round(judge_s, 2)}
 
 
 def _checks(ex: Exercise, run: sandbox.WorkerRun, cases: list) -> list[dict]:
