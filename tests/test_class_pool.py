@@ -158,3 +158,22 @@ def test_only_plain_data_and_roofline_functions_travel():
     assert json.loads(json.dumps(wire)) == wire and pooled.from_wire(wire) == {"limits": limits, "counters": False}
     with pytest.raises(TypeError):
         pooled.submit(get_exercise("add"), "", progress=print, callback=print)
+
+
+def test_the_page_without_a_jail_still_sends_submissions_to_the_pool(monkeypatch, tmp_path):
+    """The web tier may have no bubblewrap: with a pool the workers' jail judges, so Run stays on and says so."""
+    from streamlit.testing.v1 import AppTest
+
+    from labs.workbench import jail
+
+    monkeypatch.setenv(jail.BWRAP_ENV, str(tmp_path / "no-bwrap-here"))
+    monkeypatch.delenv(jail.UNJAILED_ENV, raising=False)
+    monkeypatch.setenv("ROOFLINE_CLUSTER", "tcp://127.0.0.1:9")
+    jail.status.cache_clear()
+    try:
+        at = AppTest.from_file(str(ROOT / "pages" / "workbench.py"), default_timeout=30).run()
+        assert not at.exception and not at.error
+        assert any("GPU pool" in i.value and "not run on this server" in i.value for i in at.info)
+        assert not next(b for b in at.button if b.key == "run").disabled
+    finally:
+        jail.status.cache_clear()
