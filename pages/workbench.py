@@ -12,6 +12,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from labs.engine import gpu as gpu_mod
+from labs.engine import runner
 from labs.engine.params import ParamError
 from labs.engine.results import list_recorded
 from labs.workbench import EXERCISES, get_exercise, sandbox, store
@@ -103,8 +104,12 @@ code = st.session_state[code_key]
 store.save(token, ex.name, code)
 
 jail_status = sandbox.jail.status()
-if not jail_status.ok:  # no jail here: learner code is refused, and the page says why and what to do
-    st.error(jail_status.reason)
+on_pool = bool(runner.cluster_address())  # submissions are judged in the jail of the pool's GPU workers
+can_run = jail_status.ok or on_pool
+if not jail_status.ok:  # no jail here: learner code is refused (unless the pool judges it), and the page says so
+    (st.info if on_pool else st.error)(("Submissions go to the GPU pool and run in its workers' jail. If the pool "
+                                        "cannot take one, this machine refuses it: " if on_pool else "")
+                                       + jail_status.reason)
 lines = sandbox.protection_lines()
 with st.expander("The jail your code runs in" + ("" if all(a for _, a, _ in lines) else
                                                   " (some protections are off on this machine)")):
@@ -115,7 +120,7 @@ with st.expander("The jail your code runs in" + ("" if all(a for _, a, _ in line
         st.warning(f"Submissions run without a jail on this machine ({sandbox.jail.UNJAILED_ENV}=1): fine for a "
                    "single-user laptop, never for a class. See the README's 'Threat model: the workbench'.")
 
-if st.button("Run", type="primary", key="run", disabled=not jail_status.ok) or (submitted and jail_status.ok):
+if st.button("Run", type="primary", key="run", disabled=not can_run) or (submitted and can_run):
     bar = st.progress(0.0, "starting")
     queue = st.empty()
     try:  # judged and kept in the class store (labs/classroom); refused past the size or per-minute limit
@@ -206,7 +211,8 @@ def show_verdict(v: dict) -> None:
         st.caption(f"Model: {rows[0].get('model', '')}, on the {v.get('model_gpu')}'s ceilings.")
         if v.get("counters", {}).get("status") in ("measured", "partial"):
             st.caption(v["counters"]["message"])
-    st.caption(f"Measured by: {v.get('measured_by', '?')}. Jail: {v.get('jail') or ', '.join(v.get('sandbox', []))}.")
+    st.caption(f"Measured by: {v.get('measured_by', '?')}. Jail: {v.get('jail') or ', '.join(v.get('sandbox', []))}."
+               + (f" Judged on: {text.plain(v['judged_on'], 200)}." if v.get("judged_on") else ""))
     d1, d2 = st.columns(2)
     d1.download_button("Download your code", code, f"{ex.name}.py", "text/x-python", key="dl-code")
     d2.download_button("Download the verdict (JSON)", json.dumps(v, indent=1, default=str), f"{ex.name}-verdict.json",

@@ -179,6 +179,27 @@ def test_schema_is_versioned(url):
         db.migrate(store.engine)
 
 
+def test_a_version_1_store_is_migrated_with_its_submissions_kept(url):
+    """Version 2 adds which GPU judged each submission (judged_on); a store written before keeps its work."""
+    from sqlalchemy import select, text, update
+
+    store = Store(url)
+    code = store.create_class()
+    key = store.join(code, "ada")[1]
+    store.save_work(key, "add", "old code", verdict(1.5))
+    with db.transaction(store.engine, write=True) as conn:  # back to what version 1 wrote
+        conn.execute(text("ALTER TABLE submissions DROP COLUMN judged_on"))
+        conn.execute(update(db.schema).values(version=1))
+    assert db.migrate(store.engine) == 1
+    with db.transaction(store.engine) as conn:
+        assert conn.execute(select(db.schema.c.version)).scalar_one() == db.SCHEMA_VERSION == 2
+    (old,) = store.submissions(code, "add")
+    assert old["judged_on"] is None and old["rate"] == 1.5
+    store.save_work(key, "add", "new code", verdict(2.0, judged_on="gpu1.host"))
+    assert [s["judged_on"] for s in store.submissions(code, "add")] == [None, "gpu1.host"]
+    assert store.integrity() == "ok"
+
+
 def test_replicas_opening_a_fresh_store_at_once_migrate_it_once(url):
     """Three app processes start together on an empty store: one creates the schema, none fails."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT)] + sys.path)}

@@ -17,7 +17,7 @@ from typing import Optional
 
 UNITS = {"tbps": "TB/s", "tflops": "TFLOP/s"}
 CSV_COLUMNS = ["rank", "learner", "status", "rate", "unit", "share_of_model", "trusted", "measured_by", "gpu",
-               "attempts", "best_submission", "best_at", "last_at"]
+               "attempts", "best_submission", "best_at", "last_at", "judged_on"]
 
 
 def _standing(sub: dict) -> tuple:
@@ -49,7 +49,8 @@ def ranked(subs: list[dict], hide_names: bool = False) -> list[dict]:
                     "learner_id": sub["learner_id"], "status": sub["status"], "rate": sub.get("rate"),
                     "unit": UNITS.get(metric, metric), "share_of_model": sub.get("share_of_model"),
                     "trusted": bool(sub.get("trusted")), "measured_by": sub.get("measured_by") or "",
-                    "gpu": sub.get("gpu") or "", "attempts": attempts[sub["learner_id"]],
+                    "gpu": sub.get("gpu") or "", "judged_on": sub.get("judged_on") or "",
+                    "attempts": attempts[sub["learner_id"]],
                     "best_submission": sub["id"], "best_at": sub["created_at"], "last_at": last[sub["learner_id"]]})
     return out
 

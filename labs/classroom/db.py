@@ -27,8 +27,8 @@ from sqlalchemy import (Boolean, Column, Float, ForeignKey, Index, Integer, Meta
                         UniqueConstraint, create_engine, event, select, text)
 from sqlalchemy.engine import Connection, Engine
 
-SCHEMA_VERSION = 1
-MIGRATIONS: dict[int, Callable[[Connection], None]] = {}  # version N -> the step from N-1 to N (none yet)
+SCHEMA_VERSION = 2
+MIGRATIONS: dict[int, Callable[[Connection], None]] = {}  # version N -> the step from N-1 to N
 _ADVISORY_LOCK = 29_0001  # PostgreSQL: serialises migrations of replicas starting at once
 
 metadata = MetaData()
@@ -63,8 +63,9 @@ submissions = Table("submissions", metadata,
                     Column("trusted", Boolean, nullable=False, default=False),
                     Column("measured_by", Text),
                     Column("gpu", String(120)),
+                    Column("judged_on", String(120)),               # which GPU (pool worker) judged it (v2)
                     Column("queue_position", Integer),              # runs ahead of it when it queued
-                    Column("seconds", Float),                       # the sandbox run's own time
+                    Column("seconds", Float),                       # how long it kept the queue (queue_s)
                     Column("created_at", Float, nullable=False),
                     Column("finished_at", Float),
                     Index("submissions_by_class", "class_code", "exercise"),
@@ -89,6 +90,14 @@ predictions = Table("predictions", metadata,
                     Column("created_at", Float, nullable=False),
                     UniqueConstraint("learner_id", "lab", "params", name="one_answer_per_question"),
                     Index("predictions_by_class", "class_code", "lab"))
+
+
+def _add_judged_on(conn: Connection) -> None:
+    """Version 2: which GPU of the pool (or which app machine) judged each submission."""
+    conn.execute(text("ALTER TABLE submissions ADD COLUMN judged_on VARCHAR(120)"))
+
+
+MIGRATIONS[2] = _add_judged_on
 
 
 class StoreError(RuntimeError):

@@ -109,10 +109,10 @@ def summarize(verdict: dict) -> dict:
         rate = math.exp(sum(math.log(m) for m in measured) / len(measured))
         if all(isinstance(p, (int, float)) and p > 0 for p in predicted):
             share = math.exp(sum(math.log(m / p) for m, p in zip(measured, predicted)) / len(measured))
-    seconds = verdict.get("seconds")
+    seconds = verdict.get("queue_s") or verdict.get("seconds")  # how long it kept the next one waiting (pooled.py)
     return {"status": str(verdict.get("status") or "error")[:24], "metric": metric[:16], "rate": rate,
             "share_of_model": share, "trusted": is_trusted(verdict), "measured_by": measured_by_text(verdict),
-            "gpu": str(verdict.get("gpu") or "")[:120],
+            "gpu": str(verdict.get("gpu") or "")[:120], "judged_on": str(verdict.get("judged_on") or "")[:120] or None,
             "seconds": float(seconds) if isinstance(seconds, (int, float)) else None}
 
 
@@ -273,7 +273,8 @@ class Store:
     def submissions(self, class_code: str, exercise: Optional[str] = None, with_code: bool = False) -> list[dict]:
         """The class's submissions, oldest first, each with its learner's name (code only when asked)."""
         cols = [submissions.c[c] for c in ("id", "learner_id", "exercise", "status", "metric", "rate",
-                                           "share_of_model", "trusted", "measured_by", "gpu", "queue_position",
+                                           "share_of_model", "trusted", "measured_by", "gpu", "judged_on",
+                                           "queue_position",
                                            "seconds", "created_at", "finished_at")]
         if with_code:
             cols += [submissions.c.code, submissions.c.verdict]
@@ -297,7 +298,7 @@ class Store:
         return found
 
     def typical_seconds(self, exercise: Optional[str] = None, last: int = 20) -> Optional[float]:
-        """The median run time of the last answered submissions (of this exercise, if it has any)."""
+        """The median time the last answered submissions kept the queue busy (of this exercise, if it has any)."""
         with self._tx() as conn:
             for which in ([exercise] if exercise else []) + [None]:
                 query = select(submissions.c.seconds).where(submissions.c.seconds.is_not(None))

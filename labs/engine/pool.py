@@ -21,7 +21,9 @@ so a worker never runs two labs at once while two workers run two labs at the sa
 resource keeps a run on the GPU model its cache key names (results never mix kinds). On the worker the
 embedded runner measures under that process's lock, so the lock's enter/exit log names the GPU. While
 the run waits, the app asks the scheduler how many runs of its kind are ahead (`on_wait`); once a worker
-starts it, the worker's progress messages reach the page through the scheduler's event log.
+starts it, the worker's progress messages reach the page through the scheduler's event log. A workbench
+submission travels the same queue (`run_named`): its code as text to a worker, judged there under that GPU's
+lock by labs.workbench.verdict, in a jail that sees that worker's GPU only; its verdict back as JSON.
 
 A worker that dies mid-run is noticed by the scheduler, which starts the task again on a live worker
 (the scheduler is started with allowed-failures = 1: one retry, then the learner is told). Dask's
@@ -33,6 +35,8 @@ Dask and distributed are imported inside functions: the embedded default never n
 from __future__ import annotations
 
 import argparse
+import importlib
+import json
 import os
 import shutil
 import socket
@@ -48,7 +52,7 @@ from urllib.parse import urlsplit
 from labs.engine import cache
 from labs.engine import gpu as gpu_mod
 from labs.engine import local
-from labs.engine.lab import Lab, Progress
+from labs.engine.lab import Lab, Progress, noop_progress
 from labs.engine.params import ParamError, to_dict
 from labs.engine.results import Result
 
@@ -233,7 +237,14 @@ def run(lab: Lab, params, progress: Progress, on_wait: Optional[Callable[[int], 
 
 
 def _wait(future, progress: Progress, on_wait: Optional[Callable[[int], None]]) -> Result:
-    """Poll until the task ends: queue position while it waits, progress while a worker runs it."""
+    """The lab run's Result once its task ends, with a word when a worker died under it."""
+    result = Result.from_dict(_await(future, progress, on_wait))
+    _explain_retries(result, _attempts(future.key), _scheduler_call(key=future.key, field="suspicious") or 0)
+    return result
+
+
+def _await(future, progress: Progress, on_wait: Optional[Callable[[int], None]]):
+    """Poll until the task ends: queue position while it waits, progress while a worker runs it; its value."""
     from distributed import KilledWorker
     from distributed.utils import CancelledError  # what a cancelled future raises, whichever Python
 
@@ -264,9 +275,7 @@ def _wait(future, progress: Progress, on_wait: Optional[Callable[[int], None]]) 
             if ahead is not None and ahead != position:
                 position = ahead
                 on_wait(ahead)
-    result = Result.from_dict(data)
-    _explain_retries(result, _attempts(future.key), _scheduler_call(key=future.key, field="suspicious") or 0)
-    return result
+    return data
 
 
 def _explain_retries(result: Result, starts: list, deaths: int) -> None:
@@ -352,6 +361,40 @@ def call(label: str, fn: Callable, *args, **kwargs):
         future.release()
 
 
+def gpu_count() -> int:
+    """How many GPUs of the kind this app runs on the pool had at the last look (1 before any look)."""
+    if not _last_kinds:
+        return 1
+    return max(1, len(_last_kinds.get(choose_kind(_last_kinds), ())))
+
+
+def run_named(label: str, target: str, payload: dict, progress: Progress = noop_progress,
+              on_wait: Optional[Callable[[int], None]] = None) -> tuple:
+    """Run Roofline's own function `target` ("labs.package.module:function") with `payload` on the least busy
+    GPU of the pool (Dask's choice among the workers of the chosen kind), queued with the lab runs; returns
+    (its value, where it ran: this_gpu() plus the workers that started it).
+
+    Only plain data crosses: the payload goes as JSON text and the value comes back as JSON text, so what a
+    learner wrote travels as strings, never as a pickled callable. `fn(payload, progress)` runs in the worker's
+    thread and takes that worker's GPU lock itself where it needs it. While it waits, `on_wait` hears how many
+    runs are ahead of it across the pool; a worker that dies under it is replaced once, as for a lab run.
+    """
+    module, _, name = target.partition(":")
+    if not module.startswith("labs.") or not name.isidentifier():
+        raise ParamError(f"{target!r} names no Roofline function (labs.module:function)")
+    wire = json.dumps(payload)  # a TypeError here, in the app, for anything that is not plain data
+    kind = choose_kind(workers_by_kind())
+    future = client().submit(execute_named, target, wire, kind, uuid.uuid4().hex,
+                             key=f"{RUN_PREFIX}-{label}-{uuid.uuid4().hex}", pure=False, fifo_timeout=0,
+                             resources={GPU_RESOURCE: 1, KIND_PREFIX + kind: 1})
+    try:
+        data = json.loads(_await(future, progress, on_wait))
+        starts = _attempts(future.key)
+    finally:
+        future.release()
+    return data["value"], data["where"] | {"attempts": [s.get("worker_name", "?") for s in starts]}
+
+
 # ---------------------------------------------------------------------------------------------
 # The worker side: one process per GPU
 # ---------------------------------------------------------------------------------------------
@@ -368,6 +411,21 @@ def execute(lab: Lab, params, kind: str, time_limit_s: float, token: str) -> dic
                            time_limit_s=time_limit_s, label=f"{lab.name}@{where['gpu_label']}")
     result.meta["pool"] = where
     return result.to_dict()
+
+
+def execute_named(target: str, wire: str, kind: str, token: str) -> str:
+    """One attempt of run_named's function on this worker (refused on a worker of another kind); JSON back."""
+    from distributed import get_worker
+
+    worker = get_worker()
+    key = str(worker.get_current_task())
+    where = this_gpu(worker, kind)
+    worker.log_event(STARTED_TOPIC, {"key": key, "token": token, **where})
+    worker_target(kind)
+    module, _, name = target.partition(":")
+    fn = getattr(importlib.import_module(module), name)
+    value = fn(json.loads(wire), _relay(worker, key, token))
+    return json.dumps({"value": value, "where": where}, default=str)
 
 
 def _call_locked(label: str, fn: Callable, args: tuple, kwargs: dict):

@@ -5,6 +5,7 @@
     harness.py     the worker itself (copied into the sandbox; imports nothing of the repository)
     verdict.py     check against float64, timing, our kernel and the library beside it, the gap in words
     store.py       drafts and every submission with its verdict, kept in the class store (labs/classroom)
+    pooled.py      a submission judged on a GPU of the pool (labs/engine/pool.py) when there is one, else here
 
 A package, so `labs.all_labs()` does not import it at every app start.
 """

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import time
 from typing import Callable, Optional
 
 import torch
@@ -303,10 +304,13 @@ def _prepare_quietly() -> None:
 
 def submit(ex: Exercise, code: str, progress: Callable[[float, str], None] = noop_progress,
            on_wait: Optional[Callable[[int], None]] = None, static_check: bool = True,
-           limits: Optional[sandbox.Limits] = None, counters: bool = True, model_gpu: Optional[str] = None) -> dict:
+           limits: Optional[sandbox.Limits] = None, counters: bool = True, model_gpu: Optional[str] = None,
+           where: str = "") -> dict:
     """Check (and on a GPU, judge) the learner's code for one exercise. Never raises for the learner's faults.
     counters: time a correct kernel by the trusted judge (Nsight Compute) where it can run here.
-    model_gpu: without a GPU, the datasheet GPU to model (the labs' selector; default: model_target's)."""
+    model_gpu: without a GPU, the datasheet GPU to model (the labs' selector; default: model_target's).
+    where: the GPU of a pool's worker ("gpu1.host"), named in the lock's enter/exit log (the per-GPU audit)."""
+    started = time.monotonic()
     code = code.encode("utf-8", "replace").decode("utf-8")  # lone surrogates from a browser cannot be written
     info = gpu_mod.detect()
     gpu = info.available
@@ -326,7 +330,9 @@ def submit(ex: Exercise, code: str, progress: Callable[[float, str], None] = noo
     limits = limits or limits_for(gpu, ex, target)
     judged, why_untrusted, rows, checks = {}, "", [], []
     progress(0.1, "waiting for the GPU lock, then starting the jail")
-    with runner.gpu_session(f"workbench:{ex.name}", on_wait):
+    asked_at = time.monotonic()
+    with runner.gpu_session(f"workbench:{ex.name}" + (f"@{where}" if where else ""), on_wait):
+        locked_at = time.monotonic()
         progress(0.2, "running your code in the jail" + (" (check, then self-timing)" if gpu else " (check)"))
         # on a GPU the run's folder stays for the judged runs (its Triton cache saves the compilation)
         run = sandbox.run_worker(code, job, {"cases": [list(c) for c in cases]}, limits, gpu, keep_dir=gpu)
@@ -352,7 +358,11 @@ def submit(ex: Exercise, code: str, progress: Callable[[float, str], None] = noo
                 rows = point_rows(ex, target, self_ms, judged)
         finally:
             sandbox.discard(run)
-    return _finish(verdict, ex, run, checks, rows, target, info, judged, why_untrusted, code)
+    held_s = time.monotonic() - locked_at
+    finished = _finish(verdict, ex, run, checks, rows, target, info, judged, why_untrusted, code)
+    # what the class queue's estimates are made of: the GPU lock held, and the whole judging (lock wait left out)
+    judge_s = time.monotonic() - started - (locked_at - asked_at)
+    return finished | {"held_s": round(held_s, 2), "judge_s": round(judge_s, 2)}
 
 
 def _checks(ex: Exercise, run: sandbox.WorkerRun, cases: list) -> list[dict]:
