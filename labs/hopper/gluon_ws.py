@@ -35,7 +35,9 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 GL_DTYPES = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}
 PRODUCER_WARPS = gl.constexpr(1)  # one warp is plenty to issue two TMA copies per slice
-PRODUCER_REGS = 40  # registers per producer thread after setmaxnreg (24 is the least Hopper allows)
+PRODUCER_REGS = 24  # registers per producer thread after setmaxnreg: the least Hopper allows; an H100 ran 726
+# TFLOP/s at 8192 with 24 against 700 with 40 (scripts/gluon_ws_check.py, 2026-11-27): what the producer gives
+# up, the consumers keep
 # Triton 3.6 names the TMA copies async_copy_global_to_shared / async_copy_shared_to_global; later Tritons rename
 # them async_load / async_store (and make the old names raise). Look for the feature, not the version.
 tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared  # (desc, coord, barrier, dst)
