@@ -10,6 +10,7 @@ Everything of ours (jail, harness, judge, checks, verdict) is real.
 """
 
 import os
+import time
 import shutil
 import stat
 import sys
@@ -121,14 +122,31 @@ def add(x, y):
 
 
 @needs_jail
-def test_the_judge_reads_its_log_outside_the_jail_and_checks_every_call(ncu_with):
+def notes_left_in_runs(monkeypatch, name: str) -> list:
+    """What the learner's code wrote to `name` in each run's folder, read as each run ends (the judged run's
+    folder is gone once judge_point returns)."""
+    notes, finish = [], sandbox.finish_worker
+
+    def finish_then_read(started):
+        run = finish(started)
+        if (started.work / name).is_file():
+            notes.append((started.work / name).read_text())
+        return run
+
+    monkeypatch.setattr(sandbox, "finish_worker", finish_then_read)
+    return notes
+
+
+def test_the_judge_reads_its_log_outside_the_jail_and_checks_every_call(ncu_with, monkeypatch):
     ncu_with(kernel_rows(ADD_KERNELS))
+    notes = notes_left_in_runs(monkeypatch, "forger.txt")
     checked = sandbox.run_worker(FORGER, {"entry": "add", "gpu": False, "mode": "check"},
                                  {"cases": [[torch.randn(5), torch.randn(5)]]}, LIMITS, False, keep_dir=True)
     try:
         assert checked.status == "ok", checked.message
-        judged = judge.judge_point(ADD, FORGER, SMALL, LIMITS, False, reuse=checked)
-        note = (checked.workdir / "forger.txt").read_text()
+        pending = judge.start(ADD, FORGER, LIMITS, False)  # started ahead, as verdict.submit does
+        judged = judge.judge_point(ADD, FORGER, SMALL, LIMITS, False, reuse=checked, pending=pending)
+        note = notes[-1]
     finally:
         sandbox.discard(checked)
     assert judged["status"] == "measured", judged
@@ -366,8 +384,9 @@ def add(x, y):
 
 @needs_jail
 @pytest.mark.parametrize("shared", [(), ("ipc", "tmp")], ids=["isolated", "shared tmp"])
-def test_the_profiler_s_tmp_is_the_jail_s_only_in_that_variant(ncu_with, shared):
+def test_the_profiler_s_tmp_is_the_jail_s_only_in_that_variant(ncu_with, shared, monkeypatch):
     folder = ncu_with(kernel_rows(ADD_KERNELS))
+    notes = notes_left_in_runs(monkeypatch, "seen.txt")
     script = folder / "ncu"
     mark = f"ncu-was-here-{os.getpid()}-{len(shared)}"
     script.write_text(script.read_text().replace("code = subprocess.call",
@@ -376,10 +395,23 @@ def test_the_profiler_s_tmp_is_the_jail_s_only_in_that_variant(ncu_with, shared)
                                  False, keep_dir=True)
     try:
         judged = judge.judge_point(ADD, SEES_TMP, SMALL, LIMITS, False, shared=shared, reuse=checked)
-        seen = (checked.workdir / "seen.txt").read_text().split()
+        seen = notes[-1].split()
     finally:
         sandbox.discard(checked)
     assert judged["status"] == "measured" and judged["shared"] == list(shared)
     assert (mark in seen) == ("tmp" in shared) and "HOME=True" in seen
     assert Path(f"/tmp/{mark}").exists() == ("tmp" not in shared)  # shared: a private /tmp, not the host's
     Path(f"/tmp/{mark}").unlink(missing_ok=True)
+
+
+@needs_jail
+def test_a_judged_worker_started_ahead_waits_for_its_inputs_and_is_cancelled_cleanly(ncu_with):
+    """verdict.submit starts the first point's judged worker beside the check run; when the check fails it is
+    cancelled: its jail killed, its folder and the profiler's log folder gone."""
+    ncu_with(kernel_rows(ADD_KERNELS))
+    pending = judge.start(ADD, ADD.solution(), LIMITS, False)
+    time.sleep(1.5)
+    assert pending.started.proc.poll() is None  # up, waiting for judge-in.pt
+    judge.cancel(pending)
+    assert pending.started.proc.poll() is not None
+    assert not pending.started.work.exists() and not pending.judge_dir.exists()

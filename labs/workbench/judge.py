@@ -32,6 +32,7 @@ import secrets
 import shutil
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -150,13 +151,20 @@ def summarise(kernels: list, calls: int) -> dict:
             "kernel_names": sorted({k.name.split("(")[0][:80] for k in kernels})[:8], "launch": launch}
 
 
-def judge_point(ex: Exercise, code: str, point: Point, limits: sandbox.Limits, gpu: bool,
-                reuse: Optional[sandbox.WorkerRun] = None, calls: int = CALLS,
-                shared: Optional[tuple] = None) -> dict:
-    """Run the learner's function `calls` times on fresh inputs under ncu (outside the jail); return
-    {"status": "measured"|"wrong"|"failed", ...summarise(), "checks": [...], "message": ...}.
-    shared: the profiler's private namespaces the jail keeps (None: the variant this server's self-test chose).
-    Raises JudgeUnavailable when ncu cannot be used here. The caller holds the GPU lock."""
+@dataclass
+class Pending:
+    """A judged worker started ahead of its inputs (start): ncu outside, the learner's code in the jail, both
+    up and waiting while the check run still runs. judge_point() hands it the inputs and waits for it."""
+
+    started: sandbox.Started
+    judge_dir: Path  # ncu's log folder: this process's, never in the jail's view
+    shared: tuple
+
+
+def start(ex: Exercise, code: str, limits: sandbox.Limits, gpu: bool, shared: Optional[tuple] = None) -> Pending:
+    """Start the judged worker of one point under ncu (outside the jail), before its inputs exist. Raises
+    JudgeUnavailable when ncu cannot be used here. The caller holds the GPU lock (or is about to run its
+    check run under it: this worker launches nothing until judge_point hands it its inputs)."""
     from labs.engine import counters
 
     why = unavailable(gpu) if gpu else ""
@@ -167,19 +175,15 @@ def judge_point(ex: Exercise, code: str, point: Point, limits: sandbox.Limits, g
     ncu = counters.ncu_path()
     if ncu is None:
         raise JudgeUnavailable(unavailable(True))
-    device = "cuda" if gpu else "cpu"
-    generator = torch.Generator(device=device).manual_seed(secrets.randbits(62))  # never leaves this process
-    inputs = [fresh_inputs(point, generator, device) for _ in range(calls)]
     judge_dir = Path(tempfile.mkdtemp(prefix="judge-", dir=sandbox.base_dir()))  # 0700, not in the jail
     log = judge_dir / LOG
 
     def under_ncu(work: Path) -> list:
         return counters.ncu_command(ncu, list(METRICS), str(log), ["--launch-count", str(MAX_KERNELS)], None)
 
-    run = None
     outer_env = {"HOME": str(judge_dir), "TMPDIR": str(judge_dir)}  # ncu's own, outside the jail
     extra = []
-    uid = reuse.uid if reuse is not None and reuse.uid is not None else sandbox._next_uid()
+    uid = sandbox._next_uid()
     if "uid" in shared:  # ncu, as the run's uid, writes its log there
         os.chown(judge_dir, uid, uid)
     if "tmp" in shared:  # ncu's /tmp and /dev/shm are the jail's (its log stays in judge_dir, out of sight)
@@ -193,9 +197,54 @@ def judge_point(ex: Exercise, code: str, point: Point, limits: sandbox.Limits, g
                           "TMPDIR": "/tmp"})
     try:
         job = {"entry": ex.entry, "gpu": gpu, "mode": "judge"}
-        run = sandbox.run_worker(code, job, {}, limits, gpu, keep_dir=True, reuse=reuse, profiler=under_ncu,
-                                 files={"judge-in.pt": inputs}, outer_env=outer_env, jail_extra=tuple(extra),
-                                 shared=tuple(shared), uid=uid)
+        started = sandbox.start_worker(code, job, {}, limits, gpu, keep_dir=True, profiler=under_ncu,
+                                       outer_env=outer_env, jail_extra=tuple(extra), shared=tuple(shared), uid=uid)
+    except BaseException:
+        shutil.rmtree(judge_dir, ignore_errors=True)
+        raise
+    return Pending(started, judge_dir, tuple(shared))
+
+
+def cancel(pending: Optional[Pending]) -> None:
+    """A judged worker started ahead and not needed (the check failed, the verdict stopped): stopped, cleared."""
+    if pending is not None:
+        sandbox.cancel_worker(pending.started)
+        shutil.rmtree(pending.started.work, ignore_errors=True)
+        shutil.rmtree(pending.judge_dir, ignore_errors=True)
+
+
+def _share_compilation(reuse: Optional[sandbox.WorkerRun], pending: Pending) -> None:
+    """The check run's Triton cache copied into the judged run's folder before its first call: the same
+    learner's kernels, compiled once (the judged worker looks the cache up only when it first launches)."""
+    if reuse is None or reuse.workdir is None or not (reuse.workdir / ".triton").is_dir():
+        return
+    target = pending.started.work / ".triton"
+    shutil.copytree(reuse.workdir / ".triton", target, symlinks=True, dirs_exist_ok=True)
+    for root, dirs, files in os.walk(target):
+        for name in [root] + [os.path.join(root, f) for f in dirs + files]:
+            os.lchown(name, pending.started.uid, pending.started.uid)
+
+
+def judge_point(ex: Exercise, code: str, point: Point, limits: sandbox.Limits, gpu: bool,
+                reuse: Optional[sandbox.WorkerRun] = None, calls: int = CALLS,
+                shared: Optional[tuple] = None, pending: Optional[Pending] = None) -> dict:
+    """Run the learner's function `calls` times on fresh inputs under ncu (outside the jail); return
+    {"status": "measured"|"wrong"|"failed", ...summarise(), "checks": [...], "message": ...}.
+    shared: the profiler's private namespaces the jail keeps (None: the variant this server's self-test chose).
+    pending: the worker start() started ahead for this point (None: started here). reuse: the check run,
+    whose compiled kernels the judged run takes over. Raises JudgeUnavailable when ncu cannot be used here.
+    The caller holds the GPU lock."""
+    from labs.engine import counters
+
+    pending = pending or start(ex, code, limits, gpu, shared)
+    device = "cuda" if gpu else "cpu"
+    generator = torch.Generator(device=device).manual_seed(secrets.randbits(62))  # never leaves this process
+    inputs = [fresh_inputs(point, generator, device) for _ in range(calls)]
+    log, run = pending.judge_dir / LOG, None
+    try:
+        _share_compilation(reuse, pending)
+        sandbox.hand_over(pending.started, "judge-in.pt", inputs)
+        run = sandbox.finish_worker(pending.started)
         text = log.read_text(errors="replace") if log.is_file() else ""
         outputs = None
         out_file = run.workdir / "judge-out.pt" if run.workdir else None
@@ -209,11 +258,11 @@ def judge_point(ex: Exercise, code: str, point: Point, limits: sandbox.Limits, g
             except Exception as exc:  # noqa: BLE001 - the learner's process wrote it
                 outputs = f"unreadable ({exc})"
     finally:
-        shutil.rmtree(judge_dir, ignore_errors=True)
-        if reuse is None:
-            sandbox.discard(run)
-        elif run is not None and run.workdir is not None:
-            (run.workdir / "judge-out.pt").unlink(missing_ok=True)  # hundreds of MB: not kept for later runs
+        shutil.rmtree(pending.judge_dir, ignore_errors=True)
+        if run is None:
+            sandbox.cancel_worker(pending.started)
+        shutil.rmtree(pending.started.work, ignore_errors=True)  # hundreds of MB of inputs and outputs
+    shared = pending.shared
     problem = counters.ncu_failure(run.returncode or 0, run.stderr_tail + "\n" + text)
     if problem and counters.PERMISSION_HELP in problem:  # it will be refused again: the caller stops asking
         _REFUSED["reason"] = problem

@@ -364,6 +364,21 @@ def refused_run() -> Optional[WorkerRun]:
     return None if st.ok else WorkerRun("refused", st.reason, jail=st.description)
 
 
+@dataclass
+class Started:
+    """A worker started in its jail and not yet waited for (start_worker); finish_worker() waits for it."""
+
+    proc: subprocess.Popen
+    tail: "_TailReader"
+    work: Path
+    uid: int
+    jail: str
+    limits: Limits
+    keep_dir: bool
+    collect: tuple
+    profiled: bool
+
+
 def run_worker(code: str, job: dict, inputs: dict, limits: Limits, gpu: bool, keep_dir: bool = False,
                reuse: Optional[WorkerRun] = None, profiler: Optional[Callable[[Path], list]] = None,
                collect: tuple = (), files: Optional[dict] = None, outer_env: Optional[dict] = None,
@@ -378,11 +393,23 @@ def run_worker(code: str, job: dict, inputs: dict, limits: Limits, gpu: bool, ke
     jail sets its own). collect: names of text files in the run's folder read back into `files`.
     jail_extra: more bwrap options (diagnostics); shared: the profiler's private namespaces the jail keeps.
     worker: the script the jail runs (harness.py; interpret_worker.py counts a kernel's loads and stores)."""
-    import torch
-
     refused = refused_run()
     if refused is not None:
         return refused
+    return finish_worker(start_worker(code, job, inputs, limits, gpu, keep_dir, reuse, profiler, collect, files,
+                                      outer_env, jail_extra, shared, uid, worker))
+
+
+def start_worker(code: str, job: dict, inputs: dict, limits: Limits, gpu: bool, keep_dir: bool = False,
+                 reuse: Optional[WorkerRun] = None, profiler: Optional[Callable[[Path], list]] = None,
+                 collect: tuple = (), files: Optional[dict] = None, outer_env: Optional[dict] = None,
+                 jail_extra: tuple = (), shared: tuple = (), uid: Optional[int] = None,
+                 worker: str = "harness.py") -> Started:
+    """run_worker's first half: the run's folder written and the jail started, not waited for. The trusted
+    judge starts its profiled worker this way while the check run still runs, so the profiler's, Python's and
+    CUDA's start-up are off a verdict's critical path; it hands the inputs over later with hand_over()."""
+    import torch
+
     uid = reuse.uid if reuse is not None and reuse.uid is not None else uid if uid is not None else _next_uid()
     work = reuse.workdir if reuse is not None and reuse.workdir else _new_workdir(uid)
     keep_dir = keep_dir or reuse is not None
@@ -406,22 +433,53 @@ def run_worker(code: str, job: dict, inputs: dict, limits: Limits, gpu: bool, ke
             env.update(outer_env or {})
         proc = subprocess.Popen(argv, cwd=work if not st.jailed else "/", env=env, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE, start_new_session=True)
-        tail = _TailReader(proc.stderr)
-        gpu_seen = [0] if profiler else None  # judged runs: a second process on the GPU escapes the count
-        killed, seconds, freed = _watch(proc, work, limits, gpu_seen)
-        stderr = tail.text()
+    except BaseException:
+        if not keep_dir:
+            shutil.rmtree(work, ignore_errors=True)
+        raise
+    return Started(proc, _TailReader(proc.stderr), work, uid, st.description, limits, keep_dir, tuple(collect),
+                   bool(profiler))
+
+
+def hand_over(started: Started, name: str, obj) -> None:
+    """Give a started worker a file it waits for: written aside, then renamed into its folder in one step, so
+    the worker never reads half of it."""
+    import torch
+
+    aside = started.work / f".{name}.partial"
+    torch.save(obj, aside)
+    _own(aside, started.uid)
+    os.chmod(aside, 0o600)
+    os.replace(aside, started.work / name)
+
+
+def finish_worker(started: Started) -> WorkerRun:
+    """Wait for a started worker under its budgets (killing it past one) and read back what it wrote."""
+    work, proc = started.work, started.proc
+    try:
+        gpu_seen = [0] if started.profiled else None  # judged runs: a second process on the GPU escapes the count
+        killed, seconds, freed = _watch(proc, work, started.limits, gpu_seen)
+        stderr = started.tail.text()
         if killed:
             run = WorkerRun("killed", killed, stderr_tail=stderr, seconds=seconds)
         else:
             run = _read_back(work, proc.returncode, stderr, seconds)
-        run.returncode, run.uid, run.jail, run.freed_s = proc.returncode, uid, st.description, freed
+        run.returncode, run.uid, run.jail, run.freed_s = proc.returncode, started.uid, started.jail, freed
         run.gpu_processes = gpu_seen[0] if gpu_seen else 0
-        run.files = _collect(work, collect)
-        run.workdir = work if keep_dir else None
+        run.files = _collect(work, started.collect)
+        run.workdir = work if started.keep_dir else None
         return run
     finally:
-        if not keep_dir:
+        if not started.keep_dir:
             shutil.rmtree(work, ignore_errors=True)
+
+
+def cancel_worker(started: Started) -> None:
+    """Stop a started worker that is no longer wanted (its check failed): the jail killed, its folder gone."""
+    if started.proc.poll() is None:
+        kill_jail(started.proc)
+    if not started.keep_dir:
+        shutil.rmtree(started.work, ignore_errors=True)
 
 
 def _collect(work: Path, names: tuple, limit_bytes: int = 8 * 2**20) -> dict:

@@ -253,6 +253,24 @@ def protections() -> list[str]:
     return sandbox.protections()
 
 
+def start_judges(ex: Exercise, code: str, limits: sandbox.Limits, target) -> dict:
+    """{point label: judge.Pending}: the first point's judged worker started ahead (judge.start), where the
+    trusted judge can run here; {} where it cannot (judge_point then says why) or starting failed (it starts
+    then). One only: two profilers up at once on one GPU would have to agree on whose kernels are whose; a
+    later point's worker starts when its turn comes."""
+    if judge.unavailable(True):
+        return {}
+    pending = {}
+    try:
+        for point in ex.points[:1]:
+            pending[point.label] = judge.start(ex, code, judge_limits(limits, ex, point, target), True)
+    except Exception:  # noqa: BLE001 - JudgeUnavailable or a failed start: judge_point tries again and says why
+        for started in pending.values():
+            judge.cancel(started)
+        return {}
+    return pending
+
+
 _PREPARING: dict = {}  # the one background preparation of this process (its thread)
 
 
@@ -334,9 +352,12 @@ def submit(ex: Exercise, code: str, progress: Callable[[float, str], None] = noo
     with runner.gpu_session(f"workbench:{ex.name}" + (f"@{where}" if where else ""), on_wait):
         locked_at = time.monotonic()
         progress(0.2, "running your code in the jail" + (" (check, then self-timing)" if gpu else " (check)"))
-        # on a GPU the run's folder stays for the judged runs (its Triton cache saves the compilation)
-        run = sandbox.run_worker(code, job, {"cases": [list(c) for c in cases]}, limits, gpu, keep_dir=gpu)
+        # the judged workers start now, beside the check run: ncu, Python and CUDA come up while it runs
+        pending = start_judges(ex, code, limits, target) if gpu and counters else {}
+        run = None
         try:
+            # on a GPU the run's folder stays for the judged runs (its Triton cache saves the compilation)
+            run = sandbox.run_worker(code, job, {"cases": [list(c) for c in cases]}, limits, gpu, keep_dir=gpu)
             checks = _checks(ex, run, cases)
             if gpu and run.status == "ok":
                 correct = bool(checks) and all(c["passed"] for c in checks)
@@ -346,7 +367,7 @@ def submit(ex: Exercise, code: str, progress: Callable[[float, str], None] = noo
                                                              f"Compute, outside the jail, {judge.CALLS} fresh calls)")
                     try:
                         judged[point.label] = judge.judge_point(ex, code, point, judge_limits(limits, ex, point, target),
-                                                                gpu, reuse=run)
+                                                                gpu, reuse=run, pending=pending.pop(point.label, None))
                     except judge.JudgeUnavailable as exc:
                         why_untrusted = str(exc)
                         break
@@ -357,6 +378,8 @@ def submit(ex: Exercise, code: str, progress: Callable[[float, str], None] = noo
                 self_ms = {t["label"]: t["ms"] for t in run.result.get("timings", []) if isinstance(t, dict)}
                 rows = point_rows(ex, target, self_ms, judged)
         finally:
+            for unused in pending.values():  # the check failed or the judge stopped early: nothing left behind
+                judge.cancel(unused)
             sandbox.discard(run)
     held_s = time.monotonic() - locked_at
     finished = _finish(verdict, ex, run, checks, rows, target, info, judged, why_untrusted, code)
