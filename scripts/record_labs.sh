@@ -3,22 +3,36 @@
 # change: one device call (any single-GPU kind). Usage: bash scripts/record_labs.sh LAB [LAB ...]
 # Each lab is skipped once BUDGET_S seconds have passed; the GPU's recordings are packed into $OUT after every lab,
 # so what was recorded comes back even if the call runs out of time. The log of each run is packed beside them.
+# GPUS=N (a machine of N GPUs of one kind): N lanes at once, lane i on GPU i (CUDA_VISIBLE_DEVICES), the labs
+# dealt out in the order given (name the longest first); each lab still has a GPU to itself.
 # GPU_TESTS (env, test files): run their GPU-marked tests after the recordings, if the budget allows.
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD ROOFLINE_CACHE=${ROOFLINE_CACHE:-/tmp/rc}
 BUDGET_S=${BUDGET_S:-540}
+GPUS=${GPUS:-1}
 KEY=$(python3 -c "from labs.engine import gpu; print(gpu.detect().key)")
 mkdir -p /tmp/record
-pack() { tar czf "$OUT/recorded-$KEY.tgz" "content/recorded/$KEY" /tmp/record 2>/dev/null; }
-echo "GPU key $KEY, commit ${ROOFLINE_GIT_COMMIT:-?}"
-for lab in "$@"; do
-  if [ "$SECONDS" -ge "$BUDGET_S" ]; then echo "== $lab: skipped (budget, $SECONDS s)"; continue; fi
-  t=$SECONDS
-  python3 -m labs run "$lab" --record --out "/tmp/record/$lab.json" > "/tmp/record/$lab.log" 2>&1
-  rc=$?
-  echo "== $lab: rc $rc in $((SECONDS - t)) s"; grep -v "^\[" "/tmp/record/$lab.log" | tail -"${TAIL:-4}"
+pack() { [ -n "${OUT:-}" ] && tar czf "$OUT/recorded-$KEY.tgz" "content/recorded/$KEY" /tmp/record 2>/dev/null; }
+echo "GPU key $KEY, commit ${ROOFLINE_GIT_COMMIT:-?}, $GPUS lane(s)"
+record() {  # record LAB [GPU]: one lab through the CLI, its log kept
+  local lab=$1 t=$SECONDS
+  if [ "$SECONDS" -ge "$BUDGET_S" ]; then echo "== $lab: skipped (budget, $SECONDS s)"; return; fi
+  CUDA_VISIBLE_DEVICES=${2:-${CUDA_VISIBLE_DEVICES:-0}} \
+    python3 -m labs run "$lab" --record --out "/tmp/record/$lab.json" > "/tmp/record/$lab.log" 2>&1
+  local rc=$?
+  echo "== $lab: rc $rc in $((SECONDS - t)) s${2:+ on GPU $2}"; grep -v "^\[" "/tmp/record/$lab.log" | tail -"${TAIL:-4}"
+}
+if [ "$GPUS" -le 1 ]; then
+  for lab in "$@"; do record "$lab"; pack; done
+else
+  labs=("$@")
+  for ((lane = 0; lane < GPUS; lane++)); do
+    ( for ((i = lane; i < ${#labs[@]}; i += GPUS)); do record "${labs[$i]}" "$lane"; done ) > "/tmp/record/lane-$lane.txt" &
+  done
+  wait
+  cat /tmp/record/lane-*.txt
   pack
-done
+fi
 if [ -n "${GPU_TESTS:-}" ] && [ "$SECONDS" -lt "$BUDGET_S" ]; then
   # shellcheck disable=SC2086 - GPU_TESTS is a list of files
   python3 -m pytest $GPU_TESTS -q -m gpu -p no:cacheprovider 2>&1 | tail -"${TAIL:-15}"
