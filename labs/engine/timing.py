@@ -450,7 +450,9 @@ def per_call_us(fn, budget_ms: float = 20.0, batches: int = REPEATS, warmup_ms: 
     batches = min(batches, repeats_now())  # inside a pass: one batch, the passes are the repeats
     start = time.perf_counter()
     fn()
-    while time.perf_counter() - start < warmup_now(warmup_ms) * 1e-3:  # caches, allocator, CPU clock up to speed
+    # every pass warms up in full: the CPU's share is the subject here, and a CPU coming from other work (the pass
+    # before, another lab) needs its caches and clock back; 5 ms a point is cheap
+    while time.perf_counter() - start < warmup_ms * 1e-3:  # caches, allocator, CPU clock up to speed
         fn()
     sync()
     t0 = time.perf_counter()
