@@ -6,7 +6,7 @@ import pytest
 from tests.conftest import HAS_CUDA, render_page
 from labs import collectives as c
 from labs.collectives import measure, model
-from labs.engine import gpu
+from labs.engine import gpu, timing
 from labs.engine.params import ParamError
 
 H200 = gpu.datasheet_target(gpu.datasheet_by_name("H200"))
@@ -138,9 +138,14 @@ def test_children_keep_nvlink_multicast_off(monkeypatch):
 def test_launcher_runs_two_real_processes_on_gloo():
     """torchrun, two processes, gloo: every collective checked against float64 inside, then timed."""
     p = c.Params(sizes_kib=(1, 64), dtype="fp32", layer_tokens=(33,), d_model=24, d_ff=40)
-    seen = []
-    rows = list(measure.run_rows(p, H200, 2, lambda f, m: seen.append(m)))
-    rows = [r for r in rows if isinstance(r, dict)]
+    seen, spread = [], []
+    with timing.collecting() as timed:  # as the runner does: each row gets what was timed for it
+        for r in measure.run_rows(p, H200, 2, lambda f, m: seen.append(m)):
+            spread.append(timing.row_spread(r, timed.take()) if isinstance(r, dict) else r)
+    rows = [r for r in spread if isinstance(r, dict)]
+    timed_rows = [r for r in rows if r["experiment"] in ("collective", "peer_copy", "exchange")]
+    assert timed_rows and all(r["repeats"] == 5 and r["spread_pct"] >= 0 for r in timed_rows)
+    assert all("samples_ms" not in r for r in rows)
     got = {(r["experiment"], r["op"], r["step"]) for r in rows}
     for op in model.OPS:
         assert ("collective", op, "-") in got

@@ -13,6 +13,7 @@ import sys
 import tempfile
 import threading
 
+from labs.engine import timing
 from labs.engine.gpu import GB, MiB, ROOT, Target
 from labs.engine.params import ParamError
 from labs.collectives.model import OPS, bus_gbps, link_for, message_bytes, model_terms, op_bus_gbps, predict_with
@@ -127,6 +128,9 @@ def run_rows(p, target: Target, n: int, progress):
     terms = model_terms(measured, target)
     model = {key_of(r): r for r in predict_with(p, target, n, terms)}
     for r in measured:
+        samples = r.pop("samples_ms", None)
+        if samples:  # the worker's batches: this row's repeats and spread under the engine's timing rule
+            timing.record_samples(samples)
         yield model.get(key_of(r), {}) | r
     yield terms_message(terms, n)
 

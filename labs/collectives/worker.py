@@ -56,7 +56,15 @@ def setup() -> tuple[int, int, torch.device]:
     return dist.get_rank(), dist.get_world_size(), device
 
 
+# the batches behind the last timing (each the slowest rank's), sent with the next row: the engine's timing rule
+# keeps them as the row's repeats and spread (labs.engine.timing.record_samples, on the launcher's side)
+_LAST_SAMPLES: list = []
+
+
 def report(kind: str, payload) -> None:
+    if kind == "ROW" and _LAST_SAMPLES:
+        payload = {**payload, "samples_ms": list(_LAST_SAMPLES)}
+        _LAST_SAMPLES.clear()  # a row reports the timing just before it, never an older one
     if dist.get_rank() == 0:
         text = json.dumps(payload) if kind == "ROW" else payload
         print(f"{kind} {text}", flush=True)
@@ -92,16 +100,16 @@ def batch_ms(fn, calls: int, device) -> float:
 
 
 def timed_ms(fn, calls: int, device, batches: int = BATCHES) -> float:
-    """Time of one call: the median over `batches` batches of `calls` back-to-back calls after a warm-up;
-    the slowest rank's, in ms. Every rank makes the same number of calls."""
+    """Time of one call: the median over `batches` batches of `calls` back-to-back calls after a warm-up, each
+    batch the slowest rank's, in ms. Every rank makes the same number of calls."""
     for _ in range(WARMUP_CALLS):
         fn()
     sync(device)
     dist.barrier()
-    times = sorted(batch_ms(fn, calls, device) for _ in range(batches))
-    slowest = torch.tensor([times[len(times) // 2]], dtype=torch.float64, device=device)
-    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-    return float(slowest.item())
+    times = torch.tensor([batch_ms(fn, calls, device) for _ in range(batches)], dtype=torch.float64, device=device)
+    dist.all_reduce(times, op=dist.ReduceOp.MAX)  # each batch: the slowest rank's (the others wait for it)
+    _LAST_SAMPLES[:] = times.tolist()
+    return sorted(_LAST_SAMPLES)[batches // 2]
 
 
 def rank_data(rank: int, numel: int, dtype, device, salt: int = 0) -> torch.Tensor:
@@ -180,6 +188,7 @@ def graph_ms(fn, device) -> float:
         for _ in range(GRAPH_CALLS):
             fn()
     ms = timed_ms(graph.replay, 5, device) / GRAPH_CALLS
+    _LAST_SAMPLES[:] = [t / GRAPH_CALLS for t in _LAST_SAMPLES]
     del graph
     return ms
 
