@@ -136,3 +136,19 @@ def test_page_renders_fast_without_a_gpu():
     diagram = " ".join(a["text"] for a in figures[0]["layout"]["annotations"])
     assert "<b>registers</b>" in diagram and "<b>L2</b>" in diagram and "<b>HBM</b>" in diagram
     assert any(t["name"].startswith("model,") for t in figures[1]["data"])
+
+
+def test_the_levels_saved_after_the_passes_come_from_their_medians():
+    """The runner times the sweep in passes; the L2 and latency figures the lab saves for its model must come
+    from the median of every pass, not from the last pass's single timing."""
+    from labs.engine import timing
+    from labs.hierarchy.measure import median_over_passes
+
+    memo = {}
+    row = {"variant": "loop", "size_bytes": 2**20, "passes": 4}
+    for index, us in enumerate((10.0, 30.0, 20.0)):
+        with timing.in_pass(index, memo):
+            merged = median_over_passes([{**row, "measured_us_per_pass": us}])
+    assert merged[0]["measured_us_per_pass"] == 20.0
+    assert merged[0]["measured_tbps"] == pytest.approx(2**20 / 20e-6 / 1e12)
+    assert median_over_passes([{**row, "measured_us_per_pass": 7.0}])[0]["measured_us_per_pass"] == 7.0

@@ -4,6 +4,8 @@ the level figures this run measured for the model's next predictions on this GPU
 
 from __future__ import annotations
 
+import statistics
+
 import torch
 
 from labs.engine import timing
@@ -78,5 +80,17 @@ def measure(params, target: Target, progress):
             done += 1
             yield row
     del buf
-    save_levels(target.key, levels_from_rows(rows, target.l2_bytes))
+    save_levels(target.key, levels_from_rows(median_over_passes(rows), target.l2_bytes))
     progress(1.0, "done")
+
+
+def median_over_passes(rows: list) -> list:
+    """This pass's rows, each time the median over every pass of the run so far (the runner times the sweep in
+    passes: the levels saved after the last pass come from the same medians as the run's rows)."""
+    seen = timing.once_per_run("hierarchy rows of every pass", list)
+    seen.append(rows)
+    merged = []
+    for i, row in enumerate(rows):
+        us = statistics.median(p[i]["measured_us_per_pass"] for p in seen if len(p) > i)
+        merged.append({**row, "measured_us_per_pass": us, "measured_tbps": row["size_bytes"] / (us * 1e-6) / 1e12})
+    return merged
