@@ -624,9 +624,13 @@ def test_timing_the_default_run_costs_under_25_seconds_of_calls(key):
 
 
 def test_timer_cost_hand_numbers():
-    assert Me.timer_cost(100.0, 0.1) == (6, pytest.approx(100 + 5 * 100.1))  # warm call, then a median of 5
+    # in 5 passes: the compiling call once, then a peak-memory call a pass, which is also that pass's repeat
+    assert Me.timer_cost(100.0, 0.1) == (6, pytest.approx(100 + 5 * 100.1))
+    # in one window: the compiling call, the peak-memory call, then 4 more long calls for a median of 5
+    assert Me.timer_cost(100.0, 0.1, passes=1) == (6, pytest.approx(100 + 100.1 + 4 * 100.1))
     calls, ms = Me.timer_cost(0.9, 0.1)  # 5 do_bench repeats: 1 + 5 estimates each, 5 + 4 x 1 warm-up, 5 x 5 timed
-    assert calls == 2 + 5 * 6 + 9 + 25 and ms == pytest.approx(2 * 0.9 + 0.1 + 5 * (0.9 + 5 * 1.0) + 9 * 0.9 + 25 * 1.0)
+    assert calls == 1 + 5 + 5 * 6 + 9 + 25
+    assert ms == pytest.approx(0.9 + 5 * 1.0 + 5 * (0.9 + 5 * 1.0) + 9 * 0.9 + 25 * 1.0)
     assert Me.timer_cost(0.1, 0.1, host_ms=0.5)[1] > Me.timer_cost(0.1, 0.1)[1]  # a CPU-bound call costs its CPU
 
 

@@ -181,18 +181,22 @@ SHORT_WARMUP_MS, SHORT_REP_MS = 5, 25
 FLUSH_BYTES = 256 * 2**20  # what do_bench writes to empty the L2 (TIMER_BYTES accounts for it)
 
 
-def timer_cost(call_ms: float, flush_ms: float, host_ms: float = 0.0) -> tuple[int, float]:
+def timer_cost(call_ms: float, flush_ms: float, host_ms: float = 0.0, passes: int = timing.PASSES) -> tuple[int, float]:
     """(calls, GPU ms) that timing one point costs under the rules above, for a call of call_ms on the GPU and
-    host_ms on the CPU, and an L2 flush of flush_ms: a bound on a run's time that needs no GPU."""
-    if call_ms >= LONG_CALL_MS:
-        return 1 + LONG_CALL_REPS, call_ms + LONG_CALL_REPS * (call_ms + flush_ms)
+    host_ms on the CPU, and an L2 flush of flush_ms: a bound on a run's time that needs no GPU. The runner
+    times a sweep in `passes` passes (1: every repeat in one window): the compiling call comes once a run, the
+    peak-memory call (after a flush) once a pass, and a pass takes one repeat of the timer."""
+    first = call_ms + passes * (call_ms + flush_ms)  # the compiling call, then each pass's peak-memory call
+    if call_ms >= LONG_CALL_MS:  # the peak-memory calls are the repeats: LONG_CALL_REPS of them in all
+        extra = max(0, LONG_CALL_REPS - passes)
+        return 1 + passes + extra, first + extra * (call_ms + flush_ms)
     step = call_ms + flush_ms
-    # timing.time_ms: REPEATS do_bench calls, each one call and 5 to estimate, then its warm-up (the first
-    # SHORT_WARMUP_MS, the later ones 1 ms) and its share of SHORT_REP_MS (at least 5 ms) of timed calls
+    # timing.time_ms: REPEATS do_bench calls (one a pass), each one call and 5 to estimate, then its warm-up
+    # (the first SHORT_WARMUP_MS, the later ones 1 ms) and its share of SHORT_REP_MS (at least 5 ms) of timed calls
     warm = max(1, int(SHORT_WARMUP_MS / step)) + (timing.REPEATS - 1) * max(1, int(1 / step))
     rep = timing.REPEATS * max(1, int(max(SHORT_REP_MS / timing.REPEATS, 5) / step))
-    calls = 2 + timing.REPEATS * (1 + 5) + warm + rep
-    return calls, (2 * call_ms + flush_ms + timing.REPEATS * (call_ms + 5 * step) + warm * max(call_ms, host_ms)
+    calls = 1 + passes + timing.REPEATS * (1 + 5) + warm + rep
+    return calls, (first + timing.REPEATS * (call_ms + 5 * step) + warm * max(call_ms, host_ms)
                    + rep * max(step, host_ms))
 
 
@@ -235,7 +239,8 @@ def _time_point(run, with_host: bool = False):
     workspaces are not in the model), so its tensors are released and the next point runs. with_host: the
     CPU's time is measured inside the timed calls themselves (timing.time_with_host_ms)."""
     try:
-        run()  # compile, cuDNN plans, cuBLAS workspace: before the memory baseline
+        if timing.first_pass():  # compile, cuDNN plans, cuBLAS workspace: before the memory baseline (once a run)
+            run()
         peak, first_ms = _peak_and_ms(run)
         if with_host:
             return (peak, *timing.time_with_host_ms(run, warmup_ms=SHORT_WARMUP_MS, rep_ms=SHORT_REP_MS))
