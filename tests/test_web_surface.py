@@ -180,6 +180,17 @@ def test_every_committed_recording_passes_the_upload_schema():
             assert classroom.parse_upload(name, data.encode(), rec.lab).rows == rec.rows or name.endswith(".csv")
 
 
+def test_compiler_output_may_hold_ptx_labels_and_nothing_else_that_markdown_reads():
+    """A PTX excerpt (shown only in a code block) holds '$L__BB0_14' labels; HTML there, or '$' anywhere else,
+    is still refused."""
+    rec = results.Result.from_json((ROOT / "content" / "recorded" / "nvidia-h200" / "hopper.json").read_text())
+    row = next(r for r in rec.rows if "$" in (r.get("ptx_excerpt") or ""))
+    assert results.parse_untrusted(rec.to_json(), False).rows == rec.rows
+    for bent in ({**row, "ptx_excerpt": "<script>x</script>"}, {**row, "config": "$x$"}):
+        with pytest.raises(ParamError, match="markup"):
+            results.parse_untrusted(json.dumps({**rec.to_dict(), "rows": [bent]}), False)
+
+
 @pytest.mark.parametrize("name, data, says", hostile_files(), ids=[f"{n}-{i}" for i, (n, _, _) in
                                                                  enumerate(hostile_files())])
 def test_a_hostile_upload_is_one_clear_message(name, data, says):

@@ -209,6 +209,10 @@ MAX_DEPTH = 6  # nesting of objects and lists (a recording nests 5 deep)
 _MARKUP = (r"[<>\\$&\x00-\x08\x0b-\x1f\x7f\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]"  # + invisible, bidi
            r"|\]\s*[(\[:]|!\[|://|www\.|@[A-Za-z0-9-]+\.|javascript:")
 _TEXT = {"type": "string", "maxLength": MAX_TEXT_CHARS, "not": {"type": "string", "pattern": _MARKUP}}
+# compiler output, which pages show only in a code block (st.code): PTX labels start with '$' ($L__BB0_14)
+_CODE = {"type": "string", "maxLength": MAX_TEXT_CHARS,
+         "not": {"type": "string", "pattern": _MARKUP.replace("\\$", "\\", 1)}}
+_CODE_COLUMNS = ("ptx_excerpt",)
 _NAME = {"type": "string", "pattern": r"^[A-Za-z0-9_. -]{1,64}$"}
 _SCALAR = {"anyOf": [_TEXT, {"type": ["number", "boolean", "null"]}]}
 _UNIT_COLUMN = r"_(pct|ms|us|s|tbps|gbps|tflops|flops|bytes|gb|mib)$"  # a column whose name carries a unit
@@ -232,6 +236,7 @@ UPLOAD_SCHEMA = {
                    "additionalProperties": {"anyOf": [_SCALAR, {"type": "array", "maxItems": 256, "items": _SCALAR}]}},
         "rows": {"type": "array", "maxItems": MAX_UPLOAD_ROWS, "items": {
             "type": "object", "maxProperties": 96, "propertyNames": _NAME,
+            "properties": {name: {"anyOf": [_CODE, {"type": ["number", "boolean", "null"]}]} for name in _CODE_COLUMNS},
             "patternProperties": {_UNIT_COLUMN: {"type": ["number", "null"]}}, "additionalProperties": _SCALAR}},
         "meta": {"type": "object", "maxProperties": 64, "propertyNames": _NAME, "properties": {
             "kind": {"enum": list(KINDS)},
