@@ -46,8 +46,15 @@ def globals_read(fn) -> set:
     return {n for n in names if n in fn.__globals__}
 
 
+CONSTEXPR_FUNCTION = tuple(filter(None, [getattr(triton.runtime.jit, "ConstexprFunction", None)]))
+
+
 def allowed(value) -> bool:
-    return isinstance(value, (types.ModuleType, tl.constexpr) + JIT)
+    """Modules, constexprs, jitted functions, the language's builtins (a Gluon kernel may keep one under a name
+    of its own, e.g. tma_load for whichever of async_copy_global_to_shared / async_load this Triton has) and
+    constexpr functions (evaluated while compiling)."""
+    return isinstance(value, (types.ModuleType, tl.constexpr) + JIT + CONSTEXPR_FUNCTION) \
+        or getattr(value, "__triton_builtin__", False) is True
 
 
 def test_every_kernel_reads_only_globals_the_gpu_compiler_accepts():
@@ -66,6 +73,13 @@ def test_the_check_catches_a_plain_global():
     exec(compile(source, "probe_module", "exec"), namespace)  # noqa: S102 - a fixed test snippet
     kernel = namespace["k"]
     assert "FACTOR" in globals_read(kernel.fn) and not allowed(namespace["FACTOR"])
+
+
+def test_a_plain_python_function_is_no_builtin():
+    def helper(x):
+        return x
+
+    assert not allowed(helper) and allowed(tl.load)
 
 
 def test_attribute_names_are_not_globals():
