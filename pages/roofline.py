@@ -28,9 +28,10 @@ charts.add_series(fig, roof, "intensity_flop_per_byte", "tflops", f"roof: {targe
                   dict(mode="lines", line=dict(color="black", width=2)))
 ridge = target.ridge_flop_per_byte
 fig.add_vline(x=ridge, line_dash="dash", line_color="gray")
-# annotations on a log axis take log10 coordinates (shapes take data coordinates)
-fig.add_annotation(x=math.log10(ridge), y=1, yref="paper", text=f"ridge {ridge:.1f} FLOP/byte", showarrow=False,
-                   xanchor="right", yanchor="top")
+# annotations on a log axis take log10 coordinates (shapes take data coordinates); the label sits at the foot of
+# the line, right of it: points there are compute-bound and sit up at the roof, so that corner stays empty
+fig.add_annotation(x=math.log10(ridge), y=0, yref="paper", text=f"ridge {ridge:.1f} FLOP/byte", showarrow=False,
+                   xanchor="left", yanchor="bottom")
 fig.add_vrect(x0=ridge / 2, x1=ridge * 2, fillcolor="orange", opacity=0.08, line_width=0)
 for dtype in params.dtypes:
     charts.overlay(fig, model, live, recorded, "intensity_flop_per_byte", "tflops", dtype, {"dtype": dtype},

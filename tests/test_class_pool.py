@@ -26,6 +26,11 @@ ROOT = Path(__file__).resolve().parent.parent
 LEARNERS = 8
 
 
+# a worker process imports torch and Triton before it answers: on a busy 2-core CI machine that has taken
+# more than Dask's default minute ("Nanny failed to start")
+WORKER_START_S = 300
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     """Two worker processes with one CPU "GPU" each; ROOFLINE_CLUSTER points the app side at them."""
@@ -35,6 +40,7 @@ def cluster(tmp_path_factory):
     saved = dict(os.environ)
     os.environ.update({"ROOFLINE_RUNNER_LOG": str(folder / "runner.log"), "PYTHONPATH": str(ROOT)})
     lc = LocalCluster(n_workers=2, threads_per_worker=2, processes=True, dashboard_address=None,
+                      death_timeout=WORKER_START_S,
                       resources={pool.GPU_RESOURCE: 1, pool.KIND_PREFIX + pool.CPU_KIND: 1})
     os.environ["ROOFLINE_CLUSTER"] = lc.scheduler_address
     try:

@@ -55,6 +55,11 @@ SPIN = Lab(name="spin", title="Spin", summary="holds a worker for a while", term
            predict=spin_predict, measure=spin_measure, key=("step",), metric="seconds")
 
 
+# a worker process imports torch and Triton before it answers: on a busy 2-core CI machine that has taken
+# more than Dask's default minute ("Nanny failed to start")
+WORKER_START_S = 300
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     """Two worker processes with one fake GPU each; ROOFLINE_CLUSTER points the runner at them."""
@@ -67,6 +72,7 @@ def cluster(tmp_path_factory):
                        "PYTHONPATH": str(ROOT)})
     with dask.config.set({"distributed.scheduler.allowed-failures": 1}):
         lc = LocalCluster(n_workers=2, threads_per_worker=2, processes=True, dashboard_address=None,
+                      death_timeout=WORKER_START_S,
                           resources={pool.GPU_RESOURCE: 1, pool.KIND_PREFIX + pool.CPU_KIND: 1})
         os.environ["ROOFLINE_CLUSTER"] = lc.scheduler_address
         pool.client().run(import_engine)  # workers import torch once here, not inside the timed runs
