@@ -6,6 +6,7 @@
 - The repository root is importable (`labs`, `ui`), as it is under `streamlit run app.py`.
 """
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -63,3 +64,19 @@ def render_page(page: str, timeout: int = 60):
     assert time.perf_counter() - started < 1.0
     assert not at.exception
     return at
+
+
+@contextlib.contextmanager
+def main_module_of_pytest():
+    """Streamlit's script runner (AppTest) leaves a page's module as sys.modules['__main__']; a process that
+    multiprocessing then spawns (a Dask worker) runs that page again as its main and exits with status 1
+    ("Nanny failed to start"). Inside the block, __main__ is the one pytest started with."""
+    current = sys.modules["__main__"]
+    sys.modules["__main__"] = _PYTEST_MAIN
+    try:
+        yield
+    finally:
+        sys.modules["__main__"] = current
+
+
+_PYTEST_MAIN = sys.modules["__main__"]  # conftest is imported before any test runs a page

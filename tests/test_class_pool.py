@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import main_module_of_pytest
+
 from labs.classroom import queue
 from labs.classroom.store import Store
 from labs.engine import pool
@@ -39,9 +41,10 @@ def cluster(tmp_path_factory):
     folder = tmp_path_factory.mktemp("class-pool")
     saved = dict(os.environ)
     os.environ.update({"ROOFLINE_RUNNER_LOG": str(folder / "runner.log"), "PYTHONPATH": str(ROOT)})
-    lc = LocalCluster(n_workers=2, threads_per_worker=2, processes=True, dashboard_address=None,
-                      death_timeout=WORKER_START_S,
-                      resources={pool.GPU_RESOURCE: 1, pool.KIND_PREFIX + pool.CPU_KIND: 1})
+    with main_module_of_pytest():  # workers are spawned: they must not rerun a page AppTest left as __main__
+        lc = LocalCluster(n_workers=2, threads_per_worker=2, processes=True, dashboard_address=None,
+                          death_timeout=WORKER_START_S,
+                          resources={pool.GPU_RESOURCE: 1, pool.KIND_PREFIX + pool.CPU_KIND: 1})
     os.environ["ROOFLINE_CLUSTER"] = lc.scheduler_address
     try:
         pool.client().run(warm_worker)  # torch, Triton and the jail's probe once per worker, not inside the runs

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import main_module_of_pytest
+
 from labs.engine import cache
 from labs.engine import pool
 from labs.engine import runner
@@ -71,9 +73,10 @@ def cluster(tmp_path_factory):
     os.environ.update({"ROOFLINE_RUNNER_LOG": str(folder / "runner.log"), "ROOFLINE_RESULT_CACHE": str(folder / "cache"),
                        "PYTHONPATH": str(ROOT)})
     with dask.config.set({"distributed.scheduler.allowed-failures": 1}):
-        lc = LocalCluster(n_workers=2, threads_per_worker=2, processes=True, dashboard_address=None,
-                      death_timeout=WORKER_START_S,
-                          resources={pool.GPU_RESOURCE: 1, pool.KIND_PREFIX + pool.CPU_KIND: 1})
+        with main_module_of_pytest():  # workers are spawned: they must not rerun a page AppTest left as __main__
+            lc = LocalCluster(n_workers=2, threads_per_worker=2, processes=True, dashboard_address=None,
+                              death_timeout=WORKER_START_S,
+                              resources={pool.GPU_RESOURCE: 1, pool.KIND_PREFIX + pool.CPU_KIND: 1})
         os.environ["ROOFLINE_CLUSTER"] = lc.scheduler_address
         pool.client().run(import_engine)  # workers import torch once here, not inside the timed runs
         try:
