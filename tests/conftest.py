@@ -80,3 +80,21 @@ def main_module_of_pytest():
 
 
 _PYTEST_MAIN = sys.modules["__main__"]  # conftest is imported before any test runs a page
+
+
+# a worker process imports torch and Triton before it answers: on a busy 2-core CI machine that has taken
+# more than Dask's default minute ("Nanny failed to start")
+WORKER_START_S = 300
+
+
+def cpu_pool_cluster():
+    """A Dask LocalCluster of two CPU-only worker processes, each offering one "GPU" (the resources a GPU worker
+    of labs.engine.pool offers), spawned with pytest's own __main__ and time to import torch."""
+    from distributed import LocalCluster
+
+    from labs.engine import pool
+
+    with main_module_of_pytest():
+        return LocalCluster(n_workers=2, threads_per_worker=2, processes=True, dashboard_address=None,
+                            death_timeout=WORKER_START_S,
+                            resources={pool.GPU_RESOURCE: 1, pool.KIND_PREFIX + pool.CPU_KIND: 1})

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import main_module_of_pytest
+from tests.conftest import cpu_pool_cluster
 
 from labs.classroom import queue
 from labs.classroom.store import Store
@@ -28,23 +28,13 @@ ROOT = Path(__file__).resolve().parent.parent
 LEARNERS = 8
 
 
-# a worker process imports torch and Triton before it answers: on a busy 2-core CI machine that has taken
-# more than Dask's default minute ("Nanny failed to start")
-WORKER_START_S = 300
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     """Two worker processes with one CPU "GPU" each; ROOFLINE_CLUSTER points the app side at them."""
-    from distributed import LocalCluster
-
     folder = tmp_path_factory.mktemp("class-pool")
     saved = dict(os.environ)
     os.environ.update({"ROOFLINE_RUNNER_LOG": str(folder / "runner.log"), "PYTHONPATH": str(ROOT)})
-    with main_module_of_pytest():  # workers are spawned: they must not rerun a page AppTest left as __main__
-        lc = LocalCluster(n_workers=2, threads_per_worker=2, processes=True, dashboard_address=None,
-                          death_timeout=WORKER_START_S,
-                          resources={pool.GPU_RESOURCE: 1, pool.KIND_PREFIX + pool.CPU_KIND: 1})
+    lc = cpu_pool_cluster()
     os.environ["ROOFLINE_CLUSTER"] = lc.scheduler_address
     try:
         pool.client().run(warm_worker)  # torch, Triton and the jail's probe once per worker, not inside the runs

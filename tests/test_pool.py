@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import main_module_of_pytest
+from tests.conftest import cpu_pool_cluster
 
 from labs.engine import cache
 from labs.engine import pool
@@ -57,26 +57,17 @@ SPIN = Lab(name="spin", title="Spin", summary="holds a worker for a while", term
            predict=spin_predict, measure=spin_measure, key=("step",), metric="seconds")
 
 
-# a worker process imports torch and Triton before it answers: on a busy 2-core CI machine that has taken
-# more than Dask's default minute ("Nanny failed to start")
-WORKER_START_S = 300
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     """Two worker processes with one fake GPU each; ROOFLINE_CLUSTER points the runner at them."""
     import dask
-    from distributed import LocalCluster
 
     folder = tmp_path_factory.mktemp("pool")
     saved = dict(os.environ)
     os.environ.update({"ROOFLINE_RUNNER_LOG": str(folder / "runner.log"), "ROOFLINE_RESULT_CACHE": str(folder / "cache"),
                        "PYTHONPATH": str(ROOT)})
     with dask.config.set({"distributed.scheduler.allowed-failures": 1}):
-        with main_module_of_pytest():  # workers are spawned: they must not rerun a page AppTest left as __main__
-            lc = LocalCluster(n_workers=2, threads_per_worker=2, processes=True, dashboard_address=None,
-                              death_timeout=WORKER_START_S,
-                              resources={pool.GPU_RESOURCE: 1, pool.KIND_PREFIX + pool.CPU_KIND: 1})
+        lc = cpu_pool_cluster()
         os.environ["ROOFLINE_CLUSTER"] = lc.scheduler_address
         pool.client().run(import_engine)  # workers import torch once here, not inside the timed runs
         try:
