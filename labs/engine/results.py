@@ -206,12 +206,13 @@ MAX_DEPTH = 6  # nesting of objects and lists (a recording nests 5 deep)
 # Text Roofline never writes: HTML, control, invisible and bidi characters, backslashes, $math$, entities,
 # the shapes of Markdown links and images, autolinked web and e-mail addresses. A page may put an uploaded string into
 # Markdown (a run's label in a caption), so such text is refused with a message instead of shown.
-_MARKUP = (r"[<>\\$&\x00-\x08\x0b-\x1f\x7f\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]"  # + invisible, bidi
-           r"|\]\s*[(\[:]|!\[|://|www\.|@[A-Za-z0-9-]+\.|javascript:")
+_MARKUP_CHARS = r"<>\\&\x00-\x08\x0b-\x1f\x7f\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff"  # + invisible, bidi
+_MARKUP_SHAPES = r"|\]\s*[(\[:]|!\[|://|www\.|@[A-Za-z0-9-]+\.|javascript:"
+_MARKUP = f"[{_MARKUP_CHARS}$]" + _MARKUP_SHAPES
 _TEXT = {"type": "string", "maxLength": MAX_TEXT_CHARS, "not": {"type": "string", "pattern": _MARKUP}}
 # compiler output, which pages show only in a code block (st.code): PTX labels start with '$' ($L__BB0_14)
 _CODE = {"type": "string", "maxLength": MAX_TEXT_CHARS,
-         "not": {"type": "string", "pattern": _MARKUP.replace("\\$", "\\", 1)}}
+         "not": {"type": "string", "pattern": f"[{_MARKUP_CHARS}]" + _MARKUP_SHAPES}}
 _CODE_COLUMNS = ("ptx_excerpt",)
 _NAME = {"type": "string", "pattern": r"^[A-Za-z0-9_. -]{1,64}$"}
 _SCALAR = {"anyOf": [_TEXT, {"type": ["number", "boolean", "null"]}]}
