@@ -30,13 +30,18 @@ REQUIRED = {
                                                                   "wait", "invalidate"),
     "triton.experimental.gluon.nvidia.hopper": ("TensorDescriptor", ),
 }
+# what the attention lab's FlashAttention-3 kernel (labs/attention/gluon_fa3.py) uses beyond the matmul's
+ATTENTION_REQUIRED = {
+    "triton.experimental.gluon.language": ("DotOperandLayout", "SliceLayout", "convert_layout", "expand_dims",
+                                           "arange", "full", "where", "maximum", "minimum", "exp2", "max", "sum",
+                                           "load", "store"),
+}
 WARP_SPECIALIZE_ARGS = ("functions_and_args", "worker_num_warps", "worker_num_regs")
 
 
-@functools.lru_cache(maxsize=1)
-def gluon_missing() -> Optional[str]:
-    """None if this Triton has every Gluon feature the kernel uses, else what is missing (one sentence)."""
-    for module_name, names in REQUIRED.items():
+def _absent(required: dict) -> Optional[str]:
+    """None if every module of `required` imports and has its names, else what is missing (one sentence)."""
+    for module_name, names in required.items():
         try:
             module = importlib.import_module(module_name)
         except Exception as exc:  # noqa: BLE001 - ImportError, or a Triton that fails half-way: either way absent
@@ -44,6 +49,15 @@ def gluon_missing() -> Optional[str]:
         absent = [n for n in names if not any(hasattr(module, alt) for alt in n.split("|"))]
         if absent:
             return f"this Triton's {module_name} lacks {', '.join(absent)}"
+    return None
+
+
+@functools.lru_cache(maxsize=1)
+def gluon_missing() -> Optional[str]:
+    """None if this Triton has every Gluon feature the matmul kernel uses, else what is missing (one sentence)."""
+    missing = _absent(REQUIRED)
+    if missing:
+        return missing
     from triton.experimental.gluon import language as gl
 
     try:
@@ -79,6 +93,17 @@ def unavailable_reason(compute_capability: Optional[str]) -> Optional[str]:
     """None where the Gluon step can run (a Hopper GPU and a Triton with Gluon), else why not: the note the lab
     shows where it leaves the step out."""
     return hopper_missing(compute_capability) or gluon_missing()
+
+
+@functools.lru_cache(maxsize=1)
+def attention_gluon_missing() -> Optional[str]:
+    """gluon_missing(), and the attention kernel's further names (layouts for P in registers, the softmax's ops)."""
+    return gluon_missing() or _absent(ATTENTION_REQUIRED)
+
+
+def attention_unavailable_reason(compute_capability: Optional[str]) -> Optional[str]:
+    """None where the Gluon FlashAttention-3 kernel can run, else why not (the note where it is left out)."""
+    return hopper_missing(compute_capability) or attention_gluon_missing()
 
 
 class GluonUnavailable(RuntimeError):

@@ -1,0 +1,408 @@
+"""
+FlashAttention-3's schedule in Gluon: a producer warp, two consumer warpgroups in ping-pong
+==========================================================================================
+
+What you will learn:
+- how FlashAttention-3 (Shah et al., 2024) splits one program's warps by job: a *producer* warp only issues TMA
+  copies of Q, K and V into shared memory, and two *consumer* warpgroups (4 warps each) only run the two matrix
+  multiplies (`wgmma`) and the softmax, each for its own 64 rows of the program's 128 queries;
+- where the barriers are: every buffer has a `ready` mbarrier (armed by the producer with a byte count, completed
+  by the copy engine) and an `empty` one (both consumers arrive once their wgmma has read it), and the two
+  consumers pass a *turn* back and forth through two more mbarriers;
+- what ping-pong buys: the tensor cores are shared by the whole SM. With the turns, warpgroup 0 issues its two
+  GEMMs (S = Q K^T of the next key block and O += P V of the last one), then warpgroup 1 issues its two while
+  warpgroup 0 computes its softmax (exponentials on the special-function units, which the tensor cores do not
+  wait for), then the other way round. The exponentials of one warpgroup hide under the GEMMs of the other;
+- the overlap inside one warpgroup: S_j = Q K_j^T and O += P_{j-1} V_{j-1} are issued together (`is_async`),
+  the warpgroup waits for S_j only, and computes the softmax of block j while the P V product still runs;
+- persistence: one program per SM walks (head, query block) tiles from a table built on the host, causal tiles
+  longest first, heads in groups whose K and V fit the L2 cache.
+
+Conventions as in kernels.py: q is (B, H, Lq, d), k and v are (B, H, Lk, d), bf16, d = 64 or 128; the causal mask
+is aligned to the bottom right (query i sees key j when j <= i + Lk - Lq); scores are kept in base-2 units
+(qk_scale = d^-1/2 * log2 e) so that every exponential is one `exp2`. A query that sees no key gets 0.
+Lengths need not be multiples of the tiles: the TMA reads rows past the tensor's end as zeros, key columns
+past Lk are masked to -inf, and the output rows past Lq are not stored. This module needs a Triton with Gluon
+and a Hopper GPU: labs/hopper/gluon_support.py says whether this machine has both.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup_mma, warpgroup_mma_wait
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+from labs.hopper.gluon_support import GluonUnavailable, attention_unavailable_reason, device_capability
+from labs.hopper.gluon_ws import SMEM_BYTES, tma_load
+
+LOG2E = 1.4426950408889634  # exp(x) = exp2(x * log2 e)
+WG_ROWS = 64  # query rows per consumer warpgroup: one m64 wgmma; the program's tile is two of them
+FIRST, SECOND = gl.constexpr(0), gl.constexpr(1)  # the consumer warpgroups' indices
+CONSUMER_WARPS = gl.constexpr(4)  # one warpgroup per consumer
+PRODUCER_WARPS = gl.constexpr(1)  # one warp issues every copy
+
+
+@gluon.constexpr_function
+def wgmma_layout(n):
+    """Where a [64, n] FP32 accumulator lives in one warpgroup: 4 warps stacked along the rows (16 each), one
+    wgmma instruction as wide as the tile (m16 x n x k16 for bf16)."""
+    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[CONSUMER_WARPS.value, 1], instr_shape=[16, n, 16])
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. Which key blocks a tile visits (the producer and both consumers must agree)
+# ---------------------------------------------------------------------------------------------
+@gluon.jit
+def _key_blocks(qm0, LQ, LK, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
+    """For the query tile [qm0, qm0 + BLOCK_M): (blocks visited, blocks every row sees whole). Blocks [0, full)
+    need no mask; [full, visited) are the causal diagonal or the ragged end (tiles.visible_range's rule)."""
+    if CAUSAL:
+        shift = LK - LQ
+        hi = gl.minimum(gl.maximum(qm0 + BLOCK_M + shift, 0), LK)  # past the last row's diagonal: never loaded
+        full_end = gl.minimum(gl.maximum(qm0 + 1 + shift, 0), LK)  # keys the tile's first row already sees
+    else:
+        hi = LK
+        full_end = LK
+    return gl.cdiv(hi, BLOCK_N), full_end // BLOCK_N
+
+
+@gluon.jit
+def _tile_at(order_ptr, tile):
+    """(flattened batch*head, query block) of a tile, from the host's order table."""
+    return gl.load(order_ptr + 2 * tile), gl.load(order_ptr + 2 * tile + 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. The producer: one warp that only issues copies
+# ---------------------------------------------------------------------------------------------
+@gluon.jit
+def _producer(q_desc, k_desc, v_desc, order_ptr, num_tiles, LQ, LK, q_smem, k_ring, v_ring,
+              q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, CAUSAL: gl.constexpr):
+    M: gl.constexpr = q_desc.block_type.shape[0]
+    BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
+    STAGES: gl.constexpr = k_ring.type.shape[0]
+    count = 0  # key blocks issued over every tile: ring slot count % STAGES, its use count // STAGES
+    tiles_done = 0
+    for tile in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
+        bh, qb = _tile_at(order_ptr, tile)
+        qm0 = qb * (2 * M)
+        n_blocks, n_full = _key_blocks(qm0, LQ, LK, 2 * M, BLOCK_N, CAUSAL)
+        # each consumer's 64 query rows: wait until its last tile's S GEMMs are done with the buffer (a fresh
+        # barrier counts as having completed the phase before phase 0, so the first tile goes straight through)
+        for wg in gl.static_range(2):
+            mbarrier.wait(q_empty.index(wg), (tiles_done & 1) ^ 1)
+            mbarrier.expect(q_ready.index(wg), q_desc.block_type.nbytes)
+            tma_load(q_desc, [bh * LQ + qm0 + wg * M, 0], q_ready.index(wg), q_smem.index(wg))  # [64, d] of Q
+        # K and V in separate rings, K first: the consumers' S GEMM needs K_j before their P V GEMM needs V_j
+        for j in range(n_blocks):
+            slot = count % STAGES
+            free_phase = ((count // STAGES) & 1) ^ 1
+            mbarrier.wait(k_empty.index(slot), free_phase)  # both consumers have finished S with this slot
+            mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
+            tma_load(k_desc, [bh * LK + j * BLOCK_N, 0], k_ready.index(slot), k_ring.index(slot))  # [BLOCK_N, d]
+            mbarrier.wait(v_empty.index(slot), free_phase)  # ... and P V
+            mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
+            tma_load(v_desc, [bh * LK + j * BLOCK_N, 0], v_ready.index(slot), v_ring.index(slot))
+            count += 1
+        tiles_done += 1
+
+
+# ---------------------------------------------------------------------------------------------
+# 3. The consumers: two warpgroups, each the online softmax of kernels.py for its 64 rows
+# ---------------------------------------------------------------------------------------------
+@gluon.jit
+def _wait_turn(turn, turns, WG: gl.constexpr, PINGPONG: gl.constexpr):
+    """Wait until the other warpgroup has issued its GEMMs. Warpgroup 0 goes first: its first wait asks for the
+    phase before phase 0, which a fresh barrier has completed; warpgroup 1 waits for warpgroup 0's first pass."""
+    if PINGPONG:
+        mbarrier.wait(turn.index(WG), (turns + 1 - WG) & 1)
+    return turns + 1
+
+
+@gluon.jit
+def _pass_turn(turn, WG: gl.constexpr, PINGPONG: gl.constexpr):
+    """Our GEMMs are issued (they run on, asynchronously): the other warpgroup may issue its own."""
+    if PINGPONG:
+        mbarrier.arrive(turn.index(1 - WG))
+
+
+@gluon.jit
+def _softmax(s, m_i, l_i, start_n, row0, qk_scale, LQ, LK, s_layout: gl.constexpr,
+             CAUSAL: gl.constexpr, MASKED: gl.constexpr):
+    """Fold one block of scores into the running max and sum; returns P (FP32), the new max, the new sum and
+    alpha, the factor the output accumulated so far shrinks by under the new max. All in base-2 units."""
+    if MASKED:  # the causal diagonal or the keys' ragged end: masked scores are -inf
+        M: gl.constexpr = s.shape[0]
+        BLOCK_N: gl.constexpr = s.shape[1]
+        cols = gl.expand_dims(start_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout)), 0)  # [1, N]
+        rows = gl.expand_dims(row0 + gl.arange(0, M, layout=gl.SliceLayout(1, s_layout)), 1)  # [M, 1]
+        keep = cols < LK
+        if CAUSAL:
+            keep = keep & (cols <= rows + (LK - LQ))
+        s = gl.where(keep, s * qk_scale, float("-inf"))
+        m_new = gl.maximum(m_i, gl.max(s, 1))
+        m_use = gl.where(m_new == float("-inf"), 0.0, m_new)  # a row that has seen no key yet: no NaN
+        p = gl.exp2(s - gl.expand_dims(m_use, 1))
+    else:  # every score is valid: one fused multiply-add and one exp2 (MUFU.EX2) per score
+        m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
+        m_use = m_new
+        p = gl.exp2(s * qk_scale - gl.expand_dims(m_new, 1))
+    alpha = gl.exp2(m_i - m_use)
+    l_i = l_i * alpha + gl.sum(p, 1)
+    return p, m_new, l_i, alpha
+
+
+@gluon.jit
+def _key_block(q_tile, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty, turn, acc, p, m_i, l_i, count, turns,
+               start_n, row0, qk_scale, LQ, LK, WG: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
+               MASKED: gl.constexpr):
+    """Key block j (its K in ring slot `count + 1`): issue S_j = Q K_j^T beside O += P_{j-1} V_{j-1}, then the
+    softmax of S_j while the P V product still runs. `count` is block j-1's place in the rings."""
+    STAGES: gl.constexpr = k_ring.type.shape[0]
+    M: gl.constexpr = q_tile.type.shape[0]
+    BLOCK_N: gl.constexpr = k_ring.type.shape[1]
+    s_layout: gl.constexpr = wgmma_layout(BLOCK_N)
+    o_layout: gl.constexpr = wgmma_layout(acc.shape[1])
+    k_count = count + 1
+    k_slot = k_count % STAGES
+    v_slot = count % STAGES
+    turns = _wait_turn(turn, turns, WG, PINGPONG)  # ---- our turn on the tensor cores
+    mbarrier.wait(k_ready.index(k_slot), (k_count // STAGES) & 1)  # K_j has landed
+    s = warpgroup_mma(q_tile, k_ring.index(k_slot).permute((1, 0)), gl.zeros([M, BLOCK_N], gl.float32, s_layout),
+                      use_acc=False, is_async=True)  # S_j = Q K_j^T, [64, BLOCK_N] FP32, both from shared memory
+    mbarrier.wait(v_ready.index(v_slot), (count // STAGES) & 1)  # V_{j-1} has landed
+    acc = warpgroup_mma(p, v_ring.index(v_slot), acc, is_async=True)  # O += P_{j-1} V_{j-1}, P from registers
+    _pass_turn(turn, WG, PINGPONG)  # ---- the other warpgroup's GEMMs queue behind ours; we go on to the softmax
+    s = warpgroup_mma_wait(num_outstanding=1, deps=(s, ))  # S_j is done (the older P V may still run)
+    mbarrier.arrive(k_empty.index(k_slot))  # our S no longer reads K_j
+    p_new, m_i, l_i, alpha = _softmax(s, m_i, l_i, start_n, row0, qk_scale, LQ, LK, s_layout, CAUSAL, MASKED)
+    acc, p = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p))  # P V is done: P_{j-1}'s registers are free
+    mbarrier.arrive(v_empty.index(v_slot))
+    acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)  # rescale to the new max
+    p = gl.convert_layout(p_new.to(gl.bfloat16), gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2))
+    return acc, p, m_i, l_i, k_count, turns
+
+
+@gluon.jit
+def _consumer(q_desc, k_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem, k_ring, v_ring,
+              q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turn,
+              WG: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr):
+    M: gl.constexpr = q_desc.block_type.shape[0]
+    HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
+    BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
+    STAGES: gl.constexpr = k_ring.type.shape[0]
+    s_layout: gl.constexpr = wgmma_layout(BLOCK_N)
+    o_layout: gl.constexpr = wgmma_layout(HEAD_DIM)
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)  # P as wgmma's A
+    q_tile = q_smem.index(WG)  # our 64 rows of Q stay in shared memory for the whole tile
+    count = 0  # key blocks consumed over every tile: the producer's sequence
+    turns = 0  # GEMM turns taken: both warpgroups take the same number, alternating
+    tiles_done = 0
+    for tile in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
+        bh, qb = _tile_at(order_ptr, tile)
+        qm0 = qb * (2 * M)
+        row0 = qm0 + WG * M  # our first query row in the head
+        n_blocks, n_full = _key_blocks(qm0, LQ, LK, 2 * M, BLOCK_N, CAUSAL)
+        m_i = gl.full([M], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))  # running max (base 2)
+        l_i = gl.zeros([M], gl.float32, gl.SliceLayout(1, s_layout))  # running sum of exp2(score - max)
+        acc = gl.zeros([M, HEAD_DIM], gl.float32, o_layout)  # running unnormalised output, 64 x d FP32
+        mbarrier.wait(q_ready.index(WG), tiles_done & 1)  # our Q rows have landed
+        if n_blocks > 0:
+            # prologue: S_0 alone (there is no P V yet), then its softmax
+            turns = _wait_turn(turn, turns, WG, PINGPONG)
+            slot = count % STAGES
+            mbarrier.wait(k_ready.index(slot), (count // STAGES) & 1)
+            s = warpgroup_mma(q_tile, k_ring.index(slot).permute((1, 0)), gl.zeros([M, BLOCK_N], gl.float32,
+                                                                                   s_layout), use_acc=False,
+                              is_async=True)
+            _pass_turn(turn, WG, PINGPONG)
+            s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
+            mbarrier.arrive(k_empty.index(slot))
+            if n_full > 0:
+                p, m_i, l_i, alpha = _softmax(s, m_i, l_i, 0, row0, qk_scale, LQ, LK, s_layout, CAUSAL, False)
+            else:
+                p, m_i, l_i, alpha = _softmax(s, m_i, l_i, 0, row0, qk_scale, LQ, LK, s_layout, CAUSAL, True)
+            p = gl.convert_layout(p.to(gl.bfloat16), p_layout)
+            # the steady state: blocks every row sees whole run without a mask, the diagonal and the end with one
+            for start_n in range(BLOCK_N, n_full * BLOCK_N, BLOCK_N):
+                acc, p, m_i, l_i, count, turns = _key_block(q_tile, k_ring, v_ring, k_ready, k_empty, v_ready,
+                                                            v_empty, turn, acc, p, m_i, l_i, count, turns, start_n,
+                                                            row0, qk_scale, LQ, LK, WG, CAUSAL, PINGPONG, False)
+            for start_n in range(gl.maximum(n_full, 1) * BLOCK_N, n_blocks * BLOCK_N, BLOCK_N):
+                acc, p, m_i, l_i, count, turns = _key_block(q_tile, k_ring, v_ring, k_ready, k_empty, v_ready,
+                                                            v_empty, turn, acc, p, m_i, l_i, count, turns, start_n,
+                                                            row0, qk_scale, LQ, LK, WG, CAUSAL, PINGPONG, True)
+            # epilogue: the last P V alone
+            turns = _wait_turn(turn, turns, WG, PINGPONG)
+            slot = count % STAGES
+            mbarrier.wait(v_ready.index(slot), (count // STAGES) & 1)
+            acc = warpgroup_mma(p, v_ring.index(slot), acc, is_async=True)
+            _pass_turn(turn, WG, PINGPONG)
+            acc, p = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p))
+            mbarrier.arrive(v_empty.index(slot))
+            count += 1
+        mbarrier.arrive(q_empty.index(WG))  # every S GEMM of this tile is done: the producer may load the next Q
+        # normalise once and store our rows (rows past Lq are the next head's or zeros: not stored)
+        l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
+        out = acc / gl.expand_dims(gl.where(l_o == 0.0, 1.0, l_o), 1)  # a row that saw no key: 0
+        rows = gl.expand_dims(row0 + gl.arange(0, M, layout=gl.SliceLayout(1, o_layout)), 1)  # [M, 1]
+        cols = gl.expand_dims(gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout)), 0)  # [1, d]
+        ptrs = o_ptr + (bh.to(gl.int64) * LQ + rows) * HEAD_DIM + cols
+        gl.store(ptrs, out.to(gl.bfloat16), mask=(rows < LQ) & (cols < HEAD_DIM))
+        tiles_done += 1
+
+
+# ---------------------------------------------------------------------------------------------
+# 4. The kernel: allocate the buffers and barriers, then fork into the three partitions
+# ---------------------------------------------------------------------------------------------
+@gluon.jit(do_not_specialize=["num_tiles", "LQ", "LK"])
+def fa3_forward_kernel(q_desc, k_desc, v_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_scale,
+                       CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, STAGES: gl.constexpr,
+                       CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr):
+    dtype: gl.constexpr = q_desc.dtype
+    q_smem = gl.allocate_shared_memory(dtype, [2] + q_desc.block_type.shape, q_desc.layout)  # [2, 64, d]
+    k_ring = gl.allocate_shared_memory(dtype, [STAGES] + k_desc.block_type.shape, k_desc.layout)  # [S, N, d]
+    v_ring = gl.allocate_shared_memory(dtype, [STAGES] + v_desc.block_type.shape, v_desc.layout)  # [S, N, d]
+    q_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    q_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())  # turn[w]: w may issue GEMMs
+    for i in gl.static_range(2):
+        mbarrier.init(q_ready.index(i), count=1)  # the producer's expect, then the bytes
+        mbarrier.init(q_empty.index(i), count=1)  # its consumer, after the tile's last S GEMM
+        mbarrier.init(turn.index(i), count=1)  # the other consumer, once it has issued its GEMMs
+    for i in gl.static_range(STAGES):
+        mbarrier.init(k_ready.index(i), count=1)
+        mbarrier.init(k_empty.index(i), count=2)  # both consumers read every K and V block
+        mbarrier.init(v_ready.index(i), count=1)
+        mbarrier.init(v_empty.index(i), count=2)
+    # the default partition (first) runs on the kernel's 4 warps: consumer 0; the workers get their own warps
+    gl.warp_specialize([
+        (_consumer, (q_desc, k_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem, k_ring, v_ring, q_ready,
+                     q_empty, k_ready, k_empty, v_ready, v_empty, turn, FIRST, CAUSAL, PINGPONG)),
+        (_consumer, (q_desc, k_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem, k_ring, v_ring, q_ready,
+                     q_empty, k_ready, k_empty, v_ready, v_empty, turn, SECOND, CAUSAL, PINGPONG)),
+        (_producer, (q_desc, k_desc, v_desc, order_ptr, num_tiles, LQ, LK, q_smem, k_ring, v_ring, q_ready, q_empty,
+                     k_ready, k_empty, v_ready, v_empty, CAUSAL)),
+    ], [CONSUMER_WARPS, PRODUCER_WARPS], [CONSUMER_REGS, PRODUCER_REGS])
+    for i in gl.static_range(2):
+        mbarrier.invalidate(q_ready.index(i))
+        mbarrier.invalidate(q_empty.index(i))
+        mbarrier.invalidate(turn.index(i))
+    for i in gl.static_range(STAGES):
+        mbarrier.invalidate(k_ready.index(i))
+        mbarrier.invalidate(k_empty.index(i))
+        mbarrier.invalidate(v_ready.index(i))
+        mbarrier.invalidate(v_empty.index(i))
+
+
+# ---------------------------------------------------------------------------------------------
+# 5. The launcher: descriptors, the tile order, the register budget
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class FA3Config:
+    block_n: int  # keys per block (a power of two: 64 or 128)
+    stages: int  # K and V blocks the producer may run ahead (each ring has this many slots)
+    pingpong: bool = True  # the two consumers take turns on the tensor cores
+    consumer_regs: int = 240  # registers per consumer thread after setmaxnreg (S, O, two P's live at once)
+    producer_regs: int = 24  # the least Hopper allows: the producer only computes addresses
+
+    @property
+    def label(self) -> str:
+        return f"{2 * WG_ROWS}x{self.block_n} s{self.stages}{'' if self.pingpong else ' no-pingpong'}"
+
+
+# d = 128: 2 x 32 KiB of K and V a stage and 32 KiB of Q: two stages (160 KiB; three would take 224 of 227 KiB)
+DEFAULT_CONFIGS = {64: FA3Config(block_n=128, stages=3), 128: FA3Config(block_n=128, stages=2)}
+L2_SHARE = 0.5  # of the L2 the K and V of one group of heads may fill (the rest: Q, O, other traffic)
+
+
+def smem_bytes(head_dim: int, config: FA3Config, element_bytes: int = 2) -> int:
+    """Q for both consumers, the K and V rings, and the mbarriers (8 bytes each)."""
+    q = 2 * WG_ROWS * head_dim * element_bytes
+    ring = 2 * config.stages * config.block_n * head_dim * element_bytes
+    return q + ring + 8 * (6 + 4 * config.stages)
+
+
+def register_budget(consumer_regs: int, producer_regs: int) -> int:
+    """maxnreg for the launch: every thread starts with this many registers, and the SM's 65,536 must cover three
+    warpgroups (the producer's one warp is rounded up to four). setmaxnreg then moves registers from the producer
+    to the consumers: the second consumer and the producer get what they ask for, the first (the default
+    partition) what they leave: 168 x 3 - 240 - 24 = 240 a thread."""
+    budget = min(256, (65536 // (3 * 128)) // 8 * 8)
+    if 3 * budget - consumer_regs - producer_regs < consumer_regs:
+        raise ValueError(f"{consumer_regs} + {producer_regs} registers a thread leave the first consumer fewer than "
+                         f"the second")
+    return budget
+
+
+@functools.lru_cache(maxsize=64)
+def tile_order(heads: int, q_blocks: int, causal: bool, group: int, device: str) -> torch.Tensor:
+    """int32 [heads * q_blocks, 2] of (flattened batch*head, query block), in the order the programs take them:
+    heads in groups of `group` (their K and V fit the L2 while the group runs), within a group query blocks in
+    turn, all the group's heads at each; causal tiles from the last query block (the most keys) to the first."""
+    h = torch.arange(heads).repeat_interleave(q_blocks)  # [tiles]
+    rank = torch.arange(q_blocks).repeat(heads)  # the query block's place in the order
+    key = (h // group) * (q_blocks * heads) + rank * heads + h
+    order = torch.argsort(key)
+    qb = (q_blocks - 1 - rank) if causal else rank
+    return torch.stack([h[order], qb[order]], dim=1).to(torch.int32).contiguous().to(device)
+
+
+def heads_per_group(lk: int, head_dim: int, device) -> int:
+    l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 50 * 2**20)
+    return max(1, int(L2_SHARE * l2) // (2 * lk * head_dim * 2))
+
+
+def check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    if q.dim() != 4 or k.shape != v.shape or q.shape[:2] != k.shape[:2] or q.shape[3] != k.shape[3]:
+        raise ValueError(f"want q (B, H, Lq, d) and k, v (B, H, Lk, d); got {tuple(q.shape)}, {tuple(k.shape)}, "
+                         f"{tuple(v.shape)}")
+    if q.shape[3] not in DEFAULT_CONFIGS:
+        raise ValueError(f"head dim {q.shape[3]}: this kernel takes {sorted(DEFAULT_CONFIGS)}")
+    if any(t.dtype != torch.bfloat16 for t in (q, k, v)):
+        raise ValueError("this kernel takes bf16 q, k and v")
+
+
+def gluon_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, config: FA3Config = None,
+                    out: torch.Tensor = None, programs: int = None, return_kernel: bool = False):
+    """softmax(q k^T / sqrt(d)) v with FlashAttention-3's schedule: q (B, H, Lq, d), k and v (B, H, Lk, d), bf16.
+    Runs on one program per SM (or `programs`: fewer makes each walk more tiles, as the tests want). Returns the
+    output (B, H, Lq, d), and the compiled kernel (its .asm holds the PTX) with return_kernel."""
+    reason = attention_unavailable_reason(device_capability(q.device))
+    if reason:
+        raise GluonUnavailable(reason)
+    check_inputs(q, k, v)
+    batch, heads, lq, d = q.shape
+    lk = k.shape[2]
+    config = config or DEFAULT_CONFIGS[d]
+    if smem_bytes(d, config) > SMEM_BYTES:
+        raise ValueError(f"{config.label} at d = {d} needs {smem_bytes(d, config) // 1024} KiB of shared memory; "
+                         f"a Hopper block has {SMEM_BYTES // 1024} KiB")
+    q, k, v = (t.contiguous() for t in (q, k, v))
+    out = torch.empty_like(q) if out is None else out
+    if out.shape != q.shape or out.dtype != q.dtype or not out.is_contiguous():
+        raise ValueError("out must be a contiguous bf16 tensor of q's shape")
+
+    def descriptor(t, rows):  # the head's rows follow each other: one (B*H*L, d) matrix, [rows, d] boxes
+        layout = gl.NVMMASharedLayout.get_default_for([rows, d], gl.bfloat16)
+        return TensorDescriptor.from_tensor(t.view(-1, d), [rows, d], layout)
+
+    q_blocks = -(-lq // (2 * WG_ROWS))
+    order = tile_order(batch * heads, q_blocks, bool(causal), heads_per_group(lk, d, q.device), str(q.device))
+    programs = min(order.shape[0], programs or torch.cuda.get_device_properties(q.device).multi_processor_count)
+    kernel = fa3_forward_kernel[(programs, )](
+        descriptor(q, WG_ROWS), descriptor(k, config.block_n), descriptor(v, config.block_n), out, order,
+        order.shape[0], lq, lk, LOG2E / math.sqrt(d), CAUSAL=bool(causal), PINGPONG=config.pingpong,
+        STAGES=config.stages, CONSUMER_REGS=config.consumer_regs, PRODUCER_REGS=config.producer_regs,
+        num_warps=CONSUMER_WARPS.value, maxnreg=register_budget(config.consumer_regs, config.producer_regs))
+    return (out, kernel) if return_kernel else out

@@ -1,0 +1,229 @@
+"""One GPU call that tells whether the Gluon FlashAttention-3 forward (labs/attention/gluon_fa3.py) works, and how
+fast it is beside cuDNN.
+
+    OUT=/some/dir python3 scripts/gluon_fa3_check.py      (under 100 s on an H100; each part in its own process)
+
+First a child process times torch SDPA's cuDNN and FlashAttention backends at every timed shape and hands the
+times to the variants through a JSON file. Then, for each variant of the kernel (the lab's default first, then
+without ping-pong, then with deeper rings), a child process: compiles (the full traceback if it fails), checks
+against float64 on odd shapes (lengths 1000 and 333, Lq != Lk, causal and not, d 64 and 128, three programs so
+each walks several query blocks), then times seq 2048/4096/8192 at batch x heads 16 x 16 (d 128) and 32 x 16
+(d 64), causal and not (triton's do_bench, median), and prints TFLOP/s (causal counts half the FLOPs) and the
+ratio to cuDNN. A child that hangs (an mbarrier never completing) is killed after CHILD_TIMEOUT_S and said so;
+the last is cut at TOTAL_S (none starts with less than MIN_CHILD_S left). With $OUT set, each variant's PTX is
+written there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+CHILD_TIMEOUT_S, TOTAL_S, MIN_CHILD_S = 40, 95, 15
+SEQS = (2048, 4096, 8192)
+BATCH_HEADS = {128: (16, 16), 64: (32, 16)}
+# (batch, heads, Lq, Lk): lengths not multiples of any tile; Lq > Lk leaves causal rows that see no key
+ODD_SHAPES = ((1, 2, 1000, 1000), (2, 1, 333, 333), (1, 2, 333, 1000), (1, 1, 1000, 333))
+CHECK_PROGRAMS = 3  # few programs: each walks several (head, query block) tiles, crossing tile boundaries
+LIBRARIES = ("sdpa-cudnn", "sdpa-flash")
+# name -> {head dim: (block_n, stages)}, ping-pong; the first is the lab's default (gluon_fa3.DEFAULT_CONFIGS)
+VARIANTS = {
+    "default: 128x128 ping-pong (d128 s2, d64 s3)": ({128: (128, 2), 64: (128, 3)}, True),
+    "no ping-pong (d128 s2, d64 s3)": ({128: (128, 2), 64: (128, 3)}, False),
+    "deeper rings: ping-pong (d128 s3, d64 s4)": ({128: (128, 3), 64: (128, 4)}, True),
+}
+PTX_MARKERS = ("wgmma.mma_async", "wgmma.wait_group", "mbarrier.try_wait", "mbarrier.arrive", "setmaxnreg",
+               "cp.async.bulk.tensor", "ex2.approx", "bar.sync")
+
+
+def say(*parts) -> None:
+    print(*parts, flush=True)
+
+
+def flops(batch: int, heads: int, seq: int, d: int, causal: bool) -> float:
+    """Two GEMMs of 2 * seq * seq * d each per head; the causal mask keeps half of them."""
+    return 4.0 * batch * heads * seq * seq * d * (0.5 if causal else 1.0)
+
+
+def timed_shapes():
+    for d, (batch, heads) in BATCH_HEADS.items():
+        for seq in SEQS:
+            for causal in (False, True):
+                yield d, batch, heads, seq, causal
+
+
+def point_key(d, seq, causal) -> str:
+    return f"d{d} n{seq} {'causal' if causal else 'full'}"
+
+
+def bench_ms(fn) -> float:
+    from triton.testing import do_bench
+
+    return do_bench(fn, warmup=10, rep=60, return_mode="median")
+
+
+def qkv(batch, heads, lq, lk, d):
+    import torch
+
+    g = torch.Generator(device="cuda").manual_seed(lq * 7 + lk + d)
+    q = torch.randn(batch, heads, lq, d, device="cuda", generator=g).to(torch.bfloat16)
+    k = torch.randn(batch, heads, lk, d, device="cuda", generator=g).to(torch.bfloat16)
+    v = torch.randn(batch, heads, lk, d, device="cuda", generator=g).to(torch.bfloat16)
+    return q, k, v
+
+
+def run_libraries(path: str) -> None:
+    """In a child: time cuDNN and FlashAttention (SDPA backends) at every timed shape; write {key: {lib: ms}}."""
+    import torch
+
+    from labs.attention.naive import sdpa
+
+    if not torch.cuda.is_available():
+        say("  cannot run here: this machine has no CUDA GPU")
+        return
+
+    times = {}
+    for d, batch, heads, seq, causal in timed_shapes():
+        q, k, v = qkv(batch, heads, seq, seq, d)
+        row = {}
+        for lib in LIBRARIES:
+            try:
+                sdpa(q, k, v, causal, lib)
+                row[lib] = bench_ms(lambda: sdpa(q, k, v, causal, lib))  # noqa: B023 - called at once
+            except Exception as exc:  # noqa: BLE001 - a backend that refuses a shape: say so, time the rest
+                say(f"  {lib} at {point_key(d, seq, causal)}: {type(exc).__name__}: {exc}"[:300])
+        times[point_key(d, seq, causal)] = row
+        fl = flops(batch, heads, seq, d, causal)
+        say(f"  {point_key(d, seq, causal):>20}: " + "   ".join(f"{lib} {fl / ms / 1e9:6.1f} TFLOP/s"
+                                                               for lib, ms in row.items()))
+    Path(path).write_text(json.dumps(times))
+
+
+def ptx_counts(ptx: str) -> str:
+    return ", ".join(f"{m} {len(re.findall(re.escape(m), ptx))}" for m in PTX_MARKERS)
+
+
+def check_odd_shapes(config_for) -> bool:
+    """Every odd shape, causal and not, d 64 and 128, against float64; False at the first failure."""
+    import torch
+
+    from labs.attention.gluon_fa3 import gluon_attention
+    from labs.attention.naive import reference
+    from labs.engine import timing
+
+    for d in BATCH_HEADS:
+        for batch, heads, lq, lk in ODD_SHAPES:
+            for causal in (False, True):
+                what = f"d {d}, {batch}x{heads}, Lq {lq}, Lk {lk}, {'causal' if causal else 'full'}"
+                q, k, v = qkv(batch, heads, lq, lk, d)
+                out = torch.full_like(q, float("nan"))  # a row the kernel forgets stays NaN and fails
+                started = time.monotonic()
+                try:
+                    gluon_attention(q, k, v, causal, config_for(d), out=out, programs=CHECK_PROGRAMS)
+                    torch.cuda.synchronize()
+                except Exception:  # noqa: BLE001 - the whole text, so the next try can be fixed
+                    say(f"  COMPILE/LAUNCH FAILED at {what}:\n{traceback.format_exc()}")
+                    return False
+                ref = reference(q, k, v, causal)[0]
+                worst = (out.double() - ref).abs().max().item()
+                try:
+                    err = timing.check_close(out, ref, "bf16", what)
+                    if not worst < 0.05:
+                        raise timing.KernelMismatch(f"{what}: largest error {worst:.3g} (want < 0.05)")
+                except timing.KernelMismatch as exc:
+                    say(f"  WRONG: {exc}")
+                    return False
+                say(f"  correct at {what}: rel error {err:.2e}, max {worst:.2e} ({time.monotonic() - started:.1f} s)")
+    return True
+
+
+def run_variant(name: str, library_path: str) -> None:
+    """In a child: compile, check, time one variant. Prints as it goes."""
+    import torch
+
+    from labs.attention.gluon_fa3 import FA3Config, gluon_attention
+    from labs.hopper.gluon_support import attention_unavailable_reason, device_capability
+
+    reason = attention_unavailable_reason(device_capability(torch.device("cuda")))
+    if reason:
+        say(f"  cannot run here: {reason}")
+        return
+    blocks, pingpong = VARIANTS[name]
+
+    def config_for(d):
+        return FA3Config(block_n=blocks[d][0], stages=blocks[d][1], pingpong=pingpong)
+
+    if not check_odd_shapes(config_for):
+        return
+    libs = json.loads(Path(library_path).read_text()) if Path(library_path).exists() else {}
+    slug = re.sub(r"[^a-z0-9]+", "-", name.split(":")[0].lower()).strip("-")
+    for d, batch, heads, seq, causal in timed_shapes():
+        q, k, v = qkv(batch, heads, seq, seq, d)
+        out = torch.empty_like(q)
+        _, kernel = gluon_attention(q, k, v, causal, config_for(d), out=out, return_kernel=True)
+        if seq == SEQS[0]:
+            say(f"  d {d} {'causal' if causal else 'full'}: registers {getattr(kernel, 'n_regs', '?')}, spills "
+                f"{getattr(kernel, 'n_spills', '?')}, shared {kernel.metadata.shared} B")
+            say(f"    PTX: {ptx_counts(kernel.asm['ptx'])}")
+            if os.environ.get("OUT"):
+                Path(os.environ["OUT"], f"fa3_{slug}_d{d}_{'causal' if causal else 'full'}.ptx").write_text(
+                    kernel.asm["ptx"])
+        ms = bench_ms(lambda: gluon_attention(q, k, v, causal, config_for(d), out=out))  # noqa: B023
+        fl = flops(batch, heads, seq, d, causal)
+        lib_ms = libs.get(point_key(d, seq, causal), {})
+        rate = {lib: fl / lib_ms[lib] / 1e9 if lib in lib_ms else float("nan") for lib in LIBRARIES}
+        ratio = f"{lib_ms['sdpa-cudnn'] / ms:.3f}" if "sdpa-cudnn" in lib_ms else "?"
+        say(f"  {point_key(d, seq, causal):>20}: {fl / ms / 1e9:6.1f} TFLOP/s   x cuDNN {ratio}   "
+            f"cuDNN {rate['sdpa-cudnn']:6.1f}   flash {rate['sdpa-flash']:6.1f}")
+
+
+def child(args: list, budget_end: float) -> None:
+    """Run this script with `args` in a child process, killed after CHILD_TIMEOUT_S or at the call's budget."""
+    timeout = min(CHILD_TIMEOUT_S, budget_end - time.monotonic())
+    if timeout < MIN_CHILD_S:
+        say("  skipped: too little of the call's budget is left")
+        return
+    try:
+        subprocess.run([sys.executable, __file__, *args], timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        say(f"  KILLED after {timeout:.0f} s: a hang (an mbarrier never completed?), a slow compile or the budget")
+
+
+def main() -> None:
+    if len(sys.argv) > 2 and sys.argv[1] == "--libraries":
+        run_libraries(sys.argv[2])
+        return
+    if len(sys.argv) > 3 and sys.argv[1] == "--variant":
+        run_variant(sys.argv[2], sys.argv[3])
+        return
+    started = time.monotonic()
+    budget_end = started + TOTAL_S
+    import torch
+    import triton
+
+    say(f"torch {torch.__version__}, triton {triton.__version__}, "
+        f"GPU {torch.cuda.get_device_name() if torch.cuda.is_available() else 'none'}")
+    from labs.hopper.gluon_support import attention_gluon_missing
+
+    say(f"Gluon features for attention: {attention_gluon_missing() or 'all present'}")
+    with tempfile.TemporaryDirectory() as tmp:
+        library_path = str(Path(tmp, "libraries.json"))
+        say("== libraries (torch SDPA backends)")
+        child(["--libraries", library_path], budget_end)
+        for name in VARIANTS:
+            say(f"== {name}")
+            child(["--variant", name, library_path], budget_end)
+    say(f"total {time.monotonic() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,123 @@
+"""Tests of the Gluon FlashAttention-3 forward (labs/attention/gluon_fa3.py).
+
+On CPU: the kernel is hidden with a reason where Gluon or a Hopper GPU is missing (launching it says why), and
+the host-side arithmetic (the tile order, the register and shared-memory budgets) is checked by hand. On a Hopper
+GPU (marked `gpu`): the kernel against float64 on odd shapes (lengths not multiples of the tiles, Lq != Lk,
+causal and not, d 64 and 128), on three programs so each walks several (head, query block) tiles.
+"""
+
+import pytest
+import torch
+
+from labs.attention.naive import reference
+from labs.engine import timing
+from labs.hopper import gluon_support
+
+
+def _fa3():
+    """The kernel's module, where this Triton has the Gluon features it uses (its import needs them)."""
+    reason = gluon_support.attention_gluon_missing()
+    if reason:
+        pytest.skip(f"this Triton cannot build the kernel: {reason}")
+    from labs.attention import gluon_fa3
+
+    return gluon_fa3
+
+
+# ---------------------------------------------------------------------------------------------
+# Hidden where it cannot run
+# ---------------------------------------------------------------------------------------------
+def test_hidden_with_a_reason_without_hopper_or_gluon(monkeypatch):
+    """No GPU, a GPU that is not Hopper, or a Triton lacking a Gluon feature the kernel calls: each gives a reason
+    (looked for, not read from a version), and a Hopper GPU with every feature gives none."""
+    assert "no CUDA GPU" in gluon_support.attention_unavailable_reason(None)
+    assert "compute capability 8.0" in gluon_support.attention_unavailable_reason("8.0")  # an A100: no wgmma
+    gluon_support.gluon_missing.cache_clear()
+    gluon_support.attention_gluon_missing.cache_clear()
+    monkeypatch.setitem(gluon_support.ATTENTION_REQUIRED, "triton.experimental.gluon.language",
+                        ("DotOperandLayout", "a_feature_no_triton_has"))
+    assert "a_feature_no_triton_has" in gluon_support.attention_unavailable_reason("9.0")
+    assert "a_feature_no_triton_has" not in (gluon_support.unavailable_reason("9.0") or "")  # the matmul needs none
+    monkeypatch.undo()
+    gluon_support.attention_gluon_missing.cache_clear()
+    if gluon_support.attention_gluon_missing() is None:
+        assert gluon_support.attention_unavailable_reason("9.0") is None
+
+
+def test_launching_without_a_hopper_gpu_says_why():
+    fa3 = _fa3()
+    cc = gluon_support.device_capability("cuda")
+    if cc is not None and cc.startswith("9."):
+        pytest.skip("this machine has a Hopper GPU: the kernel runs (tested below)")
+    q = torch.zeros(1, 1, 64, 64, dtype=torch.bfloat16)
+    with pytest.raises(gluon_support.GluonUnavailable, match="no CUDA GPU|compute capability"):
+        fa3.gluon_attention(q, q, q, causal=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# The host's arithmetic
+# ---------------------------------------------------------------------------------------------
+def test_tile_order_covers_every_tile_once_longest_causal_first():
+    fa3 = _fa3()
+    heads, q_blocks, group = 5, 4, 2
+    for causal in (False, True):
+        order = fa3.tile_order(heads, q_blocks, causal, group, "cpu").tolist()
+        assert sorted(map(tuple, order)) == [(h, b) for h in range(heads) for b in range(q_blocks)]
+        # heads 0-1, then 2-3, then 4: a group's K and V are done before the next group starts
+        assert [h for h, _ in order[:8]] == [0, 1] * 4 and [h for h, _ in order[16:]] == [4] * 4
+        blocks = [b for _, b in order[:8:2]]
+        assert blocks == ([3, 2, 1, 0] if causal else [0, 1, 2, 3])  # causal: the most keys first
+
+
+def test_register_and_shared_memory_budgets():
+    fa3 = _fa3()
+    # 384 threads (two consumer warpgroups, the producer's warp rounded up to a warpgroup): 168 each at launch;
+    # after setmaxnreg the second consumer has 240, the producer 24, and the first what is left: 504 - 264 = 240
+    assert fa3.register_budget(240, 24) == 168
+    with pytest.raises(ValueError, match="fewer"):
+        fa3.register_budget(248, 24)
+    assert fa3.smem_bytes(128, fa3.DEFAULT_CONFIGS[128]) == 32768 + 4 * 32768 + 8 * 14  # Q, 2 x (K, V), barriers
+    for d, config in fa3.DEFAULT_CONFIGS.items():
+        assert fa3.smem_bytes(d, config) <= fa3.SMEM_BYTES
+    assert fa3.smem_bytes(128, fa3.FA3Config(block_n=128, stages=4)) > fa3.SMEM_BYTES
+    q = torch.zeros(1, 1, 8, 96, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="head dim 96"):
+        fa3.check_inputs(q, q, q)
+    with pytest.raises(ValueError, match="bf16"):
+        fa3.check_inputs(q[..., :64].float(), q[..., :64], q[..., :64])
+
+
+# ---------------------------------------------------------------------------------------------
+# On a Hopper GPU
+# ---------------------------------------------------------------------------------------------
+def _hopper_or_skip():
+    reason = gluon_support.attention_unavailable_reason(gluon_support.device_capability("cuda"))
+    if reason:
+        pytest.skip(f"the Gluon kernel cannot run: {reason}")
+    return _fa3()
+
+
+ODD_SHAPES = [(1, 2, 1000, 1000), (2, 1, 333, 333), (1, 2, 333, 1000), (1, 1, 1000, 333)]  # (B, H, Lq, Lk)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("pingpong", [True, False], ids=["pingpong", "no-pingpong"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("shape", ODD_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_matches_float64_on_odd_shapes(shape, head_dim, causal, pingpong):
+    """Lengths not multiples of the 128-query tile or the key block (the TMA zero-fills past the tensor, the last
+    key block is masked, rows past Lq are not stored); Lq > Lk leaves causal rows that see no key (output 0);
+    three programs, so each walks several tiles and the rings' phases run on across tiles."""
+    fa3 = _hopper_or_skip()
+    batch, heads, lq, lk = shape
+    q = timing.random_tensor((batch, heads, lq, head_dim), "bf16", "cuda")
+    k = timing.random_tensor((batch, heads, lk, head_dim), "bf16", "cuda")
+    v = timing.random_tensor((batch, heads, lk, head_dim), "bf16", "cuda")
+    out = torch.full_like(q, float("nan"))  # a row the kernel forgets stays NaN and fails the check
+    default = fa3.DEFAULT_CONFIGS[head_dim]
+    config = fa3.FA3Config(block_n=default.block_n, stages=default.stages, pingpong=pingpong)
+    fa3.gluon_attention(q, k, v, causal, config, out=out, programs=3)
+    ref = reference(q, k, v, causal)[0]
+    timing.check_close(out, ref, "bf16", f"Gluon FA3 {shape} d {head_dim}")
+    assert (out.double() - ref).abs().max().item() < 0.05  # no single row far off (a norm could hide one)
