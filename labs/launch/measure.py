@@ -99,27 +99,37 @@ def paired_us(point, probe, probe_ops: int, budget_ms: float = 24.0) -> tuple:
     return statistics.median(points), statistics.median(probes)
 
 
-def run_probes(step, target: Target, n: int = 4096) -> dict:
-    """Measure every figure in PROBES, in microseconds (n: elements of the chain's tensor)."""
-    out = {}
+def run_probes(step, target: Target, n: int = 4096) -> tuple:
+    """Measure every figure in PROBES, in microseconds (n: elements of the chain's tensor): ({name: us},
+    {name: the timings behind that figure}), so that each probe's row carries its own spread."""
+    out, timed = {}, {}
+
+    def probe(names: tuple, measure) -> None:
+        with timing.collecting() as collected:
+            figures = measure()
+        figures = figures if isinstance(figures, tuple) else (figures,)
+        taken = collected.take()
+        for name, figure in zip(names, figures):
+            out[name], timed[name] = figure, taken
+
     step("probe: PyTorch launch cost")
     # Measured first in a run, launches came out up to 30 % slower than the same launches a few seconds
     # later (CPU clocks and caches warming up): spin for a while before the first figure.
     warm = torch.zeros(n, device="cuda")
     per_call_us(_repeat(lambda: warm.add_(B), PROBE_OPS), budget_ms=5, warmup_ms=100)
-    out["eager_add"] = probe_launch_us("eager_add", n)
+    probe(("eager_add",), lambda: probe_launch_us("eager_add", n))
     step("probe: bf16 matmul launch cost")
-    out["eager_matmul"] = probe_launch_us("eager_matmul", n)
+    probe(("eager_matmul",), lambda: probe_launch_us("eager_matmul", n))
     step("probe: Triton launch cost")
-    out["eager_triton"] = probe_launch_us("eager_triton", n)
+    probe(("eager_triton",), lambda: probe_launch_us("eager_triton", n))
     step("probe: CUDA graph replay and per-kernel cost")
-    out["graph_replay"] = probe_launch_us("graph_replay", n)
-    out["graph_kernel"], out["graph_fixed"] = graph_kernel_us(n)
+    probe(("graph_replay",), lambda: probe_launch_us("graph_replay", n))
+    probe(("graph_kernel", "graph_fixed"), lambda: graph_kernel_us(n))
     step("probe: launch + .item() round trip")
-    out["round_trip"] = probe_launch_us("round_trip", n)
+    probe(("round_trip",), lambda: probe_launch_us("round_trip", n))
     step("probe: a streaming kernel's own cost on the GPU")
-    out["eager_stream_fixed"] = stream_fixed_us(target)
-    return out
+    probe(("eager_stream_fixed",), lambda: stream_fixed_us(target))
+    return out, timed
 
 
 def graph_kernel_us(n: int) -> tuple:
@@ -170,8 +180,9 @@ def group_probe_row(group: str, figures: list, target: Target):
         return None
     us = statistics.median(figures)
     _PROBED.setdefault(target.key, {})[f"{name}@{group}"] = us
-    return {"experiment": "probe", "variant": f"{name}@{group}", "k": None, "size": None, "measured_us": us,
-            "what": f"{PROBES[name]}, median of the figures timed in turns with the {group.replace('-', ' ')} points"}
+    row = {"experiment": "probe", "variant": f"{name}@{group}", "k": None, "size": None, "measured_us": us,
+           "what": f"{PROBES[name]}, median of the figures timed in turns with the {group.replace('-', ' ')} points"}
+    return timing.with_timings(row, [timing.Timing([f * 1e-3 for f in figures])])  # its spread: the figures' (ms)
 
 
 def remember_probes(gpu_key: str, figures: dict, gpu_name: str) -> None:
@@ -357,11 +368,11 @@ def measure(params, target: Target, progress):
         progress(min(done[0] / points, 1.0), message)
         done[0] += 1
 
-    figures = run_probes(step, target, params.elements)
+    figures, timed = run_probes(step, target, params.elements)
     remember_probes(target.key, figures, target.name)
     for name, us in figures.items():
-        yield {"experiment": "probe", "variant": name, "k": None, "size": None, "measured_us": us,
-               "what": PROBES[name]}
+        yield timing.with_timings({"experiment": "probe", "variant": name, "k": None, "size": None,
+                                   "measured_us": us, "what": PROBES[name]}, timed[name])
     if "chain" in params.experiments:
         yield from _measure_chain(params, target, step)
     if "regimes" in params.experiments:
