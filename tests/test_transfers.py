@@ -342,3 +342,11 @@ def test_buffers_and_checks_are_made_once_a_run():
             buffer = measure.run_buffer(("copies", "pinned", 4096), lambda: made.append(1) or object())
             assert buffer is memo[("transfers buffer", "copies", "pinned", 4096)]
     assert made == [1]
+
+
+def test_overlap_matmuls_run_at_the_recorded_cublas_rate_else_the_ceiling():
+    from labs.transfers.model import recorded_rows
+
+    t4 = gpu.datasheet_target(next(s for s in gpu.DATASHEET if s.name == "T4"))
+    assert not recorded_rows("matmul", t4.key)
+    assert model.matmul_tflops(t4) == (t4.ceilings.matmul_tflops.get("bf16") or t4.ceilings.fma_tflops)
