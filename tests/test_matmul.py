@@ -290,6 +290,30 @@ def test_ladder_predict_rows():
     assert pct["cublas"] == 100 and pct["naive"] < 5 < 50 < pct["triton"] <= 100
 
 
+def test_ladder_tensor_core_rungs_take_cublas_rate_at_their_size():
+    """On a GPU kind the Matmul lab recorded, the cuBLAS and Triton rungs at N run at the rate cuBLAS reached at
+    that N (the calibration's N = 8192 holds a lower, power-capped clock); elsewhere at the ceiling."""
+    from labs.engine.results import list_recorded
+    from labs.engine.repredict import recorded_target
+    from labs.matmul import rates
+
+    recording = next((r for r in list_recorded("matmul") if r.meta["gpu"]["key"] == "nvidia-h100-80gb-hbm3"), None)
+    if recording is None:
+        pytest.skip("no H100 recording of the matmul lab")
+    target = recorded_target(recording.meta)
+    measured = rates.recorded_cublas_tflops(target.key)[("bf16", 4096)]
+    assert measured != target.ceilings.matmul_tflops["bf16"]
+    rows = {r["kernel"]: r for r in ladder.predict(ladder.Params(n=4096, dtypes=("bf16",)), target)}
+    assert rows["cublas"]["predicted_tflops"] == pytest.approx(measured)
+    at_n, _ = rates.at_size(target, "bf16", 4096)
+    assert rows["triton"]["predicted_tflops"] == pytest.approx(
+        model.predict_point(4096, "bf16", configs.DEFAULT_CONFIGS["bf16"], at_n)["predicted_tflops"])
+    toy = toy_target()  # never recorded: the ceiling
+    assert rates.at_size(toy, "bf16", 4096)[0] is toy
+    rows = {r["kernel"]: r for r in ladder.predict(ladder.Params(n=4096, dtypes=("bf16",)), toy)}
+    assert rows["cublas"]["predicted_tflops"] == pytest.approx(model.roofline_tflops(4096, "bf16", toy))
+
+
 def test_warptiled_levels_and_time_by_hand():
     n, t = 4096, toy_target()  # 100 SMs at 1 GHz, FMA 25.6 TFLOP/s, no L2 measurement: 2.5 x 2 TB/s
     levels = {r["level"]: r for r in ladder_model.warptile_levels(n, "fp32", t)}
