@@ -93,10 +93,21 @@ def paired_us(point, probe, probe_ops: int, budget_ms: float = 24.0) -> tuple:
     """
     points, probes = [], []
     per_round = budget_ms / PAIR_ROUNDS
-    for _ in range(PAIR_ROUNDS):
-        probes.append(per_call_us(probe, budget_ms=per_round, batches=3, warmup_ms=PAIR_WARMUP_MS) / probe_ops)
-        points.append(per_call_us(point, budget_ms=per_round, batches=3, warmup_ms=PAIR_WARMUP_MS))
+    with timing.collecting():  # the rounds' own timings stay here: the row records its median (own_time)
+        for _ in range(PAIR_ROUNDS):
+            probes.append(per_call_us(probe, budget_ms=per_round, batches=3, warmup_ms=PAIR_WARMUP_MS) / probe_ops)
+            points.append(per_call_us(point, budget_ms=per_round, batches=3, warmup_ms=PAIR_WARMUP_MS))
     return statistics.median(points), statistics.median(probes)
+
+
+def own_time(*us: float) -> None:
+    """Hand the timing rule the figures the row about to be yielded reports (us), and nothing else, so its spread over
+    the passes is the spread of those figures. Left to the timers, a row's spread was the widest of its probe's and
+    its point's single rounds (16 of them, each a few ms, on a host that switches between a fast and a slow state),
+    and the probes' rows all fell on the first probe: on an H200, 73 of 89 rows flagged unsteady with a median
+    spread of 64 % while their medians met the model within 6 %."""
+    for figure in us:
+        timing.record_samples([figure * 1e-3])
 
 
 def run_probes(step, target: Target, n: int = 4096) -> dict:
@@ -247,6 +258,7 @@ def _measure_chain(params, target: Target, step):
             figures.append(probe_us)
             predicted = chain_us(variant, k, n, point_costs(launch_costs(target), group, probe_us), target)
             measured[variant][k] = (us, predicted)
+            own_time(us, probe_us)
             yield {"experiment": "chain", "variant": variant, "k": k, "size": n, "measured_us": us,
                    "measured_per_op_us": us / k, "check_rel_error": err, "probe": name, "probe_us": probe_us,
                    "predicted_us": predicted, "predicted_per_op_us": predicted / k}
@@ -320,7 +332,8 @@ def _measure_regimes(params, target: Target, step):
             eager_us = batch_us / len(calls)
             figures.append(probe_us)
             graph = capture(eager)  # several calls per replay, so the replay's own cost is spread out
-            gpu_us = per_call_us(graph.replay) / len(calls)
+            with timing.collecting():  # recorded with the row's other figures (own_time)
+                gpu_us = per_call_us(graph.replay) / len(calls)
             del graph
             nbytes, flops, peak = op_work(op, size, target)
             bw_frac = nbytes / (gpu_us * 1e-6) / (target.ceilings.copy_tbps * 1e12)
@@ -331,6 +344,7 @@ def _measure_regimes(params, target: Target, step):
                 regime = "memory" if bw_frac >= fl_frac else "compute"
             c = point_costs(launch_costs(target), group, probe_us)
             terms = regime_terms(op, size, c, target)
+            own_time(eager_us, probe_us, gpu_us)
             yield {"experiment": "regimes", "variant": op, "k": None, "size": size, "measured_us": eager_us,
                    "probe": name, "probe_us": probe_us, "predicted_us": regime_us(op, terms, c),
                    "predicted_overhead_us": terms["overhead"],
@@ -357,9 +371,11 @@ def measure(params, target: Target, progress):
         progress(min(done[0] / points, 1.0), message)
         done[0] += 1
 
-    figures = run_probes(step, target, params.elements)
+    with timing.collecting():  # each probe's row records its own figure below
+        figures = run_probes(step, target, params.elements)
     remember_probes(target.key, figures, target.name)
     for name, us in figures.items():
+        own_time(us)
         yield {"experiment": "probe", "variant": name, "k": None, "size": None, "measured_us": us,
                "what": PROBES[name]}
     if "chain" in params.experiments:
