@@ -264,13 +264,16 @@ def _measure_chain(params, target: Target, step):
                    "predicted_us": predicted, "predicted_per_op_us": predicted / k}
         probe_row = group_probe_row(group, figures, target)
         if probe_row:
+            own_time(probe_row["measured_us"])  # the group's figure, over the passes like any other
             yield probe_row
         del probe
     for variant, points in measured.items():  # what one more op costs: least-squares slope over K
         if len(points) >= 2 and variant != "fused":
             # the model's slope off the points' own predictions (each made with its paired figure), as measured
+            slope = slope_us({k: us for k, (us, _) in points.items()})
+            own_time(slope)
             yield {"experiment": "fit", "variant": variant, "k": None, "size": n,
-                   "measured_us": slope_us({k: us for k, (us, _) in points.items()}),
+                   "measured_us": slope,
                    "predicted_us": slope_us({k: predicted for k, (_, predicted) in points.items()})}
 
 
@@ -354,6 +357,7 @@ def _measure_regimes(params, target: Target, step):
             del sets, first
         probe_row = group_probe_row(group, figures, target)
         if probe_row:
+            own_time(probe_row["measured_us"])  # the group's figure, over the passes like any other
             yield probe_row
         del probe
         torch.cuda.empty_cache()
