@@ -202,3 +202,13 @@ def test_repredict_uses_the_recorded_probes_and_each_points_own_figure():
     assert rows[("chain", "eager", 4)]["predicted_us"] == pytest.approx(4 * 7.5)  # its own figure, not 4.0
     assert rows[("chain", "graph", 4)]["predicted_us"] == pytest.approx(model.chain_us("graph", 4, params.elements,
                                                                                     COSTS, t))
+
+
+def test_a_row_records_the_figures_it_reports_not_its_rounds():
+    """paired_us times a point and its probe in many short rounds; the row's spread over the passes must be that of
+    the medians it reports, so the rounds' own timings are kept from the row and own_time records its figures."""
+    with timing.collecting() as timed, timing.in_pass(0, {}):
+        us, probe_us = measure.paired_us(lambda: None, lambda: None, 1, budget_ms=2.0)
+        assert timed.take() == []
+        measure.own_time(us, probe_us)
+        assert [t.samples_ms for t in timed.take()] == [[us * 1e-3], [probe_us * 1e-3]]

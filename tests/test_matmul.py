@@ -290,6 +290,59 @@ def test_ladder_predict_rows():
     assert pct["cublas"] == 100 and pct["naive"] < 5 < 50 < pct["triton"] <= 100
 
 
+def _calibrated_h100(bf16_tflops: float = 679.0) -> Target:
+    sheet = gpu.datasheet_by_name("H100 SXM")
+    t = gpu.datasheet_target(sheet)
+    return dataclasses.replace(t, ceilings=dataclasses.replace(
+        t.ceilings, matmul_tflops={**t.ceilings.matmul_tflops, "bf16": bf16_tflops}))
+
+
+def test_a_partly_filled_wave_clocks_up_to_the_datasheet():
+    t = _calibrated_h100()
+    assert model.clock_boost(t, "bf16", 1.0) == 1.0
+    assert model.clock_boost(t, "bf16", 0.5) == pytest.approx(0.5 ** (-1 / 3))  # power ~ busy SMs x clock^3
+    assert model.clock_boost(t, "bf16", 0.01) == pytest.approx(989.4 / 679.0, rel=1e-3)  # the datasheet's clock
+    sheet = gpu.datasheet_by_name("H100 SXM")  # ceilings that are the datasheet's: no headroom left
+    assert model.clock_boost(dataclasses.replace(t, ceilings=Ceilings.from_datasheet(sheet)), "bf16", 0.5) == 1.0
+
+
+def test_the_last_wave_of_half_the_sms_runs_faster_where_tensor_cores_set_the_pace():
+    t = _calibrated_h100()
+    cfg = configs.TileConfig(128, 256, 64, 8, 8, 3)
+    fpc = model.matmul_flop_per_clock(t, "bf16")
+    full = model._grid_cycles(128 * 132, 256, cfg, "bf16", "tma", t, fpc, k=4096)  # one full wave
+    half = model._grid_cycles(128 * 66, 256, cfg, "bf16", "tma", t, fpc, k=4096)  # one wave, half the SMs
+    two = model._grid_cycles(128 * 198, 256, cfg, "bf16", "tma", t, fpc, k=4096)  # a full wave, then half
+    assert half == pytest.approx(full / 0.5 ** (-1 / 3)) and two == pytest.approx(full + half)
+    # narrow loads set the pace (an unaligned N): no boost
+    narrow = [model._grid_cycles(128 * s, 256, cfg, "bf16", "vec2", t, fpc, k=4096) for s in (132, 66)]
+    assert narrow[0] == pytest.approx(narrow[1])
+
+
+def test_ladder_tensor_core_rungs_take_cublas_rate_at_their_size():
+    """On a GPU kind the Matmul lab recorded, the cuBLAS and Triton rungs at N run at the rate cuBLAS reached at
+    that N (the calibration's N = 8192 holds a lower, power-capped clock); elsewhere at the ceiling."""
+    from labs.engine.results import list_recorded
+    from labs.engine.repredict import recorded_target
+    from labs.matmul import rates
+
+    recording = next((r for r in list_recorded("matmul") if r.meta["gpu"]["key"] == "nvidia-h100-80gb-hbm3"), None)
+    if recording is None:
+        pytest.skip("no H100 recording of the matmul lab")
+    target = recorded_target(recording.meta)
+    measured = rates.recorded_cublas_tflops(target.key)[("bf16", 4096)]
+    assert measured != target.ceilings.matmul_tflops["bf16"]
+    rows = {r["kernel"]: r for r in ladder.predict(ladder.Params(n=4096, dtypes=("bf16",)), target)}
+    assert rows["cublas"]["predicted_tflops"] == pytest.approx(measured)
+    at_n, _ = rates.at_size(target, "bf16", 4096)
+    assert rows["triton"]["predicted_tflops"] == pytest.approx(
+        model.predict_point(4096, "bf16", configs.DEFAULT_CONFIGS["bf16"], at_n)["predicted_tflops"])
+    toy = toy_target()  # never recorded: the ceiling
+    assert rates.at_size(toy, "bf16", 4096)[0] is toy
+    rows = {r["kernel"]: r for r in ladder.predict(ladder.Params(n=4096, dtypes=("bf16",)), toy)}
+    assert rows["cublas"]["predicted_tflops"] == pytest.approx(model.roofline_tflops(4096, "bf16", toy))
+
+
 def test_warptiled_levels_and_time_by_hand():
     n, t = 4096, toy_target()  # 100 SMs at 1 GHz, FMA 25.6 TFLOP/s, no L2 measurement: 2.5 x 2 TB/s
     levels = {r["level"]: r for r in ladder_model.warptile_levels(n, "fp32", t)}

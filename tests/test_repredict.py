@@ -162,3 +162,24 @@ def test_kernels_against_libraries_read_the_recordings_as_they_are():
                  and c["target"] == row["target (x)"]]
         assert row["cases"] == len(group) and row["meet it"] == sum(c["meets"] for c in group)
         assert row["slowest (x)"] == min(c["speed_ratio"] for c in group)
+
+
+def test_transfers_overlap_is_predicted_for_the_matmuls_the_run_ran():
+    """The overlap's compute is predicted for the run's own matmul count, at cuBLAS's recorded rate at N = 4096
+    (not the calibration's N = 8192, which ran under a lower, power-capped clock)."""
+    from labs.transfers import model as tmodel
+
+    rec = _recording("transfers")
+    target = recorded_target(rec["meta"])
+    compute = next(r for r in rec["rows"] if r["experiment"] == "overlap" and r["schedule"] == "compute alone")
+    rate = tmodel.matmul_tflops(target)
+    cublas_4096 = [r["measured_tflops"] for r in tmodel.recorded_rows("matmul", target.key)
+                   if (r.get("kernel"), r.get("dtype"), r.get("n")) == ("cublas", "bf16", 4096)]
+    assert cublas_4096 and rate == pytest.approx(cublas_4096[0])
+    for count in (compute["matmuls"], 2 * compute["matmuls"]):
+        for r in rec["rows"]:
+            if r["experiment"] == "overlap":
+                r["matmuls"] = count
+        row = next(r for r in transfers.repredict(rec, target) if r["schedule"] == "compute alone")
+        assert row["matmuls"] == count
+        assert row["predicted_ms"] == pytest.approx(count * 2 * 4096**3 / (rate * 1e12) * 1e3)

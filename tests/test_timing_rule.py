@@ -98,23 +98,6 @@ def test_a_timer_of_its_own_hands_its_samples_to_the_rule():
     assert rows[0]["repeats"] == timing.PASSES and rows[0]["spread_pct"] == 0.0  # one sample a pass, 2.0 each time
 
 
-def test_points_timed_up_front_each_keep_their_own_spread():
-    def measure(params, target, progress):  # every point timed first (probes, copies in turns), rows after
-        timed = {}
-        for size in params.sizes:
-            with timing.collecting() as collected:
-                timing.repeated(lambda: float(size) if size == 1 else next(noisy))
-            timed[size] = collected.take()
-        for size in params.sizes:
-            yield timing.with_timings({"size": size, "measured_ms": float(size)}, timed[size])
-
-    noisy = iter([1.0, 3.0] * 50)
-    rows, _, _ = _run(_lab(measure))
-    assert all(r["repeats"] >= timing.PASSES for r in rows)  # the second row has its timings, not none
-    assert rows[0]["spread_pct"] == 0.0 and not rows[0]["unsteady"]  # and the first does not take the second's
-    assert rows[1]["unsteady"] and timing.OWN_TIMINGS not in rows[1]
-
-
 class DriftingGpu:
     """A fake GPU whose speed drifts slowly: a kernel's time depends on the wall clock (one tick a point timed),
     so timings taken back to back agree exactly while timings a sweep apart do not."""

@@ -32,7 +32,7 @@ def test_every_datasheet_gpu_names_its_links_and_source():
 def test_alpha_beta_copy_by_hand():
     # 1 GiB at 63.015 GB/s plus 10 us
     assert model.copy_ms(2**30, 10, 63.015) == pytest.approx(0.010 + 2**30 / 63.015e9 * 1e3)
-    rows = model.predict(t.Params(experiments=("copies",)), H100)
+    rows = model.predict(t.Params(experiments=("copies",), sizes_kib=(4, 1048576)), H100)
     small = [r for r in rows if r["size_bytes"] == 4096][0]
     big = [r for r in rows if r["size_bytes"] == 2**30 and r["memory"] == "pinned"][0]
     assert small["predicted_gbps"] < 1 and big["predicted_gbps"] == pytest.approx(63.0 * 256 / 282, rel=1e-2)
@@ -123,7 +123,7 @@ def test_copy_and_probe_are_timed_in_turns_and_the_fastest_kept():
 
     def timer(fn, budget_ms, min_reps):
         calls.append("copy")
-        assert budget_ms == pytest.approx(measure.WALL_BUDGET_MS / 3) and min_reps >= 3
+        assert budget_ms == pytest.approx(measure.WALL_BUDGET_MS / 3) and min_reps == measure.MIN_CALLS_PER_ROUND
         return next(copy_ms)
 
     def probe():
@@ -287,3 +287,66 @@ def test_lesson_latency_is_fitted_to_the_recorded_run_or_said_to_be_assumed():
     assert not recorded_rows(t.LAB.name, t4.key)
     numbers = model.lesson_numbers(t4)
     assert numbers["latency_us"] == f"{model.ASSUMED_LATENCY_US:.0f}" and "assumed" in numbers["latency_source"]
+
+
+def _planned_run_s(p) -> float:
+    """Seconds a run of `p` spends copying and probing on an H100, from the model's own copy times: every point
+    timed ROUNDS times a pass (at least MIN_CALLS_PER_ROUND calls, more while the round's budget lasts), each
+    pageable one followed by its CPU probe (three passes over the buffer, at least 16 MiB, at the assumed rate)."""
+    from labs.engine import timing
+
+    budget_ms = measure.WALL_BUDGET_MS / timing.PASSES / measure.ROUNDS
+    per_round_ms = 0.0
+    for r in model.predict(p, H100):
+        if r["experiment"] == "overlap":
+            continue
+        ms = r["predicted_ms"]
+        calls = max(measure.MIN_CALLS_PER_ROUND, min(200, int(budget_ms / ms)))
+        per_round_ms += calls * ms * (2 if r["experiment"] == "staging" else 1)  # by hand and the driver's
+        if r["memory"] == "pageable":
+            per_round_ms += 3 * max(r["size_bytes"], 16 * 2**20) / (model.ASSUMED_HOST_COPY_GBPS * 1e9) * 1e3
+    return timing.PASSES * measure.ROUNDS * per_round_ms / 1e3
+
+
+def test_a_default_run_copies_for_well_under_a_minute():
+    # 191 s on an H100 (2026-11-27): seven passes (two extra for a spread that was not a point's), each checking
+    # every copy again with fresh random numbers, three calls of every 1 GiB copy a round
+    assert _planned_run_s(t.Params()) < 20
+    assert _planned_run_s(t.Params(sizes_kib=t.Params().sizes_kib + (1048576,))) > 20  # the bound means something
+
+
+def test_each_row_records_its_own_time_and_nothing_else():
+    from labs.engine import timing
+
+    def timer(fn, budget_ms, min_reps):  # a timer that records its samples, as wall_ms does
+        timing.record_samples([1.0, 1.5, 9.0])
+        return 1.0
+
+    with timing.collecting() as timed, timing.in_pass(0, {}):
+        got = measure.timed_in_turns({4: (lambda: None, None), 16: (lambda: None, None)}, rounds=3, timer=timer)
+        assert timed.take() == []  # the rounds' timings do not fall on whichever row is yielded next
+        for size, (ms, _) in got.items():
+            row = measure.own_timing({"size_bytes": size, "measured_ms": ms})
+            (own,) = timed.take()
+            assert own.samples_ms == [row["measured_ms"]]
+        measure.own_timing({"schedule": "driver", "driver_ms": 2.5})  # the driver's copy beside a hand-staged one
+        assert [t_.samples_ms for t_ in timed.take()] == [[2.5]]
+
+
+def test_buffers_and_checks_are_made_once_a_run():
+    from labs.engine import timing
+
+    made, memo = [], {}
+    for index in range(3):
+        with timing.in_pass(index, memo):
+            buffer = measure.run_buffer(("copies", "pinned", 4096), lambda: made.append(1) or object())
+            assert buffer is memo[("transfers buffer", "copies", "pinned", 4096)]
+    assert made == [1]
+
+
+def test_overlap_matmuls_run_at_the_recorded_cublas_rate_else_the_ceiling():
+    from labs.transfers.model import recorded_rows
+
+    t4 = gpu.datasheet_target(next(s for s in gpu.DATASHEET if s.name == "T4"))
+    assert not recorded_rows("matmul", t4.key)
+    assert model.matmul_tflops(t4) == (t4.ceilings.matmul_tflops.get("bf16") or t4.ceilings.fma_tflops)

@@ -147,9 +147,7 @@ def _measure_rows(lab: Lab, params, target, progress: Progress, time_limit_s: fl
                         if index == 0:
                             notes.append(row)
                     else:
-                        collected = timed.take()
-                        own = row.pop(timing.OWN_TIMINGS, None)  # timings the lab kept for this very row
-                        measured.append((row, collected if own is None else own))
+                        measured.append((row, timed.take()))
         except RunTimedOut:
             sweep.add(measured)
             return sweep.rows(), notes + [f"The run passed its time limit of {time_limit_s:.0f} s {_where(index, measured)}; "

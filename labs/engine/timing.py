@@ -252,16 +252,6 @@ def repeated(once: Callable[[], object], repeats: int = REPEATS) -> Timing:
     return record(best)
 
 
-OWN_TIMINGS = "_timings"  # a row's own timings (with_timings), which the runner takes instead of the collected ones
-
-
-def with_timings(row: dict, timings: list) -> dict:
-    """The row, carrying the timings measured for it. A lab that times several points before it yields their rows
-    (probes timed up front, copies timed in turns) hands each row its own: collected row by row, every timing
-    would go to the first row yielded after them and the others would have no spread."""
-    return {**row, OWN_TIMINGS: list(timings)}
-
-
 def row_spread(row: dict, timings: list) -> dict:
     """The row with the spread of what was timed for it: the fewest repeats, the widest spread, any unsteady."""
     if not timings or "spread_pct" in row:

@@ -23,6 +23,7 @@ from labs.glossary import LATENCY_CYCLES, LATENCY_SOURCE
 from labs.matmul.configs import TileConfig, blocks_per_sm, out_bytes
 from labs.matmul.ladder_model import lesson_numbers as ladder_numbers
 from labs.matmul.model import FIXED_US, L1_BYTES_PER_CLOCK, clock_hz, grouped_tile, l2_tbps
+from labs.matmul.rates import recorded_cublas_tflops
 
 DTYPES = ("bf16", "fp16")
 ORDERS = ("row-major", "grouped", "hilbert")
@@ -156,30 +157,6 @@ def tile_config(sw: Switches) -> TileConfig:
     return TileConfig(*sw.block, GROUP_M, sw.num_warps, sw.stages)
 
 
-def _recorded_cublas_tflops(gpu_key: str) -> dict:
-    """(dtype, N) -> cuBLAS TFLOP/s from the matmul lab's committed recording of this GPU kind (read
-    again whenever a recording file changes, e.g. after a --record in this process)."""
-    from labs.engine.results import RECORDED_DIR
-
-    stamp = tuple(sorted((str(p), p.stat().st_mtime_ns) for p in RECORDED_DIR.glob("*/matmul.json")))
-    return _cublas_rates(gpu_key, stamp)
-
-
-@functools.lru_cache(maxsize=16)
-def _cublas_rates(gpu_key: str, _stamp: tuple) -> dict:
-    from labs.engine.results import list_recorded
-
-    rates: dict = {}
-    for result in reversed(list_recorded("matmul")):  # oldest first, so the newest recording wins
-        if result.meta.get("gpu", {}).get("key") != gpu_key:
-            continue
-        for r in result.rows:
-            rate = r.get("measured_tflops")
-            if r.get("kernel") == "cublas" and isinstance(rate, (int, float)) and rate > 0:
-                rates[(r.get("dtype"), r.get("n"))] = float(rate)
-    return rates
-
-
 # (dtype, N) -> cuBLAS TFLOP/s measured in the run being re-predicted (see repredict); None outside one
 _RUN_CUBLAS: contextvars.ContextVar = contextvars.ContextVar("hopper_run_cublas", default=None)
 
@@ -194,7 +171,7 @@ def tensor_core_tflops(n: Optional[int], dtype: str, target: Target) -> tuple:
     in_run = (_RUN_CUBLAS.get() or {}).get((dtype, n)) if n else None
     if in_run:
         return in_run, f"cuBLAS at N = {n}, measured in the same run"
-    recorded = _recorded_cublas_tflops(target.key).get((dtype, n)) if n else None
+    recorded = recorded_cublas_tflops(target.key).get((dtype, n)) if n else None
     if recorded:
         return recorded, f"cuBLAS at N = {n}, recorded by the Matmul lab on this GPU kind"
     ceiling = target.ceilings.matmul_tflops.get(dtype)

@@ -93,43 +93,44 @@ def paired_us(point, probe, probe_ops: int, budget_ms: float = 24.0) -> tuple:
     """
     points, probes = [], []
     per_round = budget_ms / PAIR_ROUNDS
-    for _ in range(PAIR_ROUNDS):
-        probes.append(per_call_us(probe, budget_ms=per_round, batches=3, warmup_ms=PAIR_WARMUP_MS) / probe_ops)
-        points.append(per_call_us(point, budget_ms=per_round, batches=3, warmup_ms=PAIR_WARMUP_MS))
+    with timing.collecting():  # the rounds' own timings stay here: the row records its median (own_time)
+        for _ in range(PAIR_ROUNDS):
+            probes.append(per_call_us(probe, budget_ms=per_round, batches=3, warmup_ms=PAIR_WARMUP_MS) / probe_ops)
+            points.append(per_call_us(point, budget_ms=per_round, batches=3, warmup_ms=PAIR_WARMUP_MS))
     return statistics.median(points), statistics.median(probes)
 
 
-def run_probes(step, target: Target, n: int = 4096) -> tuple:
-    """Measure every figure in PROBES, in microseconds (n: elements of the chain's tensor): ({name: us},
-    {name: the timings behind that figure}), so that each probe's row carries its own spread."""
-    out, timed = {}, {}
+def own_time(*us: float) -> None:
+    """Hand the timing rule the figures the row about to be yielded reports (us), and nothing else, so its spread over
+    the passes is the spread of those figures. Left to the timers, a row's spread was the widest of its probe's and
+    its point's single rounds (16 of them, each a few ms, on a host that switches between a fast and a slow state),
+    and the probes' rows all fell on the first probe: on an H200, 73 of 89 rows flagged unsteady with a median
+    spread of 64 % while their medians met the model within 6 %."""
+    for figure in us:
+        timing.record_samples([figure * 1e-3])
 
-    def probe(names: tuple, measure) -> None:
-        with timing.collecting() as collected:
-            figures = measure()
-        figures = figures if isinstance(figures, tuple) else (figures,)
-        taken = collected.take()
-        for name, figure in zip(names, figures):
-            out[name], timed[name] = figure, taken
 
+def run_probes(step, target: Target, n: int = 4096) -> dict:
+    """Measure every figure in PROBES, in microseconds (n: elements of the chain's tensor)."""
+    out = {}
     step("probe: PyTorch launch cost")
     # Measured first in a run, launches came out up to 30 % slower than the same launches a few seconds
     # later (CPU clocks and caches warming up): spin for a while before the first figure.
     warm = torch.zeros(n, device="cuda")
     per_call_us(_repeat(lambda: warm.add_(B), PROBE_OPS), budget_ms=5, warmup_ms=100)
-    probe(("eager_add",), lambda: probe_launch_us("eager_add", n))
+    out["eager_add"] = probe_launch_us("eager_add", n)
     step("probe: bf16 matmul launch cost")
-    probe(("eager_matmul",), lambda: probe_launch_us("eager_matmul", n))
+    out["eager_matmul"] = probe_launch_us("eager_matmul", n)
     step("probe: Triton launch cost")
-    probe(("eager_triton",), lambda: probe_launch_us("eager_triton", n))
+    out["eager_triton"] = probe_launch_us("eager_triton", n)
     step("probe: CUDA graph replay and per-kernel cost")
-    probe(("graph_replay",), lambda: probe_launch_us("graph_replay", n))
-    probe(("graph_kernel", "graph_fixed"), lambda: graph_kernel_us(n))
+    out["graph_replay"] = probe_launch_us("graph_replay", n)
+    out["graph_kernel"], out["graph_fixed"] = graph_kernel_us(n)
     step("probe: launch + .item() round trip")
-    probe(("round_trip",), lambda: probe_launch_us("round_trip", n))
+    out["round_trip"] = probe_launch_us("round_trip", n)
     step("probe: a streaming kernel's own cost on the GPU")
-    probe(("eager_stream_fixed",), lambda: stream_fixed_us(target))
-    return out, timed
+    out["eager_stream_fixed"] = stream_fixed_us(target)
+    return out
 
 
 def graph_kernel_us(n: int) -> tuple:
@@ -180,9 +181,8 @@ def group_probe_row(group: str, figures: list, target: Target):
         return None
     us = statistics.median(figures)
     _PROBED.setdefault(target.key, {})[f"{name}@{group}"] = us
-    row = {"experiment": "probe", "variant": f"{name}@{group}", "k": None, "size": None, "measured_us": us,
-           "what": f"{PROBES[name]}, median of the figures timed in turns with the {group.replace('-', ' ')} points"}
-    return timing.with_timings(row, [timing.Timing([f * 1e-3 for f in figures])])  # its spread: the figures' (ms)
+    return {"experiment": "probe", "variant": f"{name}@{group}", "k": None, "size": None, "measured_us": us,
+            "what": f"{PROBES[name]}, median of the figures timed in turns with the {group.replace('-', ' ')} points"}
 
 
 def remember_probes(gpu_key: str, figures: dict, gpu_name: str) -> None:
@@ -258,18 +258,22 @@ def _measure_chain(params, target: Target, step):
             figures.append(probe_us)
             predicted = chain_us(variant, k, n, point_costs(launch_costs(target), group, probe_us), target)
             measured[variant][k] = (us, predicted)
+            own_time(us, probe_us)
             yield {"experiment": "chain", "variant": variant, "k": k, "size": n, "measured_us": us,
                    "measured_per_op_us": us / k, "check_rel_error": err, "probe": name, "probe_us": probe_us,
                    "predicted_us": predicted, "predicted_per_op_us": predicted / k}
         probe_row = group_probe_row(group, figures, target)
         if probe_row:
+            own_time(probe_row["measured_us"])  # the group's figure, over the passes like any other
             yield probe_row
         del probe
     for variant, points in measured.items():  # what one more op costs: least-squares slope over K
         if len(points) >= 2 and variant != "fused":
             # the model's slope off the points' own predictions (each made with its paired figure), as measured
+            slope = slope_us({k: us for k, (us, _) in points.items()})
+            own_time(slope)
             yield {"experiment": "fit", "variant": variant, "k": None, "size": n,
-                   "measured_us": slope_us({k: us for k, (us, _) in points.items()}),
+                   "measured_us": slope,
                    "predicted_us": slope_us({k: predicted for k, (_, predicted) in points.items()})}
 
 
@@ -331,7 +335,8 @@ def _measure_regimes(params, target: Target, step):
             eager_us = batch_us / len(calls)
             figures.append(probe_us)
             graph = capture(eager)  # several calls per replay, so the replay's own cost is spread out
-            gpu_us = per_call_us(graph.replay) / len(calls)
+            with timing.collecting():  # recorded with the row's other figures (own_time)
+                gpu_us = per_call_us(graph.replay) / len(calls)
             del graph
             nbytes, flops, peak = op_work(op, size, target)
             bw_frac = nbytes / (gpu_us * 1e-6) / (target.ceilings.copy_tbps * 1e12)
@@ -342,6 +347,7 @@ def _measure_regimes(params, target: Target, step):
                 regime = "memory" if bw_frac >= fl_frac else "compute"
             c = point_costs(launch_costs(target), group, probe_us)
             terms = regime_terms(op, size, c, target)
+            own_time(eager_us, probe_us, gpu_us)
             yield {"experiment": "regimes", "variant": op, "k": None, "size": size, "measured_us": eager_us,
                    "probe": name, "probe_us": probe_us, "predicted_us": regime_us(op, terms, c),
                    "predicted_overhead_us": terms["overhead"],
@@ -351,6 +357,7 @@ def _measure_regimes(params, target: Target, step):
             del sets, first
         probe_row = group_probe_row(group, figures, target)
         if probe_row:
+            own_time(probe_row["measured_us"])  # the group's figure, over the passes like any other
             yield probe_row
         del probe
         torch.cuda.empty_cache()
@@ -368,11 +375,13 @@ def measure(params, target: Target, progress):
         progress(min(done[0] / points, 1.0), message)
         done[0] += 1
 
-    figures, timed = run_probes(step, target, params.elements)
+    with timing.collecting():  # each probe's row records its own figure below
+        figures = run_probes(step, target, params.elements)
     remember_probes(target.key, figures, target.name)
     for name, us in figures.items():
-        yield timing.with_timings({"experiment": "probe", "variant": name, "k": None, "size": None,
-                                   "measured_us": us, "what": PROBES[name]}, timed[name])
+        own_time(us)
+        yield {"experiment": "probe", "variant": name, "k": None, "size": None, "measured_us": us,
+               "what": PROBES[name]}
     if "chain" in params.experiments:
         yield from _measure_chain(params, target, step)
     if "regimes" in params.experiments:

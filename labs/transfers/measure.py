@@ -21,6 +21,10 @@ from labs.transfers.model import (ASSUMED_LATENCY_US, KIB, MATMUL_N, STAGING_BYT
 
 WALL_BUDGET_MS = 60.0  # a copy's timing: repeated for about this long in all rounds together
 ROUNDS = 3  # each copy and its CPU probe (each overlap schedule) timed in turns this many times; fastest kept
+# Calls of one copy per round at least: one. A large copy (tens of ms) is its own repeat; the rounds and the runner's
+# passes give it its others (3 rounds x 5 passes). Three calls a round made a default run spend a quarter of its
+# time re-copying the largest buffers.
+MIN_CALLS_PER_ROUND = 1
 
 
 def cpu_l2_bytes():
@@ -116,14 +120,29 @@ def timed_in_turns(pairs: dict, rounds: int = ROUNDS, timer=None, progress=None)
     timer = timer or wall_ms  # (ms of one call of a function, given a budget in ms and a least count of calls)
     times = {key: [] for key in pairs}
     figures = {key: [] for key in pairs}
-    for round_ in range(rounds):
-        for key, (copy, probe) in pairs.items():
-            if progress is not None:
-                progress(key, round_)
-            times[key].append(timer(copy, timing.budget_now(WALL_BUDGET_MS) / rounds, min_reps=3))
-            if probe is not None:
-                figures[key].append(probe())
+    with timing.collecting():  # the timers' own records stay here: each row records its one time (own_timing)
+        for round_ in range(rounds):
+            for key, (copy, probe) in pairs.items():
+                if progress is not None:
+                    progress(key, round_)
+                times[key].append(timer(copy, timing.budget_now(WALL_BUDGET_MS) / rounds,
+                                        min_reps=MIN_CALLS_PER_ROUND))
+                if probe is not None:
+                    figures[key].append(probe())
     return {key: (min(times[key]), fastest(figures[key])) for key in pairs}
+
+
+def own_timing(row: dict) -> dict:
+    """Hand the row's own time to the timing rule just before the row is yielded, so the runner gives this row
+    (and no other) this pass's timing of it: its spread is then the spread of its own time over the passes.
+
+    The experiments time all their points in turns and yield the rows afterwards; left to the timers, every
+    timing of the sweep went to the first row yielded (one row with a spread of 105 %, flagged unsteady, which
+    cost two extra passes, and no spread on any other row)."""
+    ms = row.get("measured_ms", row.get("driver_ms"))
+    if ms is not None:
+        timing.record_samples([ms])
+    return row
 
 
 def fastest(rounds: list) -> dict:
@@ -209,15 +228,18 @@ def measure_copies(p, progress, done: int, total: int):
     (timed_in_turns), a pageable copy with its CPU staging probe on the same buffer."""
     largest = size_bytes(max(p.sizes_kib))
     sizes = sorted(p.sizes_kib)
-    device = torch.empty(largest // 4, device="cuda", dtype=torch.float32)
+    device = run_buffer(("copies", "device", largest), lambda: torch.empty(largest // 4, device="cuda",
+                                                                           dtype=torch.float32))
     for memory in p.memories:
-        host = host_buffer(largest, memory == "pinned")
+        host = run_buffer(("copies", memory, largest), functools.partial(host_buffer, largest, memory == "pinned"))
         for direction in p.directions:
             errors, pairs = {}, {}
             for s in sizes:
-                progress(done / total, f"{direction} {memory}, {s:,} KiB: checking the copy bit for bit")
+                progress(done / total, f"{direction} {memory}, {s:,} KiB: checking the copy bit for bit"
+                         if timing.first_pass() else f"{direction} {memory}, {s:,} KiB")
                 n = size_bytes(s) // 4
-                errors[s] = checked_copy(direction, host, device, n)
+                errors[s] = timing.once_per_run(("copies check", direction, memory, s),
+                                                functools.partial(checked_copy, direction, host, device, n))
                 src, dst = (host[:n], device[:n]) if direction == "h2d" else (device[:n], host[:n])
                 copy = functools.partial(dst.copy_, src, non_blocking=memory == "pinned")
                 # the CPU's share of a pageable copy, probed on the same buffer in turns with the copy
@@ -237,18 +259,25 @@ def measure_copies(p, progress, done: int, total: int):
                 done += 1
                 yield row
             del pairs
-        del host
+
+
+def run_buffer(key: tuple, allocate):
+    """A buffer allocated (and, by its first pass, checked and touched page by page) once a run and kept for the
+    run's later passes: allocating 1 GiB of pinned memory and filling it with fresh random numbers again every
+    pass took longer than timing its copies."""
+    return timing.once_per_run(("transfers buffer",) + key, allocate)
 
 
 def measure_overlap(p, target: Target, count: int, progress, done: int, total: int):
     nbytes = p.overlap_mib * MiB
-    host = host_buffer(nbytes, pinned=True).copy_(torch.randn(nbytes // 4))
-    device = torch.empty(nbytes // 4, device="cuda", dtype=torch.float32)
-    a, b = (timing.random_tensor((MATMUL_N, MATMUL_N), "bf16") for _ in range(2))
+    host = run_buffer(("overlap", "pinned", nbytes),
+                      lambda: host_buffer(nbytes, pinned=True).copy_(torch.randn(nbytes // 4)))
+    device = run_buffer(("overlap", "device", nbytes), lambda: torch.empty(nbytes // 4, device="cuda",
+                                                                           dtype=torch.float32))
+    a, b = run_buffer(("overlap", "matmul inputs"), lambda: tuple(timing.random_tensor((MATMUL_N, MATMUL_N), "bf16")
+                                                                  for _ in range(2)))
     out = torch.empty_like(a)
     side = torch.cuda.Stream()
-    progress(done / total, "overlap: checking the matmul against float64 and the copy bit for bit")
-    err = timing.check_close(torch.mm(a, b, out=out), a.double() @ b.double(), "bf16", "bf16 matmul")
 
     def copy():
         device.copy_(host, non_blocking=True)  # on whichever stream is current
@@ -264,18 +293,24 @@ def measure_overlap(p, target: Target, count: int, progress, done: int, total: i
     def two_streams():
         stream_copy_then_compute(copy, compute, side)
 
-    device.fill_(float("nan"))
-    two_streams()
-    torch.cuda.synchronize()
-    err = max(err, timing.check_close(device, host, "fp32", "overlapped h2d copy", tol=0.0))
+    def check() -> float:
+        progress(done / total, "overlap: checking the matmul against float64 and the copy bit for bit")
+        err = timing.check_close(torch.mm(a, b, out=out), a.double() @ b.double(), "bf16", "bf16 matmul")
+        device.fill_(float("nan"))
+        two_streams()
+        torch.cuda.synchronize()
+        return max(err, timing.check_close(device, host, "fp32", "overlapped h2d copy", tol=0.0))
+
+    err = timing.once_per_run(("overlap check", nbytes, count), check)
     schedules = {"copy alone": copy, "compute alone": compute, "one stream": one_stream, "two streams": two_streams}
     # the four schedules in turns, ROUNDS times, each keeping its fastest round: a copy timed once, alone,
     # can catch a busy moment of the host or the link that the same copy inside "two streams" did not
     times = {name: [] for name in schedules}
-    for round_ in range(ROUNDS):
-        progress(done / total, f"overlap: the four schedules in turns, round {round_ + 1} of {ROUNDS}")
-        for name, fn in schedules.items():
-            times[name].append(timing.time_ms(fn, warmup_ms=10, rep_ms=100 / ROUNDS))
+    with timing.collecting():  # each row records its own time below (own_timing), not all twelve on the first
+        for round_ in range(ROUNDS):
+            progress(done / total, f"overlap: the four schedules in turns, round {round_ + 1} of {ROUNDS}")
+            for name, fn in schedules.items():
+                times[name].append(timing.time_ms(fn, warmup_ms=10, rep_ms=100 / ROUNDS))
     for name, ms in ((name, min(t)) for name, t in times.items()):
         done += 1
         row = {"experiment": "overlap", "direction": "h2d", "memory": "pinned", "size_bytes": nbytes,
@@ -289,19 +324,19 @@ def measure_staging(p, progress, done: int, total: int):
     """Rows of the staging experiment: per size, the copy staged by hand (checked bit for bit first) with the
     CPU probe on the same buffer, and the driver's own pageable copy of it, all sizes in turns (timed_in_turns)."""
     largest = max(p.staging_mib) * MiB
-    host = host_buffer(largest, pinned=False)
-    device = torch.empty(largest // 4, device="cuda", dtype=torch.float32)
+    host = run_buffer(("staging", "pageable", largest), functools.partial(host_buffer, largest, pinned=False))
+    device = run_buffer(("staging", "device", largest), lambda: torch.empty(largest // 4, device="cuda",
+                                                                            dtype=torch.float32))
     stager = HandStager()
     try:
         pairs, errors = {}, {}
         for mib in sorted(p.staging_mib):
-            progress(done / total, f"staging by hand, {mib} MiB: checking the copy bit for bit")
+            progress(done / total, f"staging by hand, {mib} MiB" + (": checking the copy bit for bit"
+                                                                    if timing.first_pass() else ""))
             n = mib * MiB // 4
             src, dst = host[:n], device[:n]
-            src.copy_(torch.randn(n))
-            dst.fill_(float("nan"))
-            stager.copy(dst, src)
-            errors[mib] = timing.check_close(dst, src, "fp32", f"hand-staged copy of {mib} MiB", tol=0.0)
+            errors[mib] = timing.once_per_run(("staging check", mib),
+                                              functools.partial(check_hand_staging, stager, dst, src, mib))
             pairs[(mib, "by hand")] = (functools.partial(stager.copy, dst, src), staging_probe(src))
             pairs[(mib, "driver")] = (functools.partial(dst.copy_, src), None)
 
@@ -323,11 +358,19 @@ def measure_staging(p, progress, done: int, total: int):
         stager.close()
 
 
+def check_hand_staging(stager: HandStager, dst: torch.Tensor, src: torch.Tensor, mib: int) -> float:
+    """Fresh random numbers staged by hand into a poisoned destination, compared bit for bit."""
+    src.copy_(torch.randn(src.numel()))
+    dst.fill_(float("nan"))
+    stager.copy(dst, src)
+    return timing.check_close(dst, src, "fp32", f"hand-staged copy of {mib} MiB", tol=0.0)
+
+
 def measure(p, target: Target, progress):
     total = (len(p.directions) * len(p.memories) * len(p.sizes_kib) if "copies" in p.experiments else 0) \
         + (4 if "overlap" in p.experiments else 0) + (len(p.staging_mib) if "staging" in p.experiments else 0) + 1
     progress(0.0, "measuring one CPU thread's memcpy rate")
-    host_gbps = host_copy_gbps()
+    host_gbps = timing.once_per_run("transfers host memcpy", host_copy_gbps)  # a note's figure: once a run
     yield (f"One CPU thread copies host memory at {host_gbps:.1f} GB/s here (256 MiB, DRAM to DRAM). Each "
            "pageable copy's model uses the CPU's staging rate measured on its own buffer and size instead.")
     rows = list(measure_copies(p, progress, 1, total)) if "copies" in p.experiments else []
@@ -342,10 +385,12 @@ def measure(p, target: Target, progress):
     # every measured row carries the prediction made with this run's own latency and memcpy rate
     by_key = {(m["experiment"], m["direction"], m["memory"], m["size_bytes"], m["schedule"]): m for m in model}
     for r in rows:  # (the driver's copy in the staging experiment has no model row of its own)
-        yield by_key.get((r["experiment"], r["direction"], r["memory"], r["size_bytes"], r["schedule"]), {}) | r
+        yield own_timing(by_key.get((r["experiment"], r["direction"], r["memory"], r["size_bytes"], r["schedule"]),
+                                    {}) | r)
     if "overlap" in p.experiments:
         link = link_for(target)
         count = matmul_count(p, target, link, latency.get(("h2d", "pinned"), ASSUMED_LATENCY_US))
         for r in measure_overlap(p, target, count, progress, 1 + len(rows), total):
-            yield by_key.get((r["experiment"], r["direction"], r["memory"], r["size_bytes"], r["schedule"]), {}) | r
+            yield own_timing(by_key.get((r["experiment"], r["direction"], r["memory"], r["size_bytes"],
+                                         r["schedule"]), {}) | r)
     progress(1.0, "done")

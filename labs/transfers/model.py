@@ -158,9 +158,19 @@ def hand_staging_row(nbytes: int, link: dict, pinned_latency_us: float, rates: d
             "model_route": f"{HAND_BUFFERS} x {HAND_PIECE_BYTES // MiB} MiB pinned buffers"}
 
 
+def matmul_tflops(target: Target) -> float:
+    """The rate of the overlap's bf16 matmuls: cuBLAS at N = MATMUL_N as the Matmul lab recorded it on this GPU
+    kind, else the calibrated ceiling. The ceiling is cuBLAS at N = 8192, where the GPU holds a lower clock under
+    its power cap: on an H100 and an H200 cuBLAS ran 4096^3 products 13 to 16 % faster than that (the Hopper lab
+    takes the same rate for the same reason)."""
+    for r in recorded_rows("matmul", target.key):
+        if (r.get("kernel"), r.get("dtype"), r.get("n")) == ("cublas", "bf16", MATMUL_N) and r.get("measured_tflops"):
+            return float(r["measured_tflops"])
+    return target.ceilings.matmul_tflops.get("bf16") or target.ceilings.fma_tflops
+
+
 def matmul_ms(target: Target, count: int) -> float:
-    rate = target.ceilings.matmul_tflops.get("bf16") or target.ceilings.fma_tflops
-    return count * 2 * MATMUL_N**3 / (rate * 1e12) * 1e3
+    return count * 2 * MATMUL_N**3 / (matmul_tflops(target) * 1e12) * 1e3
 
 
 def matmul_count(p, target: Target, link: dict, latency_us: float) -> int:
@@ -169,9 +179,10 @@ def matmul_count(p, target: Target, link: dict, latency_us: float) -> int:
     return max(1, round(copy / matmul_ms(target, 1)))
 
 
-def overlap_rows(p, target: Target, link: dict, latency_us: float) -> list[dict]:
+def overlap_rows(p, target: Target, link: dict, latency_us: float, count: int = 0) -> list[dict]:
+    """The overlap's four schedules; `count` matmuls as the run ran them (else as many as the copy takes)."""
     nbytes = p.overlap_mib * MiB
-    count = matmul_count(p, target, link, latency_us)
+    count = count or matmul_count(p, target, link, latency_us)
     copy, compute = copy_ms(nbytes, latency_us, link["pcie_gbps"]), matmul_ms(target, count)
     times = {"copy alone": copy, "compute alone": compute, "one stream": copy + compute,
              "two streams": max(copy, compute)}
@@ -205,16 +216,17 @@ def copies_rows(directions, memories, sizes_kib, target: Target, latency_us: dic
     return rows
 
 
-def predict_with(p, target: Target, latency_us: dict, host_rates: dict) -> list[dict]:
+def predict_with(p, target: Target, latency_us: dict, host_rates: dict, matmuls: int = 0) -> list[dict]:
     """The model with the given latency per (direction, memory) and the CPU's staging rates: host_rates maps
-    (direction, size_bytes) to the rates measured at that size, and "host_copy_gbps" to one rate for all."""
+    (direction, size_bytes) to the rates measured at that size, and "host_copy_gbps" to one rate for all;
+    `matmuls`: the overlap's matmul count a run ran (0: the model's own choice)."""
     link = link_for(target)
     out_of_cache = out_of_cache_for(host_rates)
     rows = []
     if "copies" in p.experiments:
         rows += copies_rows(p.directions, p.memories, p.sizes_kib, target, latency_us, host_rates)
     if "overlap" in p.experiments:
-        rows += overlap_rows(p, target, link, latency_us.get(("h2d", "pinned"), ASSUMED_LATENCY_US))
+        rows += overlap_rows(p, target, link, latency_us.get(("h2d", "pinned"), ASSUMED_LATENCY_US), matmuls)
     if "staging" in p.experiments:
         for mib in sorted(p.staging_mib):
             # the probe measured beside the hand-made copy, else the copies experiment's at that size
@@ -297,7 +309,8 @@ def repredict(recording: dict, target: Target) -> list[dict]:
     host_gbps = next((float(m.group(1)) for m in found if m), ASSUMED_HOST_COPY_GBPS)
     measured = [r for r in recording["rows"] if r.get("measured_ms") is not None]
     host_rates = {"host_copy_gbps": host_gbps, **measured_host_rates(measured)}
-    return predict_with(p, target, fitted_latency_us(target, measured, host_rates), host_rates)
+    matmuls = next((r["matmuls"] for r in measured if r.get("experiment") == "overlap" and r.get("matmuls")), 0)
+    return predict_with(p, target, fitted_latency_us(target, measured, host_rates), host_rates, matmuls)
 
 
 # ---------------------------------------------------------------------------------------------
