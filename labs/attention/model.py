@@ -404,6 +404,8 @@ def plan_points(params: "Params", free_bytes: int) -> list[dict]:
                     shape = _shape(params, n, d, mask, dtype)
                     for impl in params.impls:
                         for mode in params.modes:
+                            if impl == GLUON_IMPL and mode != "fwd":
+                                continue  # a forward kernel: no such point
                             need = point_peak_bytes(impl, shape, mode)
                             plan.append(_row_key(impl, mode, mask, dtype, d, n) |
                                         {"peak_bytes": need, "fits": fits(need, free_bytes - inputs)})
