@@ -170,14 +170,14 @@ st.markdown(page.section("Why FlashAttention-3 overlaps: warpgroups with one job
 st.subheader("The model: bytes, then tensor cores plus exponentials")
 kernel = st.radio("kernel", ["ours", GLUON_IMPL], horizontal=True, key="parts_kernel",
                   help="our Triton FlashAttention-2, or the Gluon FlashAttention-3 (forward only, on Hopper)")
-ours = charts.rows_where(model.rows, impl=kernel, **view)
+modelled = charts.rows_where(model.rows, impl=kernel, **view)
 fig = charts.figure("Bytes moved (model): naive's N x N round trips against FlashAttention's K, V re-reads",
                     "sequence length N", "bytes", log_x=True, log_y=True)
 charts.add_series(fig, charts.rows_where(model.rows, impl="naive", **view), "seq_len", "predicted_hbm_bytes",
                   "naive: HBM", dict(mode="lines+markers"))
-charts.add_series(fig, ours, "seq_len", "predicted_l2_request_bytes",
+charts.add_series(fig, modelled, "seq_len", "predicted_l2_request_bytes",
                   f"{kernel}: requested by the tiles (L2 serves repeats)", dict(mode="lines+markers", line=dict(dash="dot")))
-charts.add_series(fig, ours, "seq_len", "predicted_hbm_bytes", f"{kernel}: HBM", dict(mode="lines+markers"))
+charts.add_series(fig, modelled, "seq_len", "predicted_hbm_bytes", f"{kernel}: HBM", dict(mode="lines+markers"))
 charts.show(fig, width="stretch")
 fig = charts.figure("Predicted time per part (multiplies + exponentials - hidden + waves and starts)",
                     "sequence length N", "time (ms)", log_x=True, log_y=True)
@@ -185,7 +185,7 @@ for part, name in (("predicted_mma_ms", "matrix multiplies (tensor cores)"), ("p
                    ("predicted_hidden_ms", "hidden under the other program's (FA3: warpgroup's) multiplies"),
                    ("predicted_schedule_ms", "waves, tail, program starts"),
                    ("predicted_mem_ms", "HBM traffic (overlapped)")):
-    charts.add_series(fig, ours, "seq_len", part, name, dict(mode="lines+markers"))
+    charts.add_series(fig, modelled, "seq_len", part, name, dict(mode="lines+markers"))
 charts.show(fig, width="stretch")
 if shown is not None:
     mine = [dict(r) for r in charts.rows_where(shown.rows, impl=kernel, dtype=dtype, head_dim=d)

@@ -19,10 +19,10 @@ from labs.attention.kernels import (_backward, _forward, attention_bwd_dkdv_kern
                                     attention_fwd_kernel, default_config, flash_attention)
 from labs.attention.gluon_rung import (check_gluon, gluon_attention_fn, gluon_case_reason, gluon_keys_ok,
                                        gluon_notes)
-from labs.attention.model import (GLUON_IMPL, HOST_FLOOR_IMPLS, NAIVE_PROBE_BYTES, PROBE_IMPL, Params, Shape, _needs_host_floor,
-                                  _nbytes, _row_key, _shape, attention_flops, fits, flash_peak_bytes, host_floor_row,
-                                  naive_host_floor_row, naive_peak_bytes, naive_prediction, point_peak_bytes,
-                                  skip_note)
+from labs.attention.model import (GLUON_IMPL, HOST_FLOOR_IMPLS, NAIVE_PROBE_BYTES, PROBE_IMPL, Params, Shape,
+                                  _needs_host_floor, _nbytes, _row_key, _shape, attention_flops, fits, flash_peak_bytes,
+                                  host_floor_row, naive_host_floor_row, naive_peak_bytes, naive_prediction,
+                                  point_peak_bytes, skip_note)
 from labs.attention.naive import SDPA_BACKENDS, causal_visible, naive_attention, reference, sdpa
 from labs.attention.tiles import FlashConfig, lq_pad
 from labs.engine import timing

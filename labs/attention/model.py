@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
-from labs.attention.compare import LIBRARY_NAMES, LIBRARY_TARGETS, library_ratios  # noqa: F401 (the scorecard's hook)
+from labs.attention.compare import library_ratios  # noqa: F401 (the scorecard's hook, found beside predict)
 from labs.attention.fa3_model import fa3_forward, fa3_supports, hbm_bytes as fa3_hbm_bytes
 from labs.attention.schedule import dkdv_tiles, forward_tiles, kernel_seconds, programs_per_sm, tile_seconds
 from labs.attention.tiles import HEAD_DIMS, FlashConfig, Tiles, lq_pad, tile_counts, tiles_for
