@@ -127,6 +127,20 @@ def test_causal_tiles_and_the_persistent_round_robin_by_hand():
     assert F.persistent_span([3, 3, 2, 2, 1, 1], 8) == 3 and F.persistent_span([], 4) == 0
 
 
+def test_many_tiles_are_spread_over_the_programs_without_playing_them_out():
+    """Past SIMULATED_PROGRAMS tiles the model takes each program's share of the work: within 1 % of the round
+    robin played out, and fast at the largest parameters."""
+    shape = M.Shape(40, 16, 16384, 16384, 64, True, "bf16")  # 640 heads x 128 query tiles: 81,920 tiles
+    assert shape.b * shape.h * 128 > F.SIMULATED_PROGRAMS
+    mma, exp, sms = 700e12, 4e12, 132
+    g, s = F.block_seconds(64, 128, mma, exp, sms)
+    played = F.persistent_span([n * (g + max(g, s)) for n in F.tile_blocks(16384, 16384, 128, True, 640)], sms)
+    spread = F.fa3_forward(shape, mma, exp, 3e12, sms)["s"] - 2 * gpu.KERNEL_LAUNCH_US * 1e-6
+    assert spread == pytest.approx(played, rel=0.01)
+    huge = M.Shape(1024, 1024, 262144, 262144, 128, True, "bf16")
+    assert M.gluon_model(huge, H100)["predicted_ms"] > 0
+
+
 @pytest.mark.parametrize("target", [H100, H200], ids=["H100", "H200"])
 def test_the_overlap_buys_time_over_our_fa2(target):
     """At N = 8192 the rung's model is faster than our FlashAttention-2's: its exponentials hide under the other

@@ -18,6 +18,7 @@ next GEMMs once both are done. Where s <= g the exponentials hide whole and the 
 
 from __future__ import annotations
 
+from labs.attention.schedule import SIMULATED_PROGRAMS
 from labs.engine.gpu import KERNEL_LAUNCH_US
 
 # as gluon_fa3.DEFAULT_CONFIGS and WG_ROWS (tests/test_attention_gluon.py checks they agree where Gluon imports)
@@ -40,13 +41,19 @@ def key_blocks(qm0: int, lq: int, lk: int, block_n: int, causal: bool) -> int:
     return -(-hi // block_n)
 
 
-def tile_blocks(lq: int, lk: int, block_n: int, causal: bool, heads: int) -> list[int]:
-    """Key blocks of every (head, query tile) in the order the programs take them: query tiles in turn, every head
-    at each, causal tiles from the last (the most keys) to the first. (The kernel walks heads in groups whose K and
-    V fit the L2; that changes which head a tile belongs to, not the mix of lengths each program gets.)"""
+def query_tile_blocks(lq: int, lk: int, block_n: int, causal: bool) -> list[int]:
+    """Key blocks of each query tile of one head, in the order the programs take them: causal tiles from the last
+    (the most keys) to the first."""
     q_tiles = max(1, -(-lq // FA3_BLOCK_M))
     order = range(q_tiles - 1, -1, -1) if causal else range(q_tiles)
-    return [key_blocks(qb * FA3_BLOCK_M, lq, lk, block_n, causal) for qb in order for _ in range(heads)]
+    return [key_blocks(qb * FA3_BLOCK_M, lq, lk, block_n, causal) for qb in order]
+
+
+def tile_blocks(lq: int, lk: int, block_n: int, causal: bool, heads: int) -> list[int]:
+    """Key blocks of every (head, query tile) in the order the programs take them: query tiles in turn, every head
+    at each. (The kernel walks heads in groups whose K and V fit the L2; that changes which head a tile belongs
+    to, not the mix of lengths each program gets.)"""
+    return [n for n in query_tile_blocks(lq, lk, block_n, causal) for _ in range(heads)]
 
 
 def persistent_span(durations: list[float], programs: int) -> float:
@@ -78,10 +85,16 @@ def fa3_forward(shape, mma_rate: float, exp_rate: float, copy_bps: float, sm_cou
     block_n = FA3_BLOCK_N[shape.d]
     g, s = block_seconds(shape.d, block_n, mma_rate, exp_rate, sm_count)
     period = g + max(g, s)  # two warpgroups, one key block: see the module's docstring
-    blocks = tile_blocks(shape.lq, shape.lk, block_n, shape.causal, shape.b * shape.h)
+    heads = shape.b * shape.h
+    per_head = query_tile_blocks(shape.lq, shape.lk, block_n, shape.causal)
+    total_blocks = heads * sum(per_head)
+    if heads * len(per_head) <= SIMULATED_PROGRAMS:
+        work_s = persistent_span([n * period for n in tile_blocks(shape.lq, shape.lk, block_n, shape.causal, heads)],
+                                 sm_count)
+    else:  # many more tiles than programs: each program's share of the work (its tail is under 1 %)
+        work_s = total_blocks * period / sm_count
     start_s = KERNEL_LAUNCH_US * 1e-6  # the program's first loads and last store (and the kernel's own start)
-    span = persistent_span([n * period for n in blocks], sm_count) + 2 * start_s
-    total_blocks = sum(blocks)
+    span = work_s + 2 * start_s
     mma_s, exp_s = total_blocks * 2 * g / sm_count, total_blocks * 2 * s / sm_count
     exposed = total_blocks * max(0.0, s - g) / sm_count  # the softmax's part that leaves the tensor cores idle
     mem_s = hbm_bytes(shape) / copy_bps
