@@ -6,9 +6,12 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from labs.attention import LAB
-from labs.attention.model import FREE_SHARE
+from labs.attention.compare import rung_table
+from labs.attention.gluon_rung import FORWARD_ONLY_NOTE, gluon_rung_note
+from labs.attention.model import FREE_SHARE, GLUON_IMPL, MODELLED_IMPLS
 from labs.attention.online_softmax import online_softmax_steps, softmax_at_once, stepper_example
 from labs.attention.tiles import tile_counts, tile_map
+from labs.engine import runner
 from ui import charts
 from ui.lab_page import LabPage, recorded_caption
 
@@ -98,6 +101,10 @@ if params is None:
     st.stop()
 live, model, recorded = page.results(params)
 runs = ([live] if live else []) + recorded
+gpu_info = runner.live_gpu()
+gluon_note = gluon_rung_note(gpu_info.compute_capability if gpu_info.available else None)
+if gluon_note and GLUON_IMPL in params.impls:
+    st.info(gluon_note)
 st.subheader("Time, rate and memory against sequence length")
 f1, f2, f3, f4 = st.columns(4)
 mode = f1.selectbox("pass", list(params.modes), key="view_mode")
@@ -110,7 +117,7 @@ for metric, unit, log_y in (("tflops", "TFLOP/s", False), ("ms", "time (ms)", Tr
                              ("peak_bytes", "peak memory (bytes)", True)):
     fig = charts.figure(f"{unit}, {mode}, {mask}, d = {d}, {dtype}", "sequence length N",
                         page.axis(unit) if metric == LAB.metric else unit, log_x=True, log_y=log_y)
-    for impl in ("naive", "ours"):
+    for impl in MODELLED_IMPLS:
         charts.add_series(fig, charts.rows_where(model.rows, impl=impl, **view), "seq_len", f"predicted_{metric}",
                           f"model, {impl}", charts.MODEL_STYLE, hover[:2])
     for run in runs:
@@ -145,35 +152,49 @@ def plain_note(note: str) -> str:
 
 for run, r in refused[:3]:
     st.warning(f"{run.label}, N = {r['seq_len']}, {r['mode']}: {plain_note(str(r['note']))}")
+if mode != "fwd" and GLUON_IMPL in params.impls:
+    st.caption(FORWARD_ONLY_NOTE)
+
+# --- 3b. the Gluon FlashAttention-3 rung beside cuDNN --------------------------------------------------
+st.subheader("Beside cuDNN: our Triton FlashAttention-2 and the Gluon FlashAttention-3")
+shown = live or (recorded[0] if recorded else None)
+table = rung_table(shown.rows, **view) if shown is not None else []
+if table:
+    st.dataframe(table, hide_index=True, width="stretch")
+    st.caption(f"{shown.label}: TFLOP/s of each kernel, and its speed as a share of cuDNN's (1.00 = as fast).")
+else:
+    st.caption("No run shown here timed cuDNN at this pass, mask, head dim and dtype.")
+st.markdown(page.section("Why FlashAttention-3 overlaps: warpgroups with one job each"))
 
 # --- 4. where the model's time goes, and how far off it is -----------------------------------------
 st.subheader("The model: bytes, then tensor cores plus exponentials")
-ours = charts.rows_where(model.rows, impl="ours", **view)
+kernel = st.radio("kernel", ["ours", GLUON_IMPL], horizontal=True, key="parts_kernel",
+                  help="our Triton FlashAttention-2, or the Gluon FlashAttention-3 (forward only, on Hopper)")
+modelled = charts.rows_where(model.rows, impl=kernel, **view)
 fig = charts.figure("Bytes moved (model): naive's N x N round trips against FlashAttention's K, V re-reads",
                     "sequence length N", "bytes", log_x=True, log_y=True)
 charts.add_series(fig, charts.rows_where(model.rows, impl="naive", **view), "seq_len", "predicted_hbm_bytes",
                   "naive: HBM", dict(mode="lines+markers"))
-charts.add_series(fig, ours, "seq_len", "predicted_l2_request_bytes", "ours: requested by the tiles (L2 serves repeats)",
-                  dict(mode="lines+markers", line=dict(dash="dot")))
-charts.add_series(fig, ours, "seq_len", "predicted_hbm_bytes", "ours: HBM", dict(mode="lines+markers"))
+charts.add_series(fig, modelled, "seq_len", "predicted_l2_request_bytes",
+                  f"{kernel}: requested by the tiles (L2 serves repeats)", dict(mode="lines+markers", line=dict(dash="dot")))
+charts.add_series(fig, modelled, "seq_len", "predicted_hbm_bytes", f"{kernel}: HBM", dict(mode="lines+markers"))
 charts.show(fig, width="stretch")
 fig = charts.figure("Predicted time per part (multiplies + exponentials - hidden + waves and starts)",
                     "sequence length N", "time (ms)", log_x=True, log_y=True)
 for part, name in (("predicted_mma_ms", "matrix multiplies (tensor cores)"), ("predicted_exp_ms", "exponentials (SFU)"),
-                   ("predicted_hidden_ms", "hidden under the SM's other program"),
+                   ("predicted_hidden_ms", "hidden under the other program's (FA3: warpgroup's) multiplies"),
                    ("predicted_schedule_ms", "waves, tail, program starts"),
                    ("predicted_mem_ms", "HBM traffic (overlapped)")):
-    charts.add_series(fig, ours, "seq_len", part, name, dict(mode="lines+markers"))
+    charts.add_series(fig, modelled, "seq_len", part, name, dict(mode="lines+markers"))
 charts.show(fig, width="stretch")
-shown = live or (recorded[0] if recorded else None)
 if shown is not None:
-    mine = [dict(r) for r in charts.rows_where(shown.rows, impl="ours", dtype=dtype, head_dim=d)
+    mine = [dict(r) for r in charts.rows_where(shown.rows, impl=kernel, dtype=dtype, head_dim=d)
             if r.get("error_pct") is not None]
     if mine:
         for r in mine:
             r["pass, mask"] = f"{r['mode']}, {'causal' if r['causal'] else 'full'}"
         charts.show(charts.error_figure(mine, "seq_len", "pass, mask", 25, log_x=True,
-                                           title=f"Model error of our kernels, {shown.label}"), width="stretch")
+                                           title=f"Model error of {kernel}, {shown.label}"), width="stretch")
 if recorded:
     st.caption(recorded_caption(recorded))
 page.table_and_downloads(live or model)

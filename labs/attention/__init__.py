@@ -10,14 +10,18 @@ What you will learn:
 - recomputation: the backward pass keeps only the log-sum-exp of each row (N numbers, not N^2) and
   recomputes P tile by tile, trading cheap arithmetic for expensive memory;
 - what then limits the speed: the matrix multiplies on the tensor cores *plus* the exponentials on
-  the special-function units, which in this schedule do not overlap.
+  the special-function units, which in this schedule do not overlap;
+- how FlashAttention-3's schedule overlaps them (gluon_fa3.py, Hopper only): a producer warp on TMA copies and
+  two consumer warpgroups taking turns on the tensor cores.
 
 
 The package reads in this order: online_softmax.py (the idea, in numpy), tiles.py (how a call is cut into
 programs, and the tile sizes per GPU), kernels.py (our Triton FlashAttention-2, forward then backward, with
 its launchers and autograd), launch.py (launching with little CPU per call), naive.py (the references:
 float64, naive PyTorch, PyTorch SDPA), model.py (the parameters and the model: FLOPs, bytes, memory, time)
-and measure.py (checks against float64, probes, timing). The lesson is content/labs/attention.md.
+and measure.py (checks against float64, probes, timing). The Gluon FlashAttention-3 forward: gluon_fa3.py (the
+kernel), fa3_model.py (its model), gluon_rung.py (where it runs, its check); compare.py sets the kernels beside
+the libraries. The lesson is content/labs/attention.md.
 """
 
 from __future__ import annotations
@@ -40,11 +44,13 @@ LAB = Lab(
     name="attention",
     title="FlashAttention",
     summary="Attention without the N x N matrix: tiles, the online softmax and recomputation, in our own "
-            "Triton FlashAttention-2 measured against naive PyTorch and PyTorch's SDPA backends.",
+            "Triton FlashAttention-2 (and, on Hopper, a Gluon FlashAttention-3 forward) measured against naive "
+            "PyTorch and PyTorch's SDPA backends.",
     terms=("attention", "softmax", "online-softmax", "flash-attention", "tiling", "kernel-fusion", "recomputation",
            "shared-memory", "hbm", "l2-cache", "tensor-core", "sfu", "memory-bound", "compute-bound",
            "arithmetic-intensity", "bf16", "accumulation", "triton", "tma", "training-memory", "registers",
-           "ridge-point", "thread-block", "warp", "cudnn"),
+           "ridge-point", "thread-block", "warp", "cudnn", "warp-specialization",
+           "warpgroup", "wgmma", "persistent-kernel"),
     Params=Params,
     predict=model.predict,
     measure=measure.measure,

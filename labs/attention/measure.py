@@ -17,10 +17,12 @@ import torch
 
 from labs.attention.kernels import (_backward, _forward, attention_bwd_dkdv_kernel, attention_bwd_dq_kernel,
                                     attention_fwd_kernel, default_config, flash_attention)
-from labs.attention.model import (HOST_FLOOR_IMPLS, NAIVE_PROBE_BYTES, PROBE_IMPL, Params, Shape, _needs_host_floor,
-                                  _nbytes, _row_key, _shape, attention_flops, fits, flash_peak_bytes, host_floor_row,
-                                  naive_host_floor_row, naive_peak_bytes, naive_prediction, point_peak_bytes,
-                                  skip_note)
+from labs.attention.gluon_rung import (check_gluon, gluon_attention_fn, gluon_case_reason, gluon_keys_ok,
+                                       gluon_notes)
+from labs.attention.model import (GLUON_IMPL, HOST_FLOOR_IMPLS, NAIVE_PROBE_BYTES, PROBE_IMPL, Params, Shape,
+                                  _needs_host_floor, _nbytes, _row_key, _shape, attention_flops, fits, flash_peak_bytes,
+                                  host_floor_row, naive_host_floor_row, naive_peak_bytes, naive_prediction,
+                                  point_peak_bytes, skip_note)
 from labs.attention.naive import SDPA_BACKENDS, causal_visible, naive_attention, reference, sdpa
 from labs.attention.tiles import FlashConfig, lq_pad
 from labs.engine import timing
@@ -133,6 +135,8 @@ def _check_ours(dtype: str, d: int, causal: bool, mode: str, cfg: Optional[Flash
 def impl_fn(impl: str, causal: bool):
     if impl == "ours":
         return lambda q, k, v: flash_attention(q, k, v, causal)
+    if impl == GLUON_IMPL:
+        return gluon_attention_fn(causal)
     if impl == "naive":
         return lambda q, k, v: naive_attention(q, k, v, causal)
     return lambda q, k, v: sdpa(q, k, v, causal, impl)
@@ -260,6 +264,8 @@ def _unavailable_reason(impl: str, dtype: str, d: int, causal: bool) -> Optional
     """Why a library backend cannot run this case (None if it can): asked on a tiny input."""
     if impl in ("naive", "ours"):
         return None
+    if impl == GLUON_IMPL:
+        return gluon_case_reason(dtype, d)
     try:
         q = timing.random_tensor((1, 1, 128, d), dtype)
         sdpa(q, q, q, causal, impl)
@@ -288,6 +294,8 @@ def check_keys(params: Params, config_of) -> list[tuple]:
             for mask in params.masks:
                 for impl in params.impls:
                     for mode in params.modes:
+                        if impl == GLUON_IMPL and not gluon_keys_ok(dtype, d, mode):
+                            continue  # forward only, bf16, d 64 and 128: nothing else to check
                         for n in params.seq_lens:
                             cfg = config_of(_shape(params, n, d, mask, dtype), mode) if impl == "ours" else None
                             keys[(impl, dtype, d, mask == "causal", mode, cfg)] = None
@@ -310,6 +318,8 @@ def _check(key: tuple) -> float:
     impl, dtype, d, causal, mode, cfg = key
     if impl == "ours":
         return _check_ours(dtype, d, causal, mode, cfg)
+    if impl == GLUON_IMPL:
+        return check_gluon(dtype, d, causal)
     return _check_reference_impl(impl, dtype, d, causal, mode)
 
 
@@ -353,6 +363,7 @@ def _run_checks(keys: list, device: torch.device) -> tuple[dict, dict]:
         return run
 
     library = [k for k in keys if k[0] in SDPA_BACKENDS]
+    gluon = [k for k in keys if k[0] == GLUON_IMPL]
 
     def library_checks():
         why, errors = {}, {}
@@ -364,20 +375,27 @@ def _run_checks(keys: list, device: torch.device) -> tuple[dict, dict]:
                 errors[key] = _check(key)
         return why, errors
 
+    def gluon_checks():  # one after another in one thread: the Gluon kernel's compiles are its own business
+        return {key: _check(key) for key in gluon}
+
     jobs = {"library": on_device(library_checks)} if library else {}
-    jobs |= {key: on_device(functools.partial(_check, key)) for key in keys if key[0] not in SDPA_BACKENDS}
+    jobs |= {"gluon": on_device(gluon_checks)} if gluon else {}
+    jobs |= {key: on_device(functools.partial(_check, key)) for key in keys
+             if key[0] not in SDPA_BACKENDS and key[0] != GLUON_IMPL}
     results = in_parallel(jobs, threads)
     if device.type == "cuda":
         torch.cuda.synchronize()
     why, library_errors = results.pop("library", ({}, {}))
-    return results | library_errors, why
+    return results | library_errors | results.pop("gluon", {}), why
 
 
 def measure(params: Params, target: Target, progress):
+    device = torch.device("cuda", torch.cuda.current_device())
+    params, notes = gluon_notes(params, target.compute_capability)  # the Gluon rung: left out where it cannot run
+    yield from notes
     cases = [(dtype, d, mask) for dtype in params.dtypes for d in params.head_dims for mask in params.masks]
     total = len(cases) * len(params.seq_lens) * len(params.impls) * len(params.modes)
     done, skipped, rates = 0, [], {}
-    device = torch.device("cuda", torch.cuda.current_device())
     keys = check_keys(params, lambda shape, mode: point_config(shape, mode, device))
     progress(0.0, f"checking {len(keys)} configurations against float64, {CHECK_THREADS} at a time "
                   f"(their kernels compile meanwhile)")
@@ -404,6 +422,8 @@ def measure(params: Params, target: Target, progress):
                         if (impl, dtype, d, causal) not in unavailable:
                             unavailable[(impl, dtype, d, causal)] = _unavailable_reason(impl, dtype, d, causal)
                         for mode in params.modes:
+                            if impl == GLUON_IMPL and mode != "fwd":
+                                continue  # a forward kernel: no fwd+bwd point (gluon_notes said so once)
                             key = _row_key(impl, mode, mask, dtype, d, n)
                             label = f"{impl} {mode}, {mask}, {dtype}, d={d}, N={n}"
                             done += 1
@@ -421,7 +441,7 @@ def measure(params: Params, target: Target, progress):
                                 yield key | {"predicted_peak_bytes": need, "note": skip_note(impl, need, free)}
                                 continue
                             # every configuration the run times is checked (ours picks tiles per point)
-                            cfg = point_config(shape, mode, q.device) if impl == "ours" else None
+                            cfg = point_config(shape, mode, q.device) if impl == "ours" else None  # Gluon: its own
                             check_key = (impl, dtype, d, causal, mode, cfg)
                             if check_key not in checked:
                                 progress(frac, f"{label}: checking against float64")
@@ -441,12 +461,12 @@ def measure(params: Params, target: Target, progress):
                             row |= {"measured_ms": ms, "measured_tflops": timing.tflops(flops, ms),
                                     "measured_peak_bytes": peak,
                                     "check_rel_error": checked[check_key]}
-                            if impl in ("naive", "ours"):
+                            if impl in ("naive", "ours", GLUON_IMPL):
                                 predicted = naive_peak_bytes(shape, mode) if impl == "naive" else \
-                                    flash_peak_bytes(shape, mode)
+                                    point_peak_bytes(impl, shape, mode)
                                 row["memory_error_pct"] = 100.0 * (peak - predicted) / predicted
-                            if host_floor and impl == "ours":  # short sequences: the GPU can wait for our launches
-                                row = host_floor_row(row, shape, mode, host_ms, target)
+                            if host_floor and impl != "naive":  # short sequences: the GPU can wait for our launches
+                                row = host_floor_row(row, shape, mode, host_ms, target, impl)
                             if impl == "naive":  # with the rates this run probed
                                 row = naive_prediction(shape, mode, target, rates) | row
                                 if host_floor:  # and torch's launches, op by op

@@ -12,13 +12,17 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
+from labs.attention.compare import library_ratios  # noqa: F401 (the scorecard's hook, found beside predict)
+from labs.attention.fa3_model import fa3_forward, fa3_supports, hbm_bytes as fa3_hbm_bytes
 from labs.attention.schedule import dkdv_tiles, forward_tiles, kernel_seconds, programs_per_sm, tile_seconds
 from labs.attention.tiles import HEAD_DIMS, FlashConfig, Tiles, lq_pad, tile_counts, tiles_for
 from labs.engine.gpu import Target, sm_shape
 from labs.engine.params import param
 from labs.engine.results import recorded_rows
 
-IMPLS = ("naive", "ours", "sdpa-flash", "sdpa-cudnn", "sdpa-efficient")
+GLUON_IMPL = "gluon-fa3"  # the Gluon FlashAttention-3 forward (gluon_fa3.py): Hopper, bf16, d 64 and 128
+IMPLS = ("naive", "ours", GLUON_IMPL, "sdpa-flash", "sdpa-cudnn", "sdpa-efficient")
+MODELLED_IMPLS = ("naive", "ours", GLUON_IMPL)  # the implementations the lab predicts
 MODES = ("fwd", "fwd+bwd")
 MASKS = ("full", "causal")
 
@@ -178,6 +182,28 @@ def flash_peak_bytes(shape: Shape, mode: str) -> int:
     return fwd + 2 * shape.lse_bytes + shape.q_bytes + 2 * shape.kv_bytes  # delta, lse2, dQ, dK, dV
 
 
+def gluon_model(shape: Shape, target: Target) -> dict:
+    """Predicted time, HBM bytes and peak memory of the Gluon FlashAttention-3 forward (fa3_model.py): the
+    tensor cores and the exponentials overlapped by two consumer warpgroups in turn, on one program per SM."""
+    k = fa3_forward(shape, matmul_rate(target, shape.dtype), exp_rate(target), target.ceilings.copy_tbps * 1e12,
+                    target.sm_count)
+    return {"predicted_ms": k["s"] * 1e3, "predicted_hbm_bytes": fa3_hbm_bytes(shape),
+            "predicted_l2_request_bytes": fa3_hbm_bytes(shape), "predicted_peak_bytes": shape.q_bytes,  # O alone
+            **{f"predicted_{part}_ms": k[f"{part}_s"] * 1e3 for part in ("mma", "exp", "hidden", "schedule", "mem")}}
+
+
+def gluon_runs(shape: Shape, mode: str, target: Target) -> bool:
+    """The Gluon rung has a point here: forward only, bf16, d 64 or 128, on a Hopper GPU."""
+    return mode == "fwd" and fa3_supports(shape.dtype, shape.d, str(target.compute_capability))
+
+
+def gpu_model(impl: str, shape: Shape, mode: str, target: Target) -> dict:
+    """The GPU's time of one call of a modelled implementation (naive attention at the copy rate)."""
+    if impl == "naive":
+        return naive_model(shape, mode, target)
+    return gluon_model(shape, target) if impl == GLUON_IMPL else flash_model(shape, mode, target)
+
+
 # PyTorch's own kernels that naive attention runs over the N x N matrices, and the rate each streams them at.
 # Read from torch's kernels (torch.profiler on an H100): the matrix multiplies, the
 # softmax backward, the product dP * P before it and the copies run near the copy rate; the softmax forward (one
@@ -299,13 +325,13 @@ def predict(params: Params, target: Target, naive_rates: Optional[dict] = None) 
                     shape = _shape(params, n, d, mask, dtype)
                     for mode in params.modes:
                         flops = attention_flops(mode, shape.b, shape.h, n, n, d, shape.causal)
-                        for impl in ("naive", "ours"):
-                            if impl not in params.impls:
+                        for impl in MODELLED_IMPLS:
+                            if impl not in params.impls or (impl == GLUON_IMPL and not gluon_runs(shape, mode, target)):
                                 continue
                             if impl == "naive":
                                 m = naive_model(shape, mode, target, naive_rates_for(naive_rates, n, dtype))
                             else:
-                                m = flash_model(shape, mode, target)
+                                m = gpu_model(impl, shape, mode, target)
                             rows.append(_row_key(impl, mode, mask, dtype, d, n) | {"flops": flops} | m |
                                         {"predicted_tflops": flops / (m["predicted_ms"] * 1e-3) / 1e12})
     return rows
@@ -345,6 +371,8 @@ def point_peak_bytes(impl: str, shape: Shape, mode: str) -> int:
     for a library backend, twice ours (a bound, so a point is never refused for it on a GPU that fits)."""
     if impl == "naive":
         return naive_peak_bytes(shape, mode)
+    if impl == GLUON_IMPL:
+        return shape.q_bytes  # the output alone: no log-sum-exp
     peak = flash_peak_bytes(shape, mode)
     return peak if impl == "ours" else LIBRARY_PEAK_FACTOR * peak
 
@@ -376,6 +404,8 @@ def plan_points(params: "Params", free_bytes: int) -> list[dict]:
                     shape = _shape(params, n, d, mask, dtype)
                     for impl in params.impls:
                         for mode in params.modes:
+                            if impl == GLUON_IMPL and mode != "fwd":
+                                continue  # a forward kernel: no such point
                             need = point_peak_bytes(impl, shape, mode)
                             plan.append(_row_key(impl, mode, mask, dtype, d, n) |
                                         {"peak_bytes": need, "fits": fits(need, free_bytes - inputs)})
@@ -387,15 +417,14 @@ def plan_points(params: "Params", free_bytes: int) -> list[dict]:
 # ---------------------------------------------------------------------------------------------
 HOST_FLOOR_BELOW_MS = 2.0  # the CPU's time per call is measured only where the GPU model is shorter than this
 
-HOST_FLOOR_IMPLS = ("ours", "naive")  # launched from Python (ours) or op by op through autograd (naive)
+HOST_FLOOR_IMPLS = ("ours", "naive", GLUON_IMPL)  # launched from Python (ours, Gluon) or op by op (naive)
 
 
 def _needs_host_floor(shape: Shape, mode: str, target: Target, impl: str = "ours") -> bool:
     """Short calls only: a launch costs tens of microseconds, it cannot be what limits a call of milliseconds.
     Naive attention launches a dozen or two of torch's kernels per call (its forward and, through autograd, its
     backward), so a short one can wait on the CPU just as ours does."""
-    model = flash_model(shape, mode, target) if impl == "ours" else naive_model(shape, mode, target)
-    return model["predicted_ms"] <= HOST_FLOOR_BELOW_MS
+    return gpu_model(impl, shape, mode, target)["predicted_ms"] <= HOST_FLOOR_BELOW_MS
 
 
 TIMER_FLUSH_BYTES = 256 * 2**20  # what the lab's timer (as do_bench) writes per call
@@ -407,13 +436,13 @@ def timer_flush_ms(target: Target) -> float:
     return TIMER_FLUSH_BYTES / (target.ceilings.copy_tbps * 1e12) * 1e3
 
 
-def host_floor_row(row: dict, shape: Shape, mode: str, host_ms: float, target: Target) -> dict:
+def host_floor_row(row: dict, shape: Shape, mode: str, host_ms: float, target: Target, impl: str = "ours") -> dict:
     """`row` predicted with a measured CPU time per call (what repredict redoes offline for a recording).
 
     The floor is the CPU's whole time per call, and the model the larger of that and the GPU's time. (A finer floor,
     the CPU's time less the timer's L2-clearing write plus the last kernel's time, was measured and dropped: with
     the GPU model's optimistic times for these short kernels it left fewer points within 15 %, see the lesson.)"""
-    return _with_host_floor(row, flash_model(shape, mode, target), shape, mode, host_ms)
+    return _with_host_floor(row, gpu_model(impl, shape, mode, target), shape, mode, host_ms)
 
 
 def naive_host_floor_row(row: dict, shape: Shape, mode: str, host_ms: float, target: Target, rates: dict) -> dict:
@@ -445,7 +474,7 @@ def repredict(recording: dict, target: Target) -> list[dict]:
         if key in host:
             shape = _shape(params, row["seq_len"], row["head_dim"], "causal" if row["causal"] else "full", row["dtype"])
             row = naive_host_floor_row(row, shape, row["mode"], host[key], target, rates) if row["impl"] == "naive" \
-                else host_floor_row(row, shape, row["mode"], host[key], target)
+                else host_floor_row(row, shape, row["mode"], host[key], target, row["impl"])
         rows.append(row)
     return rows
 
@@ -461,31 +490,6 @@ def _tflops(shape: Shape, m: dict, mode: str = "fwd") -> float:
     return flops / (m["predicted_ms"] * 1e-3) / 1e12
 
 
-# Issue 15's bars for our FlashAttention: at least this share of each library's speed, from this sequence length
-# (or at exactly it), at every head dim, mask and mode the lab runs
-LIBRARY_TARGETS = {"sdpa-cudnn": (0.95, lambda n: n >= 2048), "sdpa-flash": (0.9, lambda n: n == 1024)}
-LIBRARY_NAMES = {"sdpa-cudnn": "cuDNN (SDPA)", "sdpa-flash": "FlashAttention (SDPA)"}
-
-
-def library_ratios(rows: list) -> list[dict]:
-    """Our kernels against SDPA's cuDNN and flash backends in the same run, one row per (mode, mask, head dim,
-    N, library) where both were timed: the library's time over ours (1.0 = as fast), with the target where the
-    issue sets one (labs/repredict.py gathers these for the scorecard)."""
-    times = {}
-    for r in rows:
-        if r.get("measured_ms") and r.get("impl") in ("ours", *LIBRARY_TARGETS) and r.get("mode") in MODES:
-            times[(r["mode"], bool(r["causal"]), r["dtype"], r["head_dim"], r["seq_len"], r["impl"])] = r["measured_ms"]
-    out = []
-    for (mode, causal, dtype, d, n, impl), library in sorted(times.items()):
-        ours = times.get((mode, causal, dtype, d, n, "ours"))
-        if impl == "ours" or not ours:
-            continue
-        bar, applies = LIBRARY_TARGETS[impl]
-        out.append({"case": f"{mode} {'causal' if causal else 'full'} {dtype} d = {d} N = {n}", "ours": "ours (Triton)",
-                    "library": LIBRARY_NAMES[impl], "speed_ratio": library / ours, "target": bar if applies(n) else None})
-    return out
-
-
 def lesson_numbers(target: Target) -> dict:
     c = target.ceilings
     mm = matmul_rate(target, "bf16")
@@ -496,6 +500,7 @@ def lesson_numbers(target: Target) -> dict:
     f128 = flash_model(shape128, "fwd", target)
     big = Shape(4, 16, 16384, 16384, 64, False, "bf16")
     short = flash_model(Shape(4, 16, 1024, 1024, 64, False, "bf16"), "fwd", target)
+    g64, g128 = gluon_model(shape64, target), gluon_model(shape128, target)
     return {
         "gpu": target.name,
         "ceilings_source": target.describe_ceilings(),
@@ -509,6 +514,9 @@ def lesson_numbers(target: Target) -> dict:
         "short_schedule_pct": f"{100 * short['predicted_schedule_ms'] / short['predicted_ms']:.0f}",
         "predicted_d64_tflops": f"{_tflops(shape64, f64):.0f}",
         "predicted_d128_tflops": f"{_tflops(shape128, f128):.0f}",
+        "fa3_d64_tflops": f"{_tflops(shape64, g64):.0f}",
+        "fa3_d128_tflops": f"{_tflops(shape128, g128):.0f}",
+        "fa3_hidden_d64_pct": f"{100 * g64['predicted_hidden_ms'] / g64['predicted_exp_ms']:.0f}",
         "s_gb_16k": f"{big.s_bytes / 1e9:.1f}",
         "naive_fwd_gb_16k": f"{naive_peak_bytes(big, 'fwd') / 1e9:.1f}",
         "naive_train_gb_16k": f"{naive_peak_bytes(big, 'fwd+bwd') / 1e9:.1f}",

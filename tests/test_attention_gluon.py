@@ -1,0 +1,284 @@
+"""The Gluon FlashAttention-3 rung in the attention lab: left out with a note where it cannot run, its parameters and
+checks, its model (what the ping-pong overlap buys), its ratios beside cuDNN, the page; on a Hopper GPU (marked
+`gpu`), the lab's check and launch against float64 on odd shapes and a short run of the lab.
+
+The kernel itself (its barriers, host arithmetic and odd shapes) is tested in tests/test_gluon_fa3.py.
+"""
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from labs import attention as A
+from labs.attention import compare as C, counters as Co, fa3_model as F, gluon_rung as G, measure as Me, model as M
+from labs.attention.naive import reference
+from labs.engine import gpu, timing
+from labs.engine.params import from_strings
+from labs.hopper import gluon_support
+
+H100 = gpu.datasheet_target(gpu.datasheet_by_name("H100 SXM"))
+H200 = gpu.datasheet_target(gpu.datasheet_by_name("H200"))
+A100 = gpu.datasheet_target(gpu.datasheet_by_name("A100 80GB"))
+ROOT = Path(__file__).resolve().parent.parent
+
+
+# ------------------------------------------------------------------------------------------------
+# Left out, with a note, where it cannot run
+# ------------------------------------------------------------------------------------------------
+def test_the_rung_is_left_out_with_a_note_without_hopper_or_gluon():
+    params = M.Params()
+    assert M.GLUON_IMPL in params.impls  # the default run asks for it
+    for cc, why in ((None, "no CUDA GPU"), ("8.0", "compute capability 8.0")):
+        run, notes = G.gluon_notes(params, cc)
+        assert M.GLUON_IMPL not in run.impls and set(run.impls) == set(params.impls) - {M.GLUON_IMPL}
+        assert len(notes) == 1 and why in notes[0] and "left out" in notes[0] and M.GLUON_IMPL in notes[0]
+    assert G.gluon_notes(dataclasses.replace(params, impls=("ours",)), None) == (
+        dataclasses.replace(params, impls=("ours",)), [])  # not asked for: nothing to say
+
+
+def test_where_it_runs_a_run_with_the_backward_says_it_is_forward_only(monkeypatch):
+    monkeypatch.setattr(gluon_support, "attention_unavailable_reason", lambda cc: None)
+    params = M.Params()
+    assert G.gluon_notes(params, "9.0") == (params, [G.FORWARD_ONLY_NOTE])
+    forward = dataclasses.replace(params, modes=("fwd",))
+    assert G.gluon_notes(forward, "9.0") == (forward, [])
+
+
+def test_cases_the_kernel_does_not_take_are_named():
+    assert G.gluon_case_reason("bf16", 64) is None and G.gluon_case_reason("bf16", 128) is None
+    assert "bf16" in G.gluon_case_reason("fp16", 64) and "64 and 128" in G.gluon_case_reason("bf16", 32)
+    assert Me._unavailable_reason(M.GLUON_IMPL, "fp32", 64, False) == G.gluon_case_reason("fp32", 64)
+    assert G.gluon_keys_ok("bf16", 128, "fwd") and not G.gluon_keys_ok("bf16", 128, "fwd+bwd")
+
+
+def test_the_cli_and_the_params_accept_the_rung():
+    params = from_strings(M.Params, {"impls": "gluon-fa3,sdpa-cudnn", "seq_lens": "2048,4096", "modes": "fwd"})
+    assert params.impls == (M.GLUON_IMPL, "sdpa-cudnn") and params.seq_lens == (2048, 4096)
+
+
+def test_the_run_checks_the_rung_forward_only_with_its_own_configuration():
+    params = M.Params(dtypes=("bf16", "fp16"), head_dims=(32, 64, 128))
+    keys = Me.check_keys(params, lambda shape, mode: M.planned_config(shape, mode, H200))
+    gluon = [k for k in keys if k[0] == M.GLUON_IMPL]
+    assert sorted(gluon) == sorted((M.GLUON_IMPL, "bf16", d, causal, "fwd", None) for d in (64, 128)
+                                   for causal in (False, True))  # one check per case, not per N
+
+
+def test_model_only_runs_and_counters_leave_the_rung_out_on_a_cpu():
+    from labs.engine import runner
+
+    result = runner.model(A.LAB, M.Params(seq_lens=(2048,), impls=(M.GLUON_IMPL, "ours")), H100)
+    assert {r["impl"] for r in result.rows} == {M.GLUON_IMPL, "ours"}
+    if not torch.cuda.is_available():
+        assert {p["impl"] for p in Co.points(M.Params())} == {"naive", "ours"}
+
+
+# ------------------------------------------------------------------------------------------------
+# The model: what the overlap buys
+# ------------------------------------------------------------------------------------------------
+def test_predicted_only_where_it_runs():
+    rows = M.predict(M.Params(dtypes=("bf16", "fp16"), head_dims=(32, 64, 128)), H100)
+    gluon = [r for r in rows if r["impl"] == M.GLUON_IMPL]
+    assert {(r["mode"], r["dtype"]) for r in gluon} == {("fwd", "bf16")}
+    assert {r["head_dim"] for r in gluon} == {64, 128}
+    assert len(gluon) == 2 * 2 * 5  # d x mask x N
+    assert all(r["predicted_peak_bytes"] == M._shape(M.Params(), r["seq_len"], r["head_dim"], "full",
+                                                     "bf16").q_bytes for r in gluon)  # O alone
+    assert not [r for r in M.predict(M.Params(), A100) if r["impl"] == M.GLUON_IMPL]  # no wgmma on an A100
+
+
+def test_model_by_hand_one_head_two_tiles():
+    """B = H = 1, N = 256, d = 128, no mask: two query tiles of 128 rows, each two key blocks of 128, on two of
+    the SMs. A key block costs g + max(g, s) (g one warpgroup's two GEMMs, s its exponentials)."""
+    shape = M.Shape(1, 1, 256, 256, 128, False, "bf16")
+    mma, exp, sms = 700e12, 4e12, 132
+    g = 2 * 2 * 128 * (64 * 128) / (mma / sms)
+    s = 64 * 128 / (exp / sms)
+    assert s < g  # at d = 128 the exponentials hide whole
+    got = F.fa3_forward(shape, mma, exp, 3e12, sms)
+    launch = gpu.KERNEL_LAUNCH_US * 1e-6
+    assert got["s"] == pytest.approx(2 * (g + g) + 2 * launch)
+    assert got["mma_s"] == pytest.approx(4 * 2 * g / sms) and got["exp_s"] == pytest.approx(4 * 2 * s / sms)
+    assert got["hidden_s"] == pytest.approx(got["exp_s"])
+    assert got["mem_s"] == pytest.approx(4 * 256 * 128 * 2 / 3e12)  # Q, K, V read, O written, once each
+
+
+def test_where_the_exponentials_outlast_the_gemms_they_show():
+    """An SFU rate so low that s > g: the block costs g + s, and (s - g) of every block is exposed."""
+    shape = M.Shape(1, 1, 256, 256, 64, False, "bf16")
+    mma, exp, sms = 700e12, 1e12, 132
+    g, s = F.block_seconds(64, 128, mma, exp, sms)
+    assert s > g
+    got = F.fa3_forward(shape, mma, exp, 3e12, sms)
+    assert got["s"] == pytest.approx(2 * (g + s) + 2 * gpu.KERNEL_LAUNCH_US * 1e-6)  # two blocks a program
+    assert got["exp_s"] - got["hidden_s"] == pytest.approx(4 * (s - g) / sms)
+
+
+def test_causal_tiles_and_the_persistent_round_robin_by_hand():
+    # N = 384, causal: query tiles 0, 1, 2 see 1, 2, 3 key blocks; taken longest first, every head at each
+    assert F.tile_blocks(384, 384, 128, True, heads=2) == [3, 3, 2, 2, 1, 1]
+    assert F.tile_blocks(384, 384, 128, False, heads=1) == [3, 3, 3]
+    assert F.key_blocks(0, 100, 300, 128, True) == 3  # Lk > Lq: the first rows already see 201 keys
+    # programs take tiles p, p + P, ...: with 4 programs, 3 + 1, 3, 2, 2
+    assert F.persistent_span([3, 3, 2, 2, 1, 1], 4) == 4
+    assert F.persistent_span([3, 3, 2, 2, 1, 1], 8) == 3 and F.persistent_span([], 4) == 0
+
+
+def test_many_tiles_are_spread_over_the_programs_without_playing_them_out():
+    """Past SIMULATED_PROGRAMS tiles the model takes each program's share of the work: within 1 % of the round
+    robin played out, and fast at the largest parameters."""
+    shape = M.Shape(40, 16, 16384, 16384, 64, True, "bf16")  # 640 heads x 128 query tiles: 81,920 tiles
+    assert shape.b * shape.h * 128 > F.SIMULATED_PROGRAMS
+    mma, exp, sms = 700e12, 4e12, 132
+    g, s = F.block_seconds(64, 128, mma, exp, sms)
+    played = F.persistent_span([n * (g + max(g, s)) for n in F.tile_blocks(16384, 16384, 128, True, 640)], sms)
+    spread = F.fa3_forward(shape, mma, exp, 3e12, sms)["s"] - 2 * gpu.KERNEL_LAUNCH_US * 1e-6
+    assert spread == pytest.approx(played, rel=0.01)
+    huge = M.Shape(1024, 1024, 262144, 262144, 128, True, "bf16")
+    assert M.gluon_model(huge, H100)["predicted_ms"] > 0
+
+
+@pytest.mark.parametrize("target", [H100, H200], ids=["H100", "H200"])
+def test_the_overlap_buys_time_over_our_fa2(target):
+    """At N = 8192 the rung's model is faster than our FlashAttention-2's: its exponentials hide under the other
+    warpgroup's GEMMs instead of adding to them; by no more than the FA2 model's exposed exponentials plus its
+    waves and starts (it never beats the tensor cores' own time)."""
+    for d in (64, 128):
+        shape = M.Shape(4, 16, 8192, 8192, d, False, "bf16")
+        fa2, fa3 = M.flash_model(shape, "fwd", target), M.gluon_model(shape, target)
+        assert fa3["predicted_ms"] < fa2["predicted_ms"]
+        assert fa3["predicted_ms"] >= fa3["predicted_mma_ms"] >= 0.99 * fa2["predicted_mma_ms"]
+        exposed_fa2 = fa2["predicted_exp_ms"] - fa2["predicted_hidden_ms"]
+        assert fa2["predicted_ms"] - fa3["predicted_ms"] <= exposed_fa2 + fa2["predicted_schedule_ms"]
+
+
+def test_model_constants_follow_the_kernel():
+    if gluon_support.attention_gluon_missing():
+        pytest.skip(f"this Triton cannot build the kernel: {gluon_support.attention_gluon_missing()}")
+    from labs.attention import gluon_fa3
+
+    assert F.FA3_WG_ROWS == gluon_fa3.WG_ROWS
+    assert F.FA3_BLOCK_N == {d: c.block_n for d, c in gluon_fa3.DEFAULT_CONFIGS.items()}
+
+
+def test_short_calls_get_the_cpu_floor_with_the_rungs_own_model():
+    shape = M.Shape(4, 16, 1024, 1024, 64, False, "bf16")
+    assert M._needs_host_floor(shape, "fwd", H200, M.GLUON_IMPL)
+    row = M.host_floor_row({}, shape, "fwd", 1.0, H200, M.GLUON_IMPL)
+    assert row["gpu_model_ms"] == pytest.approx(M.gluon_model(shape, H200)["predicted_ms"])
+    assert row["limited_by"] == "CPU" and row["predicted_ms"] == 1.0
+    params = M.Params(seq_lens=(1024,), head_dims=(64,), masks=("full",), impls=(M.GLUON_IMPL,), modes=("fwd",))
+    recorded = [{"impl": M.GLUON_IMPL, "mode": "fwd", "causal": False, "dtype": "bf16", "head_dim": 64,
+                 "seq_len": 1024, "measured_ms": 1.0, "host_ms": 1.0}]
+    again = M.repredict({"params": dataclasses.asdict(params), "rows": recorded}, H200)
+    assert again[0]["gpu_model_ms"] == pytest.approx(row["gpu_model_ms"]) and again[0]["predicted_ms"] == 1.0
+
+
+def test_lesson_numbers_give_the_rungs_prediction():
+    numbers = M.lesson_numbers(H100)
+    assert float(numbers["fa3_d128_tflops"]) > float(numbers["predicted_d128_tflops"])
+    assert float(numbers["fa3_d64_tflops"]) > float(numbers["predicted_d64_tflops"])
+    assert float(numbers["fa3_d128_tflops"]) <= float(numbers["bf16_matmul_tflops"])  # never above the GEMMs
+    assert 0 < float(numbers["fa3_hidden_d64_pct"]) <= 100
+
+
+# ------------------------------------------------------------------------------------------------
+# Beside cuDNN
+# ------------------------------------------------------------------------------------------------
+def _rows():
+    key = {"mode": "fwd", "causal": False, "dtype": "bf16"}
+    return [key | {"impl": impl, "head_dim": d, "seq_len": n, "measured_ms": ms, "measured_tflops": 100 / ms}
+            for impl, d, n, ms in (("ours", 128, 2048, 1.0), (M.GLUON_IMPL, 128, 2048, 0.9),
+                                   ("sdpa-cudnn", 128, 2048, 0.8), (M.GLUON_IMPL, 64, 2048, 0.5),
+                                   ("sdpa-cudnn", 64, 2048, 0.5), (M.GLUON_IMPL, 64, 1024, 0.4),
+                                   ("sdpa-cudnn", 64, 1024, 0.2))]
+
+
+def test_library_ratios_hold_the_rung_to_issue_33s_bars():
+    got = {(r["case"], r["ours"]): r for r in M.library_ratios(_rows())}
+    gluon128 = got[("fwd full bf16 d = 128 N = 2048", "ours (Gluon FA3)")]
+    assert gluon128["speed_ratio"] == pytest.approx(0.8 / 0.9) and gluon128["target"] == 0.95
+    assert gluon128["library"] == C.GLUON_LIBRARY_NAME  # its own cases on the scorecard
+    assert got[("fwd full bf16 d = 64 N = 2048", "ours (Gluon FA3)")]["target"] == 1.0
+    assert got[("fwd full bf16 d = 64 N = 1024", "ours (Gluon FA3)")]["target"] is None  # below 2048: no bar
+    assert got[("fwd full bf16 d = 128 N = 2048", "ours (Triton)")]["speed_ratio"] == pytest.approx(0.8)
+    assert len(got) == 4
+
+
+def test_the_pages_table_sets_each_kernel_beside_cudnn():
+    table = C.rung_table(_rows(), "fwd", False, "bf16", 128)
+    assert table == [{"N": 2048, "cuDNN (TFLOP/s)": 125, "ours (Triton) (TFLOP/s)": 100,
+                      "ours (Triton) / cuDNN (x)": 0.8, "ours (Gluon FA3) (TFLOP/s)": 111,
+                      "ours (Gluon FA3) / cuDNN (x)": 0.89}]
+    assert C.rung_table(_rows(), "fwd", True, "bf16", 128) == []  # nothing causal timed
+
+
+# ------------------------------------------------------------------------------------------------
+# The page
+# ------------------------------------------------------------------------------------------------
+def test_page_shows_the_note_the_table_and_the_lesson_without_a_gpu():
+    AppTest = pytest.importorskip("streamlit.testing.v1").AppTest
+    pytest.importorskip("plotly")
+    app = AppTest.from_file(str(ROOT / "pages" / "attention.py"), default_timeout=60)
+    app.run()
+    assert not app.exception, app.exception
+    if not torch.cuda.is_available():
+        assert any(M.GLUON_IMPL in i.value and "left out" in i.value for i in app.info)
+    assert any("Gluon FlashAttention-3" in h.value for h in app.subheader)
+    shown = " ".join(m.value for m in app.markdown)
+    assert "Ping-pong" in shown and "mbarrier" in shown and "{{" not in shown
+    app.radio(key="parts_kernel").set_value(M.GLUON_IMPL).run()
+    assert not app.exception, app.exception
+    charts = [json.loads(c.proto.spec)["layout"]["title"]["text"] for c in app.get("plotly_chart")]
+    assert any("Predicted time per part" in t for t in charts)
+
+
+# ------------------------------------------------------------------------------------------------
+# On a Hopper GPU
+# ------------------------------------------------------------------------------------------------
+def _hopper_or_skip():
+    reason = gluon_support.attention_unavailable_reason(gluon_support.device_capability("cuda"))
+    if reason:
+        pytest.skip(f"the Gluon rung cannot run: {reason}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("d", [64, 128])
+def test_gpu_the_labs_check_of_the_rung_passes(d, causal):
+    _hopper_or_skip()
+    assert Me._check((M.GLUON_IMPL, "bf16", d, causal, "fwd", None)) < timing.TOLERANCE["bf16"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(2, 3, 1000, 1000), (1, 2, 333, 1000), (1, 2, 1000, 333), (1, 1, 4097, 4097)],
+                         ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("d", [64, 128])
+def test_gpu_the_timed_call_matches_float64_on_odd_shapes(shape, d):
+    """The call the lab times (measure.impl_fn), with lengths not multiples of the tiles, Lq != Lk, causal or not."""
+    _hopper_or_skip()
+    b, h, lq, lk = shape
+    for causal in (False, True):
+        q = timing.random_tensor((b, h, lq, d), "bf16")
+        k, v = (timing.random_tensor((b, h, lk, d), "bf16") for _ in range(2))
+        out = Me.impl_fn(M.GLUON_IMPL, causal)(q, k, v)
+        timing.check_close(out, reference(q, k, v, causal)[0], "bf16", f"gluon-fa3 {shape} d {d} causal {causal}")
+
+
+@pytest.mark.gpu
+def test_gpu_a_short_run_times_the_rung_forward_only_beside_cudnn():
+    _hopper_or_skip()
+    from labs.engine import runner
+
+    params = M.Params(seq_lens=(2048,), head_dims=(64, 128), masks=("causal",), impls=(M.GLUON_IMPL, "sdpa-cudnn"),
+                      modes=("fwd", "fwd+bwd"), batch=1, heads=8)
+    result = runner.run(A.LAB, params, use_cache=False)
+    gluon = [r for r in result.rows if r.get("impl") == M.GLUON_IMPL]
+    assert {r["mode"] for r in gluon} == {"fwd"} and len(gluon) == 2
+    assert all(r["measured_tflops"] > 0 and r["check_rel_error"] < timing.TOLERANCE["bf16"] for r in gluon)
+    assert all(r.get("predicted_ms") for r in gluon)  # the model beside it
+    assert any(G.FORWARD_ONLY_NOTE in str(n) for n in result.messages)
+    assert len(C.rung_table(result.rows, "fwd", True, "bf16", 128)) == 1
