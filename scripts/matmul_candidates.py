@@ -37,11 +37,11 @@ from labs.matmul.measure import check_sampled, kernel_ms  # noqa: E402
 DTYPE = "bf16"
 TOTAL_S = 140  # stop starting new sizes past this (compiles count)
 BIG = configs.DEFAULT_CONFIGS[DTYPE]  # 128x256x64 w8 s3
-# Row-tail tiles that fit on an SM beside a 128x256 s3 program (147 KiB of 227): 64x64 s4 (64 KiB, today's), 128x64
-# and 64x128 s3 (72 KiB: half as many tiles as 64x64, each reading a third less per FLOP); 128x128 s4 (128 KiB) does
-# not fit beside one, so its programs wait for the big tiles' SMs to free
+# Row-tail tiles: 64x64 s4 (64 KiB; ROW_TAIL_TILE) and 128x64 s3 (72 KiB: half as many tiles, each loading a third
+# fewer bytes per FLOP) fit on an SM beside a 128x256 s3 program (144 KiB of 227); 128x128 s4 (128 KiB, the wide
+# tail) does not, so its programs wait for the big tiles' SMs to free
 TAILS = {"t64x64": configs.ROW_TAIL_TILE, "t128x64": TileConfig(128, 64, 64, 8, 4, 3),
-         "t64x128": TileConfig(64, 128, 64, 8, 4, 3), "t128x128": TileConfig(128, 128, 64, 8, 4, 4),
+         "t128x128": TileConfig(128, 128, 64, 8, 4, 4),
          # a short tail with one tile an SM waits on its loads (a load's latency over the stages in flight): deeper
          "t64x64s6": TileConfig(64, 64, 64, 8, 4, 6)}
 
@@ -69,8 +69,10 @@ def candidate(name: str, n: int, sms: int):
     raise KeyError(name)
 
 
-MID = ("current", "big", "big-RT-t128x64", "big-RT-t64x128", "big-RT-t128x128")
-CONTROL = ("current", "big", "big-RT-t128x64", "big-RT-t128x128")
+# "current" is configs.tuned_config in the checkout that runs this; a candidate that runs the same launches as one
+# before it is not timed again (see same_as in the JSON)
+MID = ("current", "big", "big-RT-t64x64", "big-RT-t128x64", "big-RT-t128x128")
+CONTROL = ("current", "big", "big-RT-t64x64", "big-RT-t128x128")
 # size -> candidates: the misses (H100, c549f57), the near misses, controls that pass today (2064: taught, not
 # targeted; kept from getting worse)
 SIZES = {
@@ -94,7 +96,7 @@ def plan_note(config: TileConfig, tail, n: int, sms: int) -> str:
     slots = sms * max(1, configs.blocks_per_sm(plain, DTYPE, "tma", "9.0"))
     tiles = configs.tiles_of(n, plain)
     note = f"tiles {tiles} slots {slots} waves {tiles / slots:.2f}"
-    if config.row_tail:
+    if tail is not None:
         rows = row_tail_rows(n, n, plain, slots)
         tail_tiles = -(-(n - rows) // tail.block_m) * -(-n // tail.block_n)
         tail_slots = sms * max(1, configs.blocks_per_sm(tail, DTYPE, "tma", "9.0"))
@@ -122,11 +124,19 @@ def run_size(n: int, names, sms: int, device: str, timed: bool) -> list:
         rows.append({"n": n, "candidate": "cublas", "ms": library_ms, "spread_pct": spread,
                      "tflops": timing.tflops(2.0 * n**3, library_ms), "x_cublas": 1.0})
         say(rows[-1])
+    seen = {}
     for name in names:
         config, tail = candidate(name, n, sms)
+        tail = tail or (configs.tail_tile(config) if config.row_tail else None)
+        launches = (config.label, tail.label if tail else None)
+        if launches in seen:
+            rows.append({"n": n, "candidate": name, "same_as": seen[launches]})
+            print(f"{n:5d}  {name:22s}  same launches as {seen[launches]}", flush=True)
+            continue
+        seen[launches] = name
         run = lambda: triton_matmul(a, b, DTYPE, out, config, "auto" if timed else "on", tail_config=tail)  # noqa
         row = {"n": n, "candidate": name, "config": config.label, "tail": tail.label if tail else None,
-               "plan": plan_note(config, tail or configs.ROW_TAIL_TILE, n, sms)}
+               "plan": plan_note(config, tail, n, sms)}
         try:
             out.fill_(float("nan"))
             _, row["path"], _ = run()
