@@ -307,7 +307,7 @@ def explain_misses(rows: list, band_pct: float = MISS_BAND_PCT) -> list[dict]:
             reason = "small N: start-up and first loads dominate"
         elif " EG" in str(r.get("config", "")) and err < 0:
             reason = "interior + edge: the strips run mostly where the interior leaves SMs idle"
-        elif " RT" in str(r.get("config", "")) and err > 0:
+        elif str(r.get("config", "")).endswith(" RT") and err > 0:  # short tiles (not the wide tail's)
             reason = "row tail: the short tiles overlap the big ones' last wave"
         elif (r.get("last_wave_util") or 1) < 0.75 and err > 0:
             reason = "partial last wave: fewer SMs busy, higher clock"
