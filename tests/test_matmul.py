@@ -406,6 +406,7 @@ def test_triton_default_configs_on_gpu(dtype):
 @pytest.mark.parametrize("shape,config", [
     ((1536,) * 3, dataclasses.replace(configs.NARROW_TILE, row_tail=True)),
     ((3072,) * 3, dataclasses.replace(configs.DEFAULT_CONFIGS["bf16"], row_tail=True)),
+    ((2432,) * 3, dataclasses.replace(configs.DEFAULT_CONFIGS["bf16"], row_tail=True, wide_tail=True)),
     ((2064,) * 3, dataclasses.replace(configs.DEFAULT_CONFIGS["bf16"], edge=True)),
     ((2057, 2064, 1000), dataclasses.replace(configs.DEFAULT_CONFIGS["bf16"], edge=True))])
 def test_early_start_finishes_every_part_before_the_stream_moves_on(shape, config):
@@ -764,6 +765,62 @@ def test_row_tail_model_with_the_early_start_by_hand(monkeypatch):
     p = model.predict_point(2304, "bf16", dataclasses.replace(configs.DEFAULT_CONFIGS["bf16"], row_tail=True), toy_target())
     cycles = max(36 * 1024 + 504 * 36 * 128 / 100, 36 * 2 * 3 * 128)
     assert p["predicted_ms"] == pytest.approx((cycles / 1e9 + 3e-6) * 1e3, rel=1e-6)
+
+
+def test_wide_tail_where_short_tiles_would_need_a_second_round():
+    """132 SMs (an H100): the row tail's rows go to 128x128 tiles where 64x64 ones outnumber the 3 x 132 = 396 the SMs
+    hold at once and 128x128 ones do not outnumber the SMs. N = 2432: 19 x 10 = 190 big tiles, 13 whole rows (130) in
+    the full wave, 2432 - 1664 = 768 rows left: 12 x 38 = 456 short tiles, 6 x 19 = 114 wide ones."""
+    big = configs.DEFAULT_CONFIGS["bf16"]
+    assert configs.row_tail_rows(2432, 2432, big, 132) == 13 * 128
+    assert configs.wide_tail_applies(2432, big, "bf16", 132)
+    assert configs.tuned_config(2432, "bf16", 132) == dataclasses.replace(big, row_tail=True, wide_tail=True)
+    for n in (3200, 3840, 4352, 4736):  # 500, 480, 408, 444 short tiles; 125, 120, 102, 111 wide ones
+        assert configs.tuned_config(n, "bf16", 132).wide_tail, n
+    for n in (2176, 2304, 3072, 3712, 5120, 5632):  # 204, 288, 192, 348, 160, 352 short tiles: one round
+        chosen = configs.tuned_config(n, "bf16", 132)
+        assert chosen.row_tail and not chosen.wide_tail, n
+    # N = 4864: 8 x 76 = 608 short tiles, but 4 x 38 = 152 wide ones are more than the SMs: the short tiles stay
+    assert configs.tuned_config(4864, "bf16", 132) == dataclasses.replace(big, row_tail=True)
+    assert configs.tail_tile(configs.tuned_config(2432, "bf16", 132)) == configs.WIDE_TAIL_TILE == configs.NARROW_TILE
+    assert configs.tail_tile(configs.tuned_config(2304, "bf16", 132)) == configs.ROW_TAIL_TILE
+    assert not configs.wide_tail_applies(2560, big, "bf16", 132)  # no row tail at all: nothing to widen
+
+
+def test_wide_tail_label_reads_back():
+    wide = dataclasses.replace(configs.DEFAULT_CONFIGS["bf16"], row_tail=True, wide_tail=True)
+    assert wide.label == "128x256x64 G8 w8 s3 RTW"
+    assert configs.parse_label(wide.label) == wide
+    assert not configs.parse_label("128x256x64 G8 w8 s3 RT").wide_tail  # recordings before the wide tail
+
+
+def test_wide_tail_model_by_hand(monkeypatch):
+    """Toy GPU (100 SMs, 1 GHz, 4096 FLOP per clock per SM), N = 2304 with the wide tail: the big tiles' 36 x 1024
+    clocks as in test_row_tail_model_by_hand, then the 896 rows left in 7 x 18 = 126 tiles of 128x128 (one program
+    an SM: 128 KiB; 2 x 128 x 128 x 64 / 4096 = 512 clocks a step), two on the busiest SM. A 128x128 program does not
+    fit beside a 128x256 one (128 + 144 KiB > 227), so even with the early start the two times add up."""
+    cfg = dataclasses.replace(configs.DEFAULT_CONFIGS["bf16"], row_tail=True, wide_tail=True)
+    cycles = 36 * 1024 + 36 * 2 * 512
+    for early in (False, True):
+        monkeypatch.setattr(configs, "EARLY_START", early)
+        p = model.predict_point(2304, "bf16", cfg, toy_target())
+        assert p["schedule"] == "row tail" and p["tail_rows"] == 896 and p["config"].endswith(" RTW")
+        assert p["predicted_ms"] == pytest.approx((cycles / 1e9 + 3e-6) * 1e3, rel=1e-6), early
+
+
+@pytest.mark.parametrize("shape,slots", [((45, 48, 80), 4), ((70, 144, 48), 3)])
+def test_wide_tail_matches_float64_on_odd_shapes(shape, slots, device):
+    """The launcher's own tail tile for a wide row tail (no tail_config given): 128x128 on the rows left over."""
+    if device == "cuda" and not configs.tma_supported(kernels._device_cc(torch.device("cuda"))):
+        pytest.skip("this GPU has no TMA")
+    m, n, k = shape
+    big = configs.TileConfig(16, 32, 16, 2, 4, 2, row_tail=True, wide_tail=True)
+    assert 0 < configs.row_tail_rows(m, n, big, slots) < m
+    a, b = kernels.operands(m, n, k, "bf16", device)
+    out = torch.full((m, n), float("nan"), device=device, dtype=torch.bfloat16)
+    _, path, _ = kernels.triton_matmul(a, b, "bf16", out, big, tma="on", programs=slots)
+    assert path == "tma"
+    timing.check_close(out, measure.reference(a, b), "bf16", f"wide row tail {shape}")
 
 
 # ---------------------------------------------------------------------------------------------

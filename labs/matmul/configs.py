@@ -36,12 +36,13 @@ class TileConfig:
     streamk: bool = False  # persistent stream-K schedule (TMA path only): the partial wave's K steps shared out
     row_tail: bool = False  # row tail (TMA path only): the full waves' tile rows, then the rest in ROW_TAIL_TILE
     edge: bool = False  # interior + edge (TMA path only): whole tiles inside, thin strips of EDGE tiles at the edges
+    wide_tail: bool = False  # with row_tail: the rows left in WIDE_TAIL_TILE tiles instead of ROW_TAIL_TILE
 
     @property
     def label(self) -> str:
         return (f"{self.block_m}x{self.block_n}x{self.block_k} G{self.group_m} "
                 f"w{self.num_warps} s{self.num_stages}" + (" SK" if self.streamk else "")
-                + (" RT" if self.row_tail else "") + (" EG" if self.edge else ""))
+                + (" RT" + ("W" if self.wide_tail else "") if self.row_tail else "") + (" EG" if self.edge else ""))
 
 
 # Fixed configs per dtype, chosen from measurements on an H200 (Triton 3.6):
@@ -63,7 +64,8 @@ DEFAULT_CONFIGS = {
 # 0.79x; 3 stages fit 3, 396 slots, 0.84x. N = 1024: 128 tiles, one program an SM with 6 stages, 0.97x against
 # 0.87x with 4). Where the big tile's last wave is less than half full (N = 2056-3072, 5120) the row tail takes
 # over (ROW_TAIL_TILE below; it replaced a 128x128 tile there: 0.86x -> 1.04x at 2304, 0.75x -> 0.90x at 3072,
-# 0.53x -> 0.61x at 2056, 0.61x -> 0.69x at 2064, and 0.88-0.92x -> 0.99x at 5120 on an H100). Between 128x256 and
+# 0.53x -> 0.61x at 2056, 0.61x -> 0.69x at 2064, and 0.88-0.92x -> 0.99x at 5120 on an H100), in 128x128 tiles
+# where 64x64 ones would need a second round on the SMs (WIDE_TAIL_TILE below). Between 128x256 and
 # 128x128 otherwise, the one whose last wave is fuller wins when it fills the waves by a tenth more. With the early start
 # (EARLY_START below), N a little over a multiple of the big tile (2056, 2064) takes interior + edge (edge_applies), and
 # where the big tile gives too few SMs a tile but 128x128 makes one full wave and a small last one (1536), a row tail
@@ -158,6 +160,16 @@ def streamk_plan(tiles: int, k_steps: int, slots: int, extra_wave: Optional[bool
 # program (64 KiB of shared memory) fits on an SM beside a 128x256 one (144 KiB) that is still finishing.
 ROW_TAIL_TILE = TileConfig(64, 64, 64, 8, 4, 4)
 ROW_TAIL_FILL = 0.5  # the row tail replaces the big tile's last wave when that wave is less than half full
+# The wide tail (" RTW"): where the rows left make more short tiles than the SMs hold at once (3 programs of 64x64 an
+# SM: 396 on an H100), some SMs run a second round of them, and a 64x64 tile loads twice as many bytes per FLOP as a
+# 128x128 one. On an H100 (CLI run of 2026-11-27, c549f57, every multiple of 128 from 1024 to 8192) the sizes whose
+# 64x64 tails made 408-500 tiles (N = 2432, 3200, 3840, 4352, 4736) ran 0.74-0.89x cuBLAS, those with 160-392 (2176,
+# 2304, 3712, 5120, 5632, 6272) 0.93-1.03x; counting from the full waves' time, those tails cost 0.9-1.3 big tiles'
+# time, about what the big tiles' own last wave would have. 128x128 tiles cover the same rows one to an SM (102-125
+# tiles; half a big tile's work each), so the rule takes them wherever they number no more than the SMs.
+# (scripts/matmul_candidates.py times both tails beside cuBLAS at these sizes.) A 128x128 program (128 KiB) does not
+# fit on an SM beside a 128x256 one, so its tiles start as the big tiles' SMs free up.
+WIDE_TAIL_TILE = NARROW_TILE
 # The later launches of the row tail and of interior + edge (below) are programmatic dependent launches (Hopper):
 # their programs may start on the SMs the earlier kernel leaves idle or frees, instead of after it has drained (the
 # parts write different elements of C), and the last program of each waits for the kernel before it just before it
@@ -170,6 +182,11 @@ ROW_TAIL_FILL = 0.5  # the row tail replaces the big tile's last wave when that 
 # The early start is the default on Hopper; re-predicting an older recording (plain stream order) turns it off for
 # the time of the call (set_early_start). Read it as configs.EARLY_START, at call time.
 EARLY_START = True
+
+
+def tail_tile(config: TileConfig) -> TileConfig:
+    """The tile of a row-tail config's second launch: WIDE_TAIL_TILE for a wide tail, else ROW_TAIL_TILE."""
+    return WIDE_TAIL_TILE if config.wide_tail else ROW_TAIL_TILE
 
 
 def row_tail_rows(m: int, n: int, config: TileConfig, slots: int) -> int:
@@ -264,13 +281,13 @@ def tuned_config(n: int, dtype: str, sm_count: int, compute_capability: str = "9
         if tiles_of(n, config) >= MIN_SM_SHARE * sm_count:
             break
     if config is not big and EARLY_START and row_tail_applies(n, NARROW_TILE, dtype, sm_count, compute_capability):
-        return dataclasses.replace(NARROW_TILE, row_tail=True)  # one full wave of 128 x 128 tiles, short tiles after
+        return _with_row_tail(n, NARROW_TILE, dtype, sm_count, compute_capability)  # a full wave of 128x128, the rest
     if config is not big:
         return _deepest_in_one_wave(n, config, dtype, sm_count, compute_capability)
     if edge_applies(n, big, dtype, sm_count, compute_capability):
         return dataclasses.replace(big, edge=True)
     if row_tail_applies(n, big, dtype, sm_count, compute_capability):
-        return dataclasses.replace(big, row_tail=True)
+        return _with_row_tail(n, big, dtype, sm_count, compute_capability)
     narrow_gain = wave_fill(n, NARROW_TILE, dtype, sm_count, compute_capability) - \
         wave_fill(n, big, dtype, sm_count, compute_capability)
     return NARROW_TILE if narrow_gain >= WAVE_GAIN else big
@@ -285,6 +302,26 @@ def _deepest_in_one_wave(n: int, config: TileConfig, dtype: str, sm_count: int,
         if tiles_of(n, deeper) <= sm_count * blocks_per_sm(deeper, dtype, "tma", compute_capability):
             return deeper
     return config
+
+
+def _with_row_tail(n: int, big: TileConfig, dtype: str, sm_count: int, compute_capability: str) -> TileConfig:
+    return dataclasses.replace(big, row_tail=True,
+                               wide_tail=wide_tail_applies(n, big, dtype, sm_count, compute_capability))
+
+
+def wide_tail_applies(n: int, big: TileConfig, dtype: str, sm_count: int, compute_capability: str = "9.0") -> bool:
+    """The row tail's rows go to WIDE_TAIL_TILE when ROW_TAIL_TILE would need more tiles than the SMs hold at once
+    and the wide tile needs no more than they hold (one round each way; see WIDE_TAIL_TILE)."""
+    slots = sm_count * max(1, blocks_per_sm(big, dtype, "tma", compute_capability))
+    rows = n - row_tail_rows(n, n, big, slots)
+    if rows in (0, n):
+        return False
+
+    def rounds(tile: TileConfig) -> int:  # rounds of tiles over the tail's rows on all SMs at once
+        tiles = math.ceil(rows / tile.block_m) * math.ceil(n / tile.block_n)
+        return math.ceil(tiles / (sm_count * max(1, blocks_per_sm(tile, dtype, "tma", compute_capability))))
+
+    return rounds(ROW_TAIL_TILE) > 1 and rounds(WIDE_TAIL_TILE) == 1
 
 
 def row_tail_applies(n: int, big: TileConfig, dtype: str, sm_count: int, compute_capability: str = "9.0") -> bool:
@@ -331,16 +368,16 @@ def fitted_default(dtype: str, compute_capability: str) -> TileConfig:
 
 
 def parse_label(label: str) -> Optional[TileConfig]:
-    """TileConfig.label read back ("128x256x64 G8 w8 s3", then " SK", " RT" or " EG" for a schedule); None if it is
-    not one."""
+    """TileConfig.label read back ("128x256x64 G8 w8 s3", then " SK", " RT", " RTW" or " EG" for a schedule); None if
+    it is not one."""
     try:
         parts = label.split()
         bm, bn, bk = (int(x) for x in parts[0].split("x"))
         flags = parts[4:]
-        if any(f not in ("SK", "RT", "EG") for f in flags):
+        if any(f not in ("SK", "RT", "RTW", "EG") for f in flags):
             return None
         return TileConfig(bm, bn, bk, int(parts[1][1:]), int(parts[2][1:]), int(parts[3][1:]), "SK" in flags,
-                          "RT" in flags, "EG" in flags)
+                          "RT" in flags or "RTW" in flags, "EG" in flags, "RTW" in flags)
     except (AttributeError, IndexError, ValueError):
         return None
 

@@ -28,8 +28,8 @@ from labs.engine import timing
 from labs.engine.gpu import device_sm_count
 import labs.matmul.configs as configs
 from labs.matmul.configs import (AUTOTUNE_CONFIGS, DEFAULT_CONFIGS, EDGE_COL_TILE, EDGE_ROW_TILE, KMAJOR_B,
-                                 ROW_TAIL_TILE, TileConfig, blocks_per_sm, edge_interior, row_tail_rows,
-                                 streamk_plan, tma_supported, vector_elems)
+                                 TileConfig, blocks_per_sm, edge_interior, row_tail_rows, streamk_plan, tail_tile,
+                                 tma_supported, vector_elems)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -305,13 +305,13 @@ def triton_matmul(a: torch.Tensor, b: torch.Tensor, dtype: str, out: Optional[to
     """C = A @ B with the Triton kernel. Returns (C, path, compiled kernel or None). With a stream-K
     config on the TMA path, `programs` programs run at once (default: one per SM); `reversed_order` numbers
     them backwards (for tests: the interpreter runs them one by one). With a row-tail config, `programs` is
-    the slots of the big tile's waves and `tail_config` overrides ROW_TAIL_TILE.
+    the slots of the big tile's waves and `tail_config` overrides the tail's tile (configs.tail_tile).
     `extra_meta`: more launch arguments of the plain kernels (the chains' programmatic dependent launch)."""
     (m, k), n = a.shape, b.shape[1]
     config = config or DEFAULT_CONFIGS[dtype]
     out = torch.empty((m, n), device=a.device, dtype=out_dtype(dtype)) if out is None else out
     if config.row_tail and not autotune:
-        return _row_tail_matmul(a, b, dtype, out, config, tma, programs, tail_config or ROW_TAIL_TILE)
+        return _row_tail_matmul(a, b, dtype, out, config, tma, programs, tail_config or tail_tile(config))
     if config.edge and not autotune:
         return _edge_matmul(a, b, dtype, out, config, tma)
     kmajor_b = b.stride(0) == 1 and b.stride(1) != 1
@@ -373,7 +373,7 @@ def _row_tail_matmul(a, b, dtype, out, config, tma, programs, tail_config):
     tile on the rows of the full waves, then the short tile on the rest. Falls back to one launch of the big tile
     off the TMA path (the per-size choices were measured there)."""
     m, n = a.shape[0], b.shape[1]
-    big = dataclasses.replace(config, row_tail=False)
+    big = dataclasses.replace(config, row_tail=False, wide_tail=False)
     cc = _device_cc(a.device)
     slots = programs or sm_count_of(a.device) * max(1, blocks_per_sm(big, dtype, "tma", cc))
     rows = row_tail_rows(m, n, big, slots)

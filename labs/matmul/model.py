@@ -25,9 +25,9 @@ from labs.engine.gpu import (KERNEL_LAUNCH_US, L1_BYTES_PER_CLOCK, LSU_INSTR_PER
                              clock_hz, sm_shape)
 from labs.hierarchy.model import l2_tbps  # noqa: F401  (the L2 plateau that lab measures)
 import labs.matmul.configs as configs
-from labs.matmul.configs import (EDGE_COL_TILE, EDGE_ROW_TILE, ROW_TAIL_TILE, TileConfig, blocks_per_sm,
-                                 config_for, edge_interior, load_path, out_bytes, parse_label, pow2_dividing,
-                                 row_tail_rows, streamk_plan)
+from labs.matmul.configs import (EDGE_COL_TILE, EDGE_ROW_TILE, TileConfig, blocks_per_sm, config_for,
+                                 edge_interior, load_path, out_bytes, parse_label, pow2_dividing, row_tail_rows,
+                                 shared_bytes, streamk_plan, tail_tile)
 
 LAYOUT_BYTES_PER_THREAD = 16  # Triton's load layout gives each thread 16 consecutive bytes of a row
 FIXED_US = KERNEL_LAUNCH_US  # per launch: the kernel's start, the first tiles' trip from memory, the last store
@@ -188,22 +188,27 @@ def clock_boost(target: Target, dtype: str, busy_fraction: float) -> float:
     return min(max(1.0, peak / calibrated), busy_fraction ** (-1 / POWER_CLOCK_EXPONENT))
 
 
-def _parts_cycles(first: float, later: list, k: int, dtype: str, path: str, target: Target,
-                  flop_per_clock: float) -> float:
-    """Clocks of the busiest SM for a chain of launches (_launch_chain): `first` for the first part, then each
-    (rows, columns, config) of `later`. In plain stream order they add up. With the early start, the later parts'
-    programs run beside the first one's, on every SM: their K steps (at their own cost per step) spread over all
-    SMs add to the first part's time, but no part ends before its own busiest SM has done its share."""
+def _parts_cycles(first: float, first_config: TileConfig, later: list, k: int, dtype: str, path: str,
+                  target: Target, flop_per_clock: float) -> float:
+    """Clocks of the busiest SM for a chain of launches (_launch_chain): `first` for the first part (in tiles of
+    `first_config`), then each (rows, columns, config) of `later`. In plain stream order they add up. With the early
+    start, the programs of a later part that fits on an SM beside a first part's program run beside them, on every
+    SM: their K steps (at their own cost per step) spread over all SMs add to the first part's time, but no part ends
+    before its own busiest SM has done its share. A later part too large to fit beside one (the wide row tail) waits
+    for the first part's SMs to free: its time adds up, as in stream order."""
     own = [_grid_cycles(m, n, cfg, dtype, path, target, flop_per_clock, k=k) for m, n, cfg in later]
     if not configs.EARLY_START:
         return first + sum(own)
+    room = sm_shape(target.compute_capability).smem_bytes - shared_bytes(first_config, dtype, path)
+    beside = [shared_bytes(cfg, dtype, path) <= room for _, _, cfg in later]
     spread = 0.0
-    for m, n, cfg in later:
-        if m > 0 and n > 0:
+    for (m, n, cfg), fits in zip(later, beside):
+        if m > 0 and n > 0 and fits:
             tiles = math.ceil(m / cfg.block_m) * math.ceil(n / cfg.block_n)
             step = step_cycles(cfg, dtype, path, flop_per_clock)["step"]
             spread += tiles * math.ceil(k / cfg.block_k) * step / target.sm_count
-    return max([first + spread] + own)
+    after = sum(t for t, fits in zip(own, beside) if not fits)
+    return max([first + spread] + [t for t, fits in zip(own, beside) if fits]) + after
 
 
 def predict_point(n: int, dtype: str, config: TileConfig, target: Target, tma: str = "auto") -> dict:
@@ -230,15 +235,15 @@ def predict_point(n: int, dtype: str, config: TileConfig, target: Target, tma: s
         tail_rows = n - rows
         if 0 < rows < n:
             busy_cycles = _parts_cycles(
-                _grid_cycles(rows, n, config, dtype, path, target, flop_per_clock),
-                [(tail_rows, n, ROW_TAIL_TILE)], n, dtype, path, target, flop_per_clock)
+                _grid_cycles(rows, n, config, dtype, path, target, flop_per_clock), config,
+                [(tail_rows, n, tail_tile(config))], n, dtype, path, target, flop_per_clock)
     if config.edge and path == "tma":  # whole tiles inside, then the strips at the bottom and on the right
         rows, cols = edge_interior(n, n, config)
         if 0 < rows and 0 < cols and (rows, cols) != (n, n):
             edge_rows = n - rows
             strips = [(n - rows, n, EDGE_ROW_TILE), (rows, n - cols, EDGE_COL_TILE)]
             first = _grid_cycles(rows, cols, config, dtype, path, target, flop_per_clock, k=n)
-            busy_cycles = _parts_cycles(first, strips, n, dtype, path, target, flop_per_clock)
+            busy_cycles = _parts_cycles(first, config, strips, n, dtype, path, target, flop_per_clock)
     fixup_cycles, sk_tiles = 0.0, 0
     if config.streamk and path == "tma":  # the busiest program's share of steps, plus its fix-up traffic
         plan = streamk_plan(tiles, k_steps, slots)
@@ -324,7 +329,7 @@ def explain_misses(rows: list, band_pct: float = MISS_BAND_PCT) -> list[dict]:
             reason = "small N: start-up and first loads dominate"
         elif " EG" in str(r.get("config", "")) and err < 0:
             reason = "interior + edge: the strips run mostly where the interior leaves SMs idle"
-        elif " RT" in str(r.get("config", "")) and err > 0:
+        elif str(r.get("config", "")).endswith(" RT") and err > 0:  # short tiles (not the wide tail's)
             reason = "row tail: the short tiles overlap the big ones' last wave"
         elif (r.get("last_wave_util") or 1) < 0.75 and err > 0:
             reason = "partial last wave: fewer SMs busy, higher clock"
