@@ -71,8 +71,8 @@ def naive_probe_heads(n: int, dtype: str, heads: int) -> int:
     return min(heads, max(2, NAIVE_PROBE_BYTES // (n * n * _nbytes(dtype))))
 
 
-def probe_naive_kernels(n: int, dtype: str, heads: int, causal: bool) -> list[dict]:
-    """Rows with the rate (TB/s, bytes read + written) at which torch's softmax and masked_fill stream an N x N
+def probe_naive_kernels(n: int, dtype: str, heads: int, causal: bool):
+    """Rows (yielded each right after its timing, so the runner gives each row its own spread) with the rate (TB/s, bytes read + written) at which torch's softmax and masked_fill stream an N x N
     matrix of row length n, timed on a slice of `heads` rows-of-matrices of about NAIVE_PROBE_BYTES (the kernel
     torch picks depends on the row length, not on how many rows there are). The L2 is emptied by a read before
     each call, so no dirty lines of the flush are written back during the probe."""
@@ -85,13 +85,11 @@ def probe_naive_kernels(n: int, dtype: str, heads: int, causal: bool) -> list[di
         s_causal = s.masked_fill(hidden, float("-inf"))
         fns["softmax-causal"] = lambda: torch.softmax(s_causal, dim=-1)
         fns["masked-fill"] = lambda: s.masked_fill_(hidden, float("-inf"))  # last: it overwrites s
-    rows = []
     for kernel, fn in fns.items():
         ms = timing.time_ms_clean_l2(fn, warmup_ms=5, rep_ms=25)
         moved = 2 * h * n * n * e
-        rows.append({"impl": PROBE_IMPL, "mode": kernel, "causal": None, "dtype": dtype, "head_dim": None,
-                     "seq_len": n, "probe_bytes": moved, "measured_ms": ms, "measured_tbps": timing.tbps(moved, ms)})
-    return rows
+        yield {"impl": PROBE_IMPL, "mode": kernel, "causal": None, "dtype": dtype, "head_dim": None,
+               "seq_len": n, "probe_bytes": moved, "measured_ms": ms, "measured_tbps": timing.tbps(moved, ms)}
 
 
 def _poisoned(like: torch.Tensor) -> torch.Tensor:
