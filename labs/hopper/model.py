@@ -145,14 +145,14 @@ def load_latency(target: Target) -> tuple:
     published 480 cycles, which are the fallback."""
     in_run = _RUN_LATENCY_US.get()
     if in_run:
-        return in_run * 1e-6, f"{in_run:.2f} us, probed in the same run"
+        return in_run * 1e-6, "probed in the same run"
     here = load_latency_us(target)
     if here:
-        return here * 1e-6, f"{here:.2f} us, probed on this GPU by the Matmul lab's probe"
+        return here * 1e-6, "probed on this GPU by the Matmul lab's probe"
     recorded = recorded_load_latency_us(target.key)
     if recorded:
-        return recorded * 1e-6, f"{recorded:.2f} us, probed by the Matmul lab on this GPU kind"
-    return HBM_LATENCY_CYCLES / clock_hz(target), f"about {HBM_LATENCY_CYCLES} cycles ({LATENCY_SOURCE})"
+        return recorded * 1e-6, "probed by the Matmul lab on this GPU kind"
+    return HBM_LATENCY_CYCLES / clock_hz(target), f"never probed on this GPU kind: the published figure, {LATENCY_SOURCE}"
 
 
 def unthrottled_math_s(math_s: float, wait_s: float, headroom: float) -> float:
@@ -385,9 +385,11 @@ def lesson_numbers(target: Target) -> dict:
         "rate_4096": known(rate_4096, ".0f"), "rate_8192": known(rate_8192, ".0f"), "rate_source": rate_source,
         "l2_plateau_tbps": f"{l2_plateau:.1f}",
         "l2_needed_tbps": f"{tma_8192.get('predicted_l2_request_tbps', 0):.1f}",
-        "math_us": known(base["math_s"] * us, ".2f"),
+        "math_us": known(piped["math_s"] * us, ".2f"),
         "operand_us": known(base["operand_s"] * us, ".2f"), "latency_us": known(base["latency_s"] * us, ".2f"),
-        "latency_cycles": str(HBM_LATENCY_CYCLES), "latency_source": LATENCY_SOURCE, "l2_source": l2_source,
+        "latency_cycles": f"{base['latency_s'] * clock_hz(target):.0f}", "latency_source": load_latency(target)[1],
+        "published_cycles": str(HBM_LATENCY_CYCLES), "l2_source": l2_source,
+        "math_1_us": known(base["math_s"] * us, ".2f"),
         "slice_1_us": known(base["slice_s"] * us, ".2f"), "slice_3_us": known(piped["slice_s"] * us, ".2f"),
         "tiles_8192": str(tiles), "waves_8192": str(math.ceil(tiles / slots)),
         "dram_row_gb": f"{row_major / 1e9:.2f}", "dram_grouped_gb": f"{grouped / 1e9:.2f}",
