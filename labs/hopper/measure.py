@@ -24,9 +24,9 @@ from labs.hopper.kernels import anatomy_matmul, prepare
 from labs.hopper.model import BEST_STEP, STEPS, step_candidates
 from labs.matmul.configs import dtype_support, tma_supported
 from labs.matmul.kernels import cublas_matmul, operands
-from labs.matmul.measure import compiled_resources, check_sampled
+from labs.matmul.measure import compiled_resources, check_sampled, probe_floor_us
 from labs.matmul.measure import reference  # noqa: F401  (A @ B in float64 of the stored values; the tests use it)
-from labs.matmul.model import bytes_needed
+from labs.matmul.model import bytes_needed, load_latency_us
 
 
 # ---------------------------------------------------------------------------------------------
@@ -187,6 +187,16 @@ def fastest_config(configs, a, b, out, dtype: str, n: int) -> tuple:
     return chosen, "; ".join(f"{sw.config_label}: {note}" for _, sw, note in tried)
 
 
+def probed_load_latency_us(target: Target) -> float:
+    """How long a slice asked of memory takes to land, measured by the Matmul lab's probe once in this process (the
+    one-stage step waits it on every slice: labs/hopper/model.py load_latency). The probe's timings are its own, not
+    a row's: they are kept out of the rows' spreads."""
+    if not load_latency_us(target):
+        with timing.collecting():
+            probe_floor_us(target)
+    return load_latency_us(target)
+
+
 def measure(params, target: Target, progress):
     dtype = params.dtype
     total = len(params.sizes) * (len(params.steps) + 1)
@@ -201,6 +211,8 @@ def measure(params, target: Target, progress):
                 yield f"Step {step!r}: the configuration {note}; the others are tried."
         else:
             yield f"Step {step!r} does not run here ({'; '.join(notes)}); it is left out."
+    progress(done / total, "probe: how long a slice takes to arrive from memory")
+    latency_us = probed_load_latency_us(target)  # on every step row, so that a re-prediction uses this run's
     previous_ptx = None  # a switch the compiler ignores leaves the PTX as it was: say so
     for n in params.sizes:
         a, b = operands(n, n, n, dtype, kmajor_b=False)
@@ -240,7 +252,7 @@ def measure(params, target: Target, progress):
                 row["measured_pct_of_cublas_beside"] = 100.0 * beside_ms / ms
             row = {"step": step, "n": n, "dtype": dtype, "measured_ms": ms, "measured_tflops": tflops,
                    "measured_pct_of_cublas": 100.0 * tflops / cublas_tflops, "check_rel_error": err,
-                   "measured_l2_request_tbps": timing.tbps(l2_bytes, ms)} | row
+                   "measured_l2_request_tbps": timing.tbps(l2_bytes, ms), "load_latency_us": latency_us} | row
             row |= instruction_summary(compiled)
             row |= compiled_resources(compiled)
             ptx = compiled.asm.get("ptx", "")

@@ -22,8 +22,9 @@ from labs.engine.params import ParamError
 from labs.glossary import LATENCY_CYCLES, LATENCY_SOURCE
 from labs.matmul.configs import TileConfig, blocks_per_sm, out_bytes
 from labs.matmul.ladder_model import lesson_numbers as ladder_numbers
-from labs.matmul.model import FIXED_US, L1_BYTES_PER_CLOCK, clock_hz, grouped_tile, l2_tbps
-from labs.matmul.rates import recorded_cublas_tflops
+from labs.matmul.model import (FIXED_US, L1_BYTES_PER_CLOCK, POWER_CLOCK_EXPONENT, clock_hz, grouped_tile, l2_tbps,
+                               load_latency_us)
+from labs.matmul.rates import recorded_cublas_tflops, recorded_load_latency_us
 
 DTYPES = ("bf16", "fp16")
 ORDERS = ("row-major", "grouped", "hilbert")
@@ -128,8 +129,44 @@ _ORDER_TABLES: dict = {}
 
 
 # Load-to-use latency of device memory on Hopper from published microbenchmarks, the figure the
-# glossary quotes (labs/glossary/facts.py): the model converts it to time with the clock the FMA ceiling implies.
+# glossary quotes (labs/glossary/facts.py): the model's last resort, where no probe on this GPU kind measured it.
 HBM_LATENCY_CYCLES = LATENCY_CYCLES["hbm"]
+# The load latency (us) the probe measured in the run being re-predicted (see repredict); None outside one
+_RUN_LATENCY_US: contextvars.ContextVar = contextvars.ContextVar("hopper_run_latency_us", default=None)
+
+
+def load_latency(target: Target) -> tuple:
+    """(seconds, where it comes from): how long a slice asked of memory takes to land in shared memory.
+
+    Measured where it can be: the Matmul lab's probe (a 64 x 64 tile with more K steps, L2 flushed, timed like
+    the products: labs/matmul/measure.py probe_floor_us), in this run, else in this process, else in the Matmul
+    lab's recording of this GPU kind. It includes what a real load pays besides the DRAM's own latency (the
+    request's trip, the copy's completion on a barrier): on an H100 and an H200 it is ~0.8 us, three times the
+    published 480 cycles, which are the fallback."""
+    in_run = _RUN_LATENCY_US.get()
+    if in_run:
+        return in_run * 1e-6, "probed in the same run"
+    here = load_latency_us(target)
+    if here:
+        return here * 1e-6, "probed on this GPU by the Matmul lab's probe"
+    recorded = recorded_load_latency_us(target.key)
+    if recorded:
+        return recorded * 1e-6, "probed by the Matmul lab on this GPU kind"
+    return HBM_LATENCY_CYCLES / clock_hz(target), f"never probed on this GPU kind: the published figure, {LATENCY_SOURCE}"
+
+
+def unthrottled_math_s(math_s: float, wait_s: float, headroom: float) -> float:
+    """Time of one slice's math when the tensor cores work only between waits of `wait_s`.
+
+    The rate the model starts from (cuBLAS's) is held at the clock the power cap allows with the tensor cores busy
+    all the time. Busy a fraction f of the time, they draw about f x clock^3 (the Matmul lab's power rule,
+    labs/matmul/model.py clock_boost), so the same power holds a clock f^(-1/3) times higher, up to the datasheet's
+    (`headroom`: datasheet rate over the starting rate). f depends on the clock it buys: a few rounds settle it."""
+    boost = 1.0
+    for _ in range(20):
+        busy = math_s / boost / (math_s / boost + wait_s)
+        boost = min(max(1.0, headroom), busy ** (-1 / POWER_CLOCK_EXPONENT))
+    return math_s / boost
 
 
 def dram_bytes(order: str, n: int, dtype: str, slots: int, l2_bytes: int, block=(BLOCK_M, BLOCK_N)) -> float:
@@ -195,9 +232,11 @@ def step_times(sw: Switches, dtype: str, target: Target, n: Optional[int] = None
       clock, as the Matmul lab's model does (a one-stage pointer kernel moves it twice: into registers,
       then into shared memory). The L2 is not a limit here: it serves every SM at once, and the recorded
       steps draw more from it than the Memory hierarchy lab's streaming kernel does (see l2_tbps);
-    - latency: a slice arrives one memory latency after it is asked for; with S stages, S - 1 slices
-      are in flight, so a slice can be consumed every latency / (S - 1) at best (Little's law), and
-      with one stage the SM waits for each slice before multiplying it;
+    - latency: a slice arrives one load latency (load_latency: probed) after it is asked for; with S stages,
+      S - 1 slices are in flight, so a slice can be consumed every latency / (S - 1) at best (Little's law), and
+      with one stage the SM waits for each slice before multiplying it. Registers allow one such program per SM
+      (228 a thread, 8 warps), so no other program fills the wait. The tensor cores, idle most of the time,
+      then clock above the rate cuBLAS holds (unthrottled_math_s);
     - tile start (pipeline fill: one latency and one slice) and end (the C tile leaving through shared
       memory at the same 128 bytes per clock; the L2 takes it, and its trip to DRAM is in the DRAM term):
       paid per tile with one program per tile; a persistent kernel overlaps the end with the next tile
@@ -210,12 +249,15 @@ def step_times(sw: Switches, dtype: str, target: Target, n: Optional[int] = None
     tflops, _ = tensor_core_tflops(n, dtype, target)
     rate = (tflops or 0) * 1e12 / sms
     clock = clock_hz(target)
-    latency = HBM_LATENCY_CYCLES / clock
+    latency, _ = load_latency(target)
     math_s = 2 * bm * bn * bk / rate if rate else float("nan")
     through_registers = not sw.tma and sw.stages == 1  # no asynchronous copy: load, then store to shared
     operand_s = (bm + bn) * bk * e * (2 if through_registers else 1) / (L1_BYTES_PER_CLOCK * clock)
-    if sw.stages == 1:
-        slice_s = math_s + latency + operand_s  # load, wait, multiply: nothing overlaps
+    if sw.stages == 1:  # load, wait, multiply: nothing overlaps, and the idle tensor cores clock higher
+        sheet_rate = target.datasheet.matmul_tflops(dtype) if target.datasheet is not None else None
+        headroom = sheet_rate / tflops if sheet_rate and tflops else 1.0
+        math_s = unthrottled_math_s(math_s, latency + operand_s, headroom) if rate else math_s
+        slice_s = math_s + latency + operand_s
     else:
         slice_s = max(math_s, operand_s, (latency + operand_s) / (sw.stages - 1))
     fill = latency + operand_s
@@ -297,15 +339,20 @@ def predict(params, target: Target) -> list[dict]:
 
 def repredict(recording: dict, target: Target, params) -> list[dict]:
     """The model of a recorded run (its Params given) at the tensor-core rate of that run's own cuBLAS rows (timed
-    beside the steps at each N), not at whatever the Matmul lab's newest recording holds: a new matmul recording
-    then cannot move this run's predictions (the engine's re-predictions, and the pages' recorded overlays)."""
+    beside the steps at each N) and with the load latency its probe measured (older runs did not probe it: the
+    Matmul lab's recording of the GPU kind then gives it), not at whatever the Matmul lab's newest recording
+    holds: a new matmul recording then cannot move this run's predictions (the engine's re-predictions, and the
+    pages' recorded overlays)."""
     rates = {(r.get("dtype"), r.get("n")): r["measured_tflops"] for r in recording["rows"]
              if r.get("step") == "cuBLAS" and isinstance(r.get("measured_tflops"), (int, float))}
-    token = _RUN_CUBLAS.set(rates)
+    latency = next((float(r["load_latency_us"]) for r in recording["rows"]
+                    if isinstance(r.get("load_latency_us"), (int, float)) and r["load_latency_us"] > 0), None)
+    tokens = _RUN_CUBLAS.set(rates), _RUN_LATENCY_US.set(latency)
     try:
         return predict(params, target)
     finally:
-        _RUN_CUBLAS.reset(token)
+        _RUN_CUBLAS.reset(tokens[0])
+        _RUN_LATENCY_US.reset(tokens[1])
 
 
 def lesson_numbers(target: Target) -> dict:
@@ -338,9 +385,11 @@ def lesson_numbers(target: Target) -> dict:
         "rate_4096": known(rate_4096, ".0f"), "rate_8192": known(rate_8192, ".0f"), "rate_source": rate_source,
         "l2_plateau_tbps": f"{l2_plateau:.1f}",
         "l2_needed_tbps": f"{tma_8192.get('predicted_l2_request_tbps', 0):.1f}",
-        "math_us": known(base["math_s"] * us, ".2f"),
+        "math_us": known(piped["math_s"] * us, ".2f"),
         "operand_us": known(base["operand_s"] * us, ".2f"), "latency_us": known(base["latency_s"] * us, ".2f"),
-        "latency_cycles": str(HBM_LATENCY_CYCLES), "latency_source": LATENCY_SOURCE, "l2_source": l2_source,
+        "latency_cycles": f"{base['latency_s'] * clock_hz(target):.0f}", "latency_source": load_latency(target)[1],
+        "published_cycles": str(HBM_LATENCY_CYCLES), "l2_source": l2_source,
+        "math_1_us": known(base["math_s"] * us, ".2f"),
         "slice_1_us": known(base["slice_s"] * us, ".2f"), "slice_3_us": known(piped["slice_s"] * us, ".2f"),
         "tiles_8192": str(tiles), "waves_8192": str(math.ceil(tiles / slots)),
         "dram_row_gb": f"{row_major / 1e9:.2f}", "dram_grouped_gb": f"{grouped / 1e9:.2f}",
