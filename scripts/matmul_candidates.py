@@ -48,7 +48,7 @@ TINY = {320: tuple(dict.fromkeys(c for cs in SIZES.values() for c in cs))}  # ev
 
 def plan_note(config, tail, n: int, sms: int) -> str:
     """Wave arithmetic: tiles, slots, waves; the row tail's rows, tiles and slots."""
-    plain = dataclasses.replace(config, row_tail=False, wide_tail=False, streamk=False)
+    plain = dataclasses.replace(config, row_tail=False, tail="", streamk=False)
     tiles, slots = configs.tiles_of(n, plain), sms * max(1, configs.blocks_per_sm(plain, DTYPE, "tma", "9.0"))
     note = f"tiles {tiles} slots {slots} waves {tiles / slots:.2f}"
     if tail is not None:
