@@ -529,8 +529,9 @@ def test_tuned_config_gives_every_sm_a_tile_and_fills_waves(monkeypatch):
     assert configs.tuned_config(1280, "bf16", 132) == configs.SMALL_TILES[0]  # 200 tiles: 6 stages fit one an SM, 4 fit two
     assert configs.tuned_config(512, "bf16", 132) == configs.SMALL_TILES[1]  # 64x128 gives 32 tiles; 64x64 gives 64
     assert configs.tuned_config(1792, "bf16", 132) == big  # 98 tiles >= 92.4
-    # N = 2304: 162 big tiles, a full wave of 132 and a last one 23 % full: the row tail
-    assert configs.tuned_config(2304, "bf16", 132) == dataclasses.replace(big, row_tail=True)
+    # N = 2304: 162 big tiles, a full wave of 132 and a last one 23 % full: the row tail (128x64 tail tiles in one
+    # round: test_tail_rounds_by_hand)
+    assert configs.tuned_config(2304, "bf16", 132) == dataclasses.replace(big, row_tail=True, tail="T")
     assert configs.tuned_config(3072, "bf16", 132).row_tail  # 288 tiles: 2 full waves, the last 18 % full
     assert configs.tuned_config(2560, "bf16", 132) == big  # 200 tiles: the last wave 52 % full
     assert configs.tuned_config(4096, "bf16", 132) == big  # 512 tiles, 88 % full
