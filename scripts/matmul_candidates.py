@@ -25,10 +25,8 @@ from labs.matmul.measure import check_sampled, kernel_ms  # noqa: E402
 DTYPE, TOTAL_S = "bf16", 140  # no size starts past TOTAL_S seconds (compiles count)
 BIG = configs.DEFAULT_CONFIGS[DTYPE]  # 128x256x64 w8 s3, 144 KiB
 RT, RT_NARROW = dataclasses.replace(BIG, row_tail=True), dataclasses.replace(NARROW_TILE, row_tail=True)
-# Row-tail tiles (configs.TAIL_TILES): 64x64 s4 (64 KiB) and 128x64 s3 (72 KiB: a third fewer bytes per FLOP) fit on an
-# SM beside a big program; 128x128 s4 (128 KiB, the wide tail) does not; 64x64 s6: more loads in flight for short tails
-T64, T128x64, T128 = configs.ROW_TAIL_TILE, configs.TALL_TAIL_TILE, configs.WIDE_TAIL_TILE
-T64S6 = T(64, 64, 64, 8, 4, 6)
+# Row-tail tiles: configs.TAIL_TILES (64x64, 128x64 and 128x128), and 64x64 s6: more loads in flight for short tails
+T64, T128x64, T128, T64S6 = configs.ROW_TAIL_TILE, configs.TALL_TAIL_TILE, NARROW_TILE, T(64, 64, 64, 8, 4, 6)
 CANDIDATES = {  # name -> (config, row-tail tile or None)
     "big": (BIG, None), "big-RT-t64x64": (RT, T64), "big-RT-t128x64": (RT, T128x64), "big-RT-t128x128": (RT, T128),
     "big-RT-t64x64s6": (RT, T64S6), "big-SK": (dataclasses.replace(BIG, streamk=True), None),
