@@ -305,8 +305,9 @@ def _small_size_config(n: int, small: TileConfig, dtype: str, sm_count: int, com
     (busiest_sm_work); on a tie the first of that order: one launch, then the larger tile. Measured on an H100
     (2026-11-27): 1152 with 64x128 s6 and a 64x64 tail 0.927x cuBLAS (0.75 of a 128x128 tile's time) against 0.893x
     in one wave of 64x128 s4 (2 tiles on the busiest SM: 1.0); 1664 with 64x128 s3 in one wave 0.928x (3 on the
-    busiest SM: 1.5) against 0.859x for 128x128 and a 64x64 tail (156 tiles: a second round, 1.5) and 0.907x with
-    that tail 6 stages deep; 1536 with 128x128 and a 64x64 tail (48 tiles) 0.955x (1.25; 64x128 s3: 1.5, 0.84x)."""
+    busiest SM: 1.5) against 0.859x for 128x128 and a 64x64 tail (156 tiles, a second round; 0.907x 6 stages deep;
+    the 128x64 tail the rule would take counts 1.5 too); 1536 with 128x128 and a 64x64 tail (48 tiles) 0.955x (1.25;
+    64x128 s3: 1.5, 0.84x)."""
     options = [_deepest_in_one_wave(n, small, dtype, sm_count, compute_capability)]
     deepest = dataclasses.replace(small, num_stages=SMALL_STAGES.get((small.block_m, small.block_n),
                                                                      (small.num_stages,))[0])
