@@ -406,7 +406,8 @@ def test_triton_default_configs_on_gpu(dtype):
 @pytest.mark.parametrize("shape,config", [
     ((1536,) * 3, dataclasses.replace(configs.NARROW_TILE, row_tail=True)),
     ((3072,) * 3, dataclasses.replace(configs.DEFAULT_CONFIGS["bf16"], row_tail=True)),
-    ((2432,) * 3, dataclasses.replace(configs.DEFAULT_CONFIGS["bf16"], row_tail=True, wide_tail=True)),
+    ((2432,) * 3, dataclasses.replace(configs.DEFAULT_CONFIGS["bf16"], row_tail=True, tail="W")),
+    ((2304,) * 3, dataclasses.replace(configs.DEFAULT_CONFIGS["bf16"], row_tail=True, tail="T")),
     ((2064,) * 3, dataclasses.replace(configs.DEFAULT_CONFIGS["bf16"], edge=True)),
     ((2057, 2064, 1000), dataclasses.replace(configs.DEFAULT_CONFIGS["bf16"], edge=True))])
 def test_early_start_finishes_every_part_before_the_stream_moves_on(shape, config):
@@ -528,8 +529,9 @@ def test_tuned_config_gives_every_sm_a_tile_and_fills_waves(monkeypatch):
     assert configs.tuned_config(1280, "bf16", 132) == configs.SMALL_TILES[0]  # 200 tiles: 6 stages fit one an SM, 4 fit two
     assert configs.tuned_config(512, "bf16", 132) == configs.SMALL_TILES[1]  # 64x128 gives 32 tiles; 64x64 gives 64
     assert configs.tuned_config(1792, "bf16", 132) == big  # 98 tiles >= 92.4
-    # N = 2304: 162 big tiles, a full wave of 132 and a last one 23 % full: the row tail
-    assert configs.tuned_config(2304, "bf16", 132) == dataclasses.replace(big, row_tail=True)
+    # N = 2304: 162 big tiles, a full wave of 132 and a last one 23 % full: the row tail (128x64 tail tiles in one
+    # round: test_tail_rounds_by_hand)
+    assert configs.tuned_config(2304, "bf16", 132) == dataclasses.replace(big, row_tail=True, tail="T")
     assert configs.tuned_config(3072, "bf16", 132).row_tail  # 288 tiles: 2 full waves, the last 18 % full
     assert configs.tuned_config(2560, "bf16", 132) == big  # 200 tiles: the last wave 52 % full
     assert configs.tuned_config(4096, "bf16", 132) == big  # 512 tiles, 88 % full
@@ -767,31 +769,87 @@ def test_row_tail_model_with_the_early_start_by_hand(monkeypatch):
     assert p["predicted_ms"] == pytest.approx((cycles / 1e9 + 3e-6) * 1e3, rel=1e-6)
 
 
-def test_wide_tail_where_short_tiles_would_need_a_second_round():
-    """132 SMs (an H100): the row tail's rows go to 128x128 tiles where 64x64 ones outnumber the 3 x 132 = 396 the SMs
-    hold at once and 128x128 ones do not outnumber the SMs. N = 2432: 19 x 10 = 190 big tiles, 13 whole rows (130) in
-    the full wave, 2432 - 1664 = 768 rows left: 12 x 38 = 456 short tiles, 6 x 19 = 114 wide ones."""
+def test_tail_rounds_by_hand():
+    """132 SMs (an H100), 128x256 tiles. N = 2304: 18 x 9 = 162 tiles; the full wave holds 14 whole rows (126 tiles), so
+    6 SMs idle in it, and 2304 - 1792 = 512 rows are left: 4 x 36 = 144 tiles of 128x64. An idle SM does 4 of those (a
+    quarter of a big tile each) in a big tile's time: 144 - 24 = 120 <= 132, one round; in plain stream order the idle
+    SMs cannot start them: two. 72 tiles of 128x128: one round."""
     big = configs.DEFAULT_CONFIGS["bf16"]
-    assert configs.row_tail_rows(2432, 2432, big, 132) == 13 * 128
-    assert configs.wide_tail_applies(2432, big, "bf16", 132)
-    assert configs.tuned_config(2432, "bf16", 132) == dataclasses.replace(big, row_tail=True, wide_tail=True)
-    for n in (3200, 3840, 4352, 4736):  # 500, 480, 408, 444 short tiles; 125, 120, 102, 111 wide ones
-        assert configs.tuned_config(n, "bf16", 132).wide_tail, n
-    for n in (2176, 2304, 3072, 3712, 5120, 5632):  # 204, 288, 192, 348, 160, 352 short tiles: one round
-        chosen = configs.tuned_config(n, "bf16", 132)
-        assert chosen.row_tail and not chosen.wide_tail, n
-    # N = 4864: 8 x 76 = 608 short tiles, but 4 x 38 = 152 wide ones are more than the SMs: the short tiles stay
-    assert configs.tuned_config(4864, "bf16", 132) == dataclasses.replace(big, row_tail=True)
-    assert configs.tail_tile(configs.tuned_config(2432, "bf16", 132)) == configs.WIDE_TAIL_TILE == configs.NARROW_TILE
-    assert configs.tail_tile(configs.tuned_config(2304, "bf16", 132)) == configs.ROW_TAIL_TILE
-    assert not configs.wide_tail_applies(2560, big, "bf16", 132)  # no row tail at all: nothing to widen
+    assert configs.row_tail_rows(2304, 2304, big, 132) == 14 * 128
+    assert configs.tail_rounds(2304, big, configs.TALL_TAIL_TILE, "bf16", 132) == 1
+    assert configs.tail_rounds(2304, big, configs.WIDE_TAIL_TILE, "bf16", 132) == 1
+    assert configs.tail_rounds(2304, big, configs.ROW_TAIL_TILE, "bf16", 132) == 2  # 288 - 6 x 8 = 240 > 132
+    with_early = configs.EARLY_START
+    try:
+        configs.set_early_start(False)
+        assert configs.tail_rounds(2304, big, configs.TALL_TAIL_TILE, "bf16", 132) == 2
+    finally:
+        configs.set_early_start(with_early)
+    # N = 3712: 29 x 15 = 435 tiles; 3 full waves (396) hold 26 whole rows (390 tiles): 6 idle SMs; 384 rows left:
+    # 3 x 58 = 174 tiles of 128x64, 174 - 24 = 150 > 132: two rounds; 87 of 128x128: one
+    assert configs.tail_rounds(3712, big, configs.TALL_TAIL_TILE, "bf16", 132) == 2
+    assert configs.tail_rounds(3712, big, configs.WIDE_TAIL_TILE, "bf16", 132) == 1
+    # N = 4864: 38 x 19 = 722 tiles; 5 full waves (660) hold 34 whole rows (646 tiles): 14 idle SMs, each doing two
+    # 128x128 tiles (half a big tile) before the others finish; 512 rows left: 4 x 38 = 152, 152 - 28 = 124 <= 132
+    assert configs.tail_rounds(4864, big, configs.WIDE_TAIL_TILE, "bf16", 132) == 1
 
 
-def test_wide_tail_label_reads_back():
-    wide = dataclasses.replace(configs.DEFAULT_CONFIGS["bf16"], row_tail=True, wide_tail=True)
-    assert wide.label == "128x256x64 G8 w8 s3 RTW"
-    assert configs.parse_label(wide.label) == wide
-    assert not configs.parse_label("128x256x64 G8 w8 s3 RT").wide_tail  # recordings before the wide tail
+def test_tail_tile_is_a_quarter_of_the_big_one_in_one_round_else_a_half():
+    big = configs.DEFAULT_CONFIGS["bf16"]
+    for n in (2176, 2304, 2944, 3072, 4224, 6656):  # 102, 144, 46, 96, 132, 208 tall tiles: one round
+        assert configs.tuned_config(n, "bf16", 132) == dataclasses.replace(big, row_tail=True, tail="T"), n
+    for n in (2432, 3200, 3712, 3840, 4352, 4736, 4864, 5632, 6400, 7552):  # 228, 250, 174, ... tall tiles: two rounds
+        assert configs.tuned_config(n, "bf16", 132) == dataclasses.replace(big, row_tail=True, tail="W"), n
+    assert configs.tuned_config(2688, "bf16", 132) == big  # 231 tiles: the last wave 75 % full, no row tail
+    # N = 6656: 52 x 26 = 1352 tiles; 10 waves (1320) hold 50 whole rows (1300): 20 idle SMs take 80 of the 208 tall
+    # tiles, 128 left
+    assert configs.tail_rounds(6656, big, configs.TALL_TAIL_TILE, "bf16", 132) == 1
+    # After 128x128 tiles the quarter is 64x64, the half 128x64; after 64x128 the half is 64x64 (no quarter tile);
+    # after 64x64 nothing is half of it. N = 1536: 12 x 12 = 144 tiles, 11 whole rows in the wave, 128 rows left: 48
+    # tiles of 64x64. N = 1664: 13 x 13 = 169, 10 whole rows (130), 2 idle SMs, 384 rows: 156 - 8 > 132
+    narrow = configs.NARROW_TILE
+    assert configs.tail_choice(1536, narrow, "bf16", 132) == ""
+    assert configs.tail_choice(1664, narrow, "bf16", 132) == "T"
+    assert configs.tail_choice(1152, configs.TileConfig(64, 128, 64, 8, 4, 6), "bf16", 132) == ""
+    assert configs.tail_choice(768, configs.TileConfig(64, 64, 64, 8, 4, 4), "bf16", 132) is None
+    assert {k: (t.block_m, t.block_n) for k, t in configs.TAIL_TILES.items()} == \
+        {"": (64, 64), "T": (128, 64), "W": (128, 128)}
+
+
+def test_small_sizes_by_the_busiest_sm():
+    """In 128x128 tiles' worth of work on the busiest SM (132 SMs). N = 1152: 18 x 9 = 162 tiles of 64x128; 4 stages
+    run them in one wave, 2 on the busiest SM (1.0); 6 stages (one an SM) hold 14 whole rows (126 tiles, 0.5), then 256
+    rows in 4 x 18 = 72 tiles of 64x64 (one round, 0.25): 0.75. N = 1664: 26 x 13 = 338 tiles of 64x128, 3 stages in
+    one wave, 3 on the busiest SM (1.5); 128x128 tiles with their tail: 1 + a round of 128x64 (0.5), a tie, and one
+    launch wins it. N = 1536: 128x128 with 48 tiles of 64x64 (1.25) against 288 tiles of 64x128 (3 an SM: 1.5)."""
+    small = configs.TileConfig(64, 128, 64, 8, 4, 4)
+    s6_rt = dataclasses.replace(small, num_stages=6, row_tail=True)
+    assert configs.busiest_sm_work(1152, dataclasses.replace(small, num_stages=4), "bf16", 132) == 1.0
+    assert configs.busiest_sm_work(1152, s6_rt, "bf16", 132) == 0.75
+    assert configs.tuned_config(1152, "bf16", 132) == s6_rt
+    narrow_t = dataclasses.replace(configs.NARROW_TILE, row_tail=True, tail="T")
+    assert configs.busiest_sm_work(1664, narrow_t, "bf16", 132) == 1.5
+    assert configs.tuned_config(1664, "bf16", 132) == dataclasses.replace(small, num_stages=3)
+    assert configs.busiest_sm_work(1536, dataclasses.replace(configs.NARROW_TILE, row_tail=True), "bf16", 132) == 1.25
+    assert configs.tuned_config(1536, "bf16", 132) == dataclasses.replace(configs.NARROW_TILE, row_tail=True)
+    for n, stages in ((1024, 6), (1280, 4), (1408, 4)):  # 128 tiles (one wave at 6 stages); 200, 242: no row tail
+        assert configs.tuned_config(n, "bf16", 132) == dataclasses.replace(small, num_stages=stages), n
+    with_early = configs.EARLY_START
+    try:
+        configs.set_early_start(False)  # re-predicting plain stream order: no small-size row tails
+        assert configs.tuned_config(1152, "bf16", 132) == small
+    finally:
+        configs.set_early_start(with_early)
+
+
+def test_tail_labels_read_back():
+    big = configs.DEFAULT_CONFIGS["bf16"]
+    for tail, flag in (("", "RT"), ("T", "RTT"), ("W", "RTW")):
+        config = dataclasses.replace(big, row_tail=True, tail=tail)
+        assert config.label == "128x256x64 G8 w8 s3 " + flag
+        assert configs.parse_label(config.label) == config
+    assert configs.parse_label("128x256x64 G8 w8 s3 RT").tail == ""  # recordings before the tail tiles
+    assert configs.parse_label("128x256x64 G8 w8 s3 RTX") is None
 
 
 def test_wide_tail_model_by_hand(monkeypatch):
@@ -799,7 +857,7 @@ def test_wide_tail_model_by_hand(monkeypatch):
     clocks as in test_row_tail_model_by_hand, then the 896 rows left in 7 x 18 = 126 tiles of 128x128 (one program
     an SM: 128 KiB; 2 x 128 x 128 x 64 / 4096 = 512 clocks a step), two on the busiest SM. A 128x128 program does not
     fit beside a 128x256 one (128 + 144 KiB > 227), so even with the early start the two times add up."""
-    cfg = dataclasses.replace(configs.DEFAULT_CONFIGS["bf16"], row_tail=True, wide_tail=True)
+    cfg = dataclasses.replace(configs.DEFAULT_CONFIGS["bf16"], row_tail=True, tail="W")
     cycles = 36 * 1024 + 36 * 2 * 512
     for early in (False, True):
         monkeypatch.setattr(configs, "EARLY_START", early)
@@ -808,19 +866,33 @@ def test_wide_tail_model_by_hand(monkeypatch):
         assert p["predicted_ms"] == pytest.approx((cycles / 1e9 + 3e-6) * 1e3, rel=1e-6), early
 
 
+def test_tall_tail_model_by_hand(monkeypatch):
+    """The same point with the tall tail: 896 rows in 7 x 36 = 252 tiles of 128x64 (2 x 128 x 64 x 64 / 4096 = 256
+    clocks a step; 72 KiB, 3 programs an SM, so 3 on the busiest SM, together: 36 x 3 x 256). They fit beside a big
+    program (72 + 144 KiB <= 227): with the early start their steps spread over the 100 SMs add 252 x 36 x 256 / 100
+    clocks to the big tiles' 36 x 1024; in stream order the two times add up."""
+    cfg = dataclasses.replace(configs.DEFAULT_CONFIGS["bf16"], row_tail=True, tail="T")
+    for early, cycles in ((False, 36 * 1024 + 36 * 3 * 256), (True, max(36 * 1024 + 252 * 36 * 256 / 100, 36 * 3 * 256))):
+        monkeypatch.setattr(configs, "EARLY_START", early)
+        p = model.predict_point(2304, "bf16", cfg, toy_target())
+        assert p["tail_rows"] == 896 and p["config"].endswith(" RTT")
+        assert p["predicted_ms"] == pytest.approx((cycles / 1e9 + 3e-6) * 1e3, rel=1e-6), early
+
+
+@pytest.mark.parametrize("tail", ["T", "W"])
 @pytest.mark.parametrize("shape,slots", [((45, 48, 80), 4), ((70, 144, 48), 3)])
-def test_wide_tail_matches_float64_on_odd_shapes(shape, slots, device):
-    """The launcher's own tail tile for a wide row tail (no tail_config given): 128x128 on the rows left over."""
+def test_tail_tiles_match_float64_on_odd_shapes(shape, slots, tail, device):
+    """The launcher's own tail tile (no tail_config given): 128x64 or 128x128 on the rows left over."""
     if device == "cuda" and not configs.tma_supported(kernels._device_cc(torch.device("cuda"))):
         pytest.skip("this GPU has no TMA")
     m, n, k = shape
-    big = configs.TileConfig(16, 32, 16, 2, 4, 2, row_tail=True, wide_tail=True)
+    big = configs.TileConfig(16, 32, 16, 2, 4, 2, row_tail=True, tail=tail)
     assert 0 < configs.row_tail_rows(m, n, big, slots) < m
     a, b = kernels.operands(m, n, k, "bf16", device)
     out = torch.full((m, n), float("nan"), device=device, dtype=torch.bfloat16)
     _, path, _ = kernels.triton_matmul(a, b, "bf16", out, big, tma="on", programs=slots)
     assert path == "tma"
-    timing.check_close(out, measure.reference(a, b), "bf16", f"wide row tail {shape}")
+    timing.check_close(out, measure.reference(a, b), "bf16", f"row tail {tail} {shape}")
 
 
 # ---------------------------------------------------------------------------------------------

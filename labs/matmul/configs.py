@@ -34,15 +34,15 @@ class TileConfig:
     num_warps: int = 8  # warps per program (4 warps = one warpgroup on Hopper)
     num_stages: int = 3  # tiles of A and B in flight in shared memory (software pipelining)
     streamk: bool = False  # persistent stream-K schedule (TMA path only): the partial wave's K steps shared out
-    row_tail: bool = False  # row tail (TMA path only): the full waves' tile rows, then the rest in ROW_TAIL_TILE
+    row_tail: bool = False  # row tail (TMA path only): the full waves' tile rows, then the rest in a tail tile
     edge: bool = False  # interior + edge (TMA path only): whole tiles inside, thin strips of EDGE tiles at the edges
-    wide_tail: bool = False  # with row_tail: the rows left in WIDE_TAIL_TILE tiles instead of ROW_TAIL_TILE
+    tail: str = ""  # with row_tail, the tail's tile (TAIL_TILES): "" 64x64, "T" tall 128x64, "W" wide 128x128
 
     @property
     def label(self) -> str:
         return (f"{self.block_m}x{self.block_n}x{self.block_k} G{self.group_m} "
                 f"w{self.num_warps} s{self.num_stages}" + (" SK" if self.streamk else "")
-                + (" RT" + ("W" if self.wide_tail else "") if self.row_tail else "") + (" EG" if self.edge else ""))
+                + (" RT" + self.tail if self.row_tail else "") + (" EG" if self.edge else ""))
 
 
 # Fixed configs per dtype, chosen from measurements on an H200 (Triton 3.6):
@@ -64,12 +64,12 @@ DEFAULT_CONFIGS = {
 # 0.79x; 3 stages fit 3, 396 slots, 0.84x. N = 1024: 128 tiles, one program an SM with 6 stages, 0.97x against
 # 0.87x with 4). Where the big tile's last wave is less than half full (N = 2056-3072, 5120) the row tail takes
 # over (ROW_TAIL_TILE below; it replaced a 128x128 tile there: 0.86x -> 1.04x at 2304, 0.75x -> 0.90x at 3072,
-# 0.53x -> 0.61x at 2056, 0.61x -> 0.69x at 2064, and 0.88-0.92x -> 0.99x at 5120 on an H100), in 128x128 tiles
-# where 64x64 ones would need a second round on the SMs (WIDE_TAIL_TILE below). Between 128x256 and
+# 0.53x -> 0.61x at 2056, 0.61x -> 0.69x at 2064, and 0.88-0.92x -> 0.99x at 5120 on an H100; its tail tile:
+# tail_choice, measured at every multiple of 128 that takes it in TAIL_TILES' comment). Between 128x256 and
 # 128x128 otherwise, the one whose last wave is fuller wins when it fills the waves by a tenth more. With the early start
 # (EARLY_START below), N a little over a multiple of the big tile (2056, 2064) takes interior + edge (edge_applies), and
-# where the big tile gives too few SMs a tile but 128x128 makes one full wave and a small last one (1536), a row tail
-# of 128x128 tiles replaces the small tiles.
+# where the big tile gives too few SMs a tile, a row tail after 128x128 tiles (1536) or after the small tile 6 stages
+# deep (1152) replaces the small tiles in one wave where it keeps the busiest SM less long (_small_size_config).
 SMALL_TILES = (TileConfig(64, 128, 64, 8, 4, 4), TileConfig(64, 64, 64, 8, 4, 4))
 NARROW_TILE = TileConfig(128, 128, 64, 8, 4, 4)
 MIN_SM_SHARE = 0.7  # a tile shape is large enough when it gives at least 70 % of the SMs a tile
@@ -155,21 +155,29 @@ def streamk_plan(tiles: int, k_steps: int, slots: int, extra_wave: Optional[bool
             "max_seg": (share + k_steps - 1) // k_steps + 1 if sk else 1, "max_sharers": max(sharers)}
 
 
-# The rows after the full waves: short tiles (measured on an H100 against 64x128 with 4, 5 and 6 stages: at 3072,
-# 0.90x cuBLAS against 0.82-0.88x; at 2304, 1.04x against 0.86-0.97x). Under the dependent launch below, a 64x64
-# program (64 KiB of shared memory) fits on an SM beside a 128x256 one (144 KiB) that is still finishing.
+# The rows after the full waves go to a tail tile: a quarter of the big tile where the tail's tiles all start in one
+# round on the SMs (tail_rounds), else half of it (tail_choice). A round of quarter tiles takes a quarter of a big
+# tile's time, a round of halves half; past one round, the hardware stacks the extra programs of a small tile on the
+# SMs that free first (up to 3 of 128x64 or 64x64 an SM), while a 128x128 one (128 KiB) takes an SM to itself, so a
+# second round of halves still spreads one to an SM. Measured on an H100 (scripts/matmul_candidates.py, 2026-11-27,
+# docs/matmul-every128/candidates-h100-2026-11-27.txt; x cuBLAS, tail tiles counted for 132 SMs), after 128x256 tiles:
+# - 128x64 in one round beat 128x128 and 64x64: 2176 (102 tiles: 0.980 against 0.826 and 0.935), 2304 (144, 6 SMs
+#   idle in the last full wave: 1.100, 0.920, 1.028), 2944 (46: 0.934, 0.863, 0.895), 3072 (96: 0.954, 0.866,
+#   0.920), 4224 (132: 0.980, 0.937, 0.937); 5888 (92) tied within its spread (1.004, 1.036, 1.001).
+# - 128x64 past one round lost to 128x128: 2432 (228 tiles: 0.753 against 0.898), 3200 (250: 0.784, 0.929), 3712
+#   (174: 0.956, 1.020), 3840 (0.892, 0.962), 4352 (0.917, 0.963), 4736 (0.916, 0.977), 7552 (0.957, 0.988), 4864
+#   (0.915, 0.964: 152 wide tiles, which 14 SMs idle in the last full wave take 28 of), 6400 (0.936, 0.971); within
+#   the spreads at 6656 (1.070; 1.044 and 1.061 in two timings of the 128x128 tail) and 5632 (0.945, 0.938; the
+#   64x64 tail 0.978 there).
+# A 64x64 tile does not run twice as fast as a 128x64 one alone on an SM (a single warpgroup waits on its loads
+# either way: 2944 above), so after 128x256 it is not a tail tile; it is the quarter of a 128x128 tile (1536: 48
+# tiles, 0.955) and the half of a 64x128 one (1152: 72 tiles, 0.927). The 64x64 and 128x64 programs (64 and 72 KiB)
+# fit on an SM beside a 128x256 one (144 KiB) still finishing; a 128x128 one does not, so it starts as they free up.
 ROW_TAIL_TILE = TileConfig(64, 64, 64, 8, 4, 4)
-ROW_TAIL_FILL = 0.5  # the row tail replaces the big tile's last wave when that wave is less than half full
-# The wide tail (" RTW"): where the rows left make more short tiles than the SMs hold at once (3 programs of 64x64 an
-# SM: 396 on an H100), some SMs run a second round of them, and a 64x64 tile loads twice as many bytes per FLOP as a
-# 128x128 one. On an H100 (CLI run of 2026-11-27, c549f57, every multiple of 128 from 1024 to 8192) the sizes whose
-# 64x64 tails made 408-500 tiles (N = 2432, 3200, 3840, 4352, 4736) ran 0.74-0.89x cuBLAS, those with 160-392 (2176,
-# 2304, 3712, 5120, 5632, 6272) 0.93-1.03x; counting from the full waves' time, those tails cost 0.9-1.3 big tiles'
-# time, about what the big tiles' own last wave would have. 128x128 tiles cover the same rows one to an SM (102-125
-# tiles; half a big tile's work each), so the rule takes them wherever they number no more than the SMs.
-# (scripts/matmul_candidates.py times both tails beside cuBLAS at these sizes.) A 128x128 program (128 KiB) does not
-# fit on an SM beside a 128x256 one, so its tiles start as the big tiles' SMs free up.
+TALL_TAIL_TILE = TileConfig(128, 64, 64, 8, 4, 3)  # 3 stages: 72 KiB, so it fits beside a 128x256 program
 WIDE_TAIL_TILE = NARROW_TILE
+TAIL_TILES = {"": ROW_TAIL_TILE, "T": TALL_TAIL_TILE, "W": WIDE_TAIL_TILE}  # TileConfig.tail -> the tail's tile
+ROW_TAIL_FILL = 0.5  # the row tail replaces the big tile's last wave when that wave is less than half full
 # The later launches of the row tail and of interior + edge (below) are programmatic dependent launches (Hopper):
 # their programs may start on the SMs the earlier kernel leaves idle or frees, instead of after it has drained (the
 # parts write different elements of C), and the last program of each waits for the kernel before it just before it
@@ -185,13 +193,13 @@ EARLY_START = True
 
 
 def tail_tile(config: TileConfig) -> TileConfig:
-    """The tile of a row-tail config's second launch: WIDE_TAIL_TILE for a wide tail, else ROW_TAIL_TILE."""
-    return WIDE_TAIL_TILE if config.wide_tail else ROW_TAIL_TILE
+    """The tile of a row-tail config's second launch (TAIL_TILES by its `tail`)."""
+    return TAIL_TILES[config.tail]
 
 
 def row_tail_rows(m: int, n: int, config: TileConfig, slots: int) -> int:
     """Rows of C the big tile covers under the row-tail schedule: the whole tile rows that fit in the full waves
-    (0 when there is no full wave, M when the waves are all full). The rest go to ROW_TAIL_TILE in a second launch,
+    (0 when there is no full wave, M when the waves are all full). The rest go to a tail tile in a second launch,
     whose many short tiles keep the SMs busy where the big tiles' last wave would have left most of them idle."""
     tiles_n = -(-n // config.block_n)
     tiles = -(-m // config.block_m) * tiles_n
@@ -280,10 +288,8 @@ def tuned_config(n: int, dtype: str, sm_count: int, compute_capability: str = "9
     for config in (big,) + SMALL_TILES:
         if tiles_of(n, config) >= MIN_SM_SHARE * sm_count:
             break
-    if config is not big and EARLY_START and row_tail_applies(n, NARROW_TILE, dtype, sm_count, compute_capability):
-        return _with_row_tail(n, NARROW_TILE, dtype, sm_count, compute_capability)  # a full wave of 128x128, the rest
     if config is not big:
-        return _deepest_in_one_wave(n, config, dtype, sm_count, compute_capability)
+        return _small_size_config(n, config, dtype, sm_count, compute_capability)
     if edge_applies(n, big, dtype, sm_count, compute_capability):
         return dataclasses.replace(big, edge=True)
     if row_tail_applies(n, big, dtype, sm_count, compute_capability):
@@ -291,6 +297,25 @@ def tuned_config(n: int, dtype: str, sm_count: int, compute_capability: str = "9
     narrow_gain = wave_fill(n, NARROW_TILE, dtype, sm_count, compute_capability) - \
         wave_fill(n, big, dtype, sm_count, compute_capability)
     return NARROW_TILE if narrow_gain >= WAVE_GAIN else big
+
+
+def _small_size_config(n: int, small: TileConfig, dtype: str, sm_count: int, compute_capability: str) -> TileConfig:
+    """Where the big tile leaves SMs idle: the small tile in one wave, or (with the early start) a row tail after
+    128x128 tiles or after the small tile at its deepest pipeline, whichever keeps the busiest SM least long
+    (busiest_sm_work); on a tie the first of that order: one launch, then the larger tile. Measured on an H100
+    (2026-11-27): 1152 with 64x128 s6 and a 64x64 tail 0.927x cuBLAS (0.75 of a 128x128 tile's time) against 0.893x
+    in one wave of 64x128 s4 (2 tiles on the busiest SM: 1.0); 1664 with 64x128 s3 in one wave 0.928x (3 on the
+    busiest SM: 1.5) against 0.859x for 128x128 and a 64x64 tail (156 tiles, a second round; 0.907x 6 stages deep;
+    the 128x64 tail the rule would take counts 1.5 too); 1536 with 128x128 and a 64x64 tail (48 tiles) 0.955x (1.25;
+    64x128 s3: 1.5, 0.84x)."""
+    options = [_deepest_in_one_wave(n, small, dtype, sm_count, compute_capability)]
+    deepest = dataclasses.replace(small, num_stages=SMALL_STAGES.get((small.block_m, small.block_n),
+                                                                     (small.num_stages,))[0])
+    for big in (NARROW_TILE, deepest) if EARLY_START else ():
+        if row_tail_applies(n, big, dtype, sm_count, compute_capability) and \
+                tail_choice(n, big, dtype, sm_count, compute_capability) is not None:
+            options.append(_with_row_tail(n, big, dtype, sm_count, compute_capability))
+    return min(options, key=lambda c: busiest_sm_work(n, c, dtype, sm_count, compute_capability))
 
 
 def _deepest_in_one_wave(n: int, config: TileConfig, dtype: str, sm_count: int,
@@ -305,23 +330,49 @@ def _deepest_in_one_wave(n: int, config: TileConfig, dtype: str, sm_count: int,
 
 
 def _with_row_tail(n: int, big: TileConfig, dtype: str, sm_count: int, compute_capability: str) -> TileConfig:
-    return dataclasses.replace(big, row_tail=True,
-                               wide_tail=wide_tail_applies(n, big, dtype, sm_count, compute_capability))
+    return dataclasses.replace(big, row_tail=True, tail=tail_choice(n, big, dtype, sm_count, compute_capability))
 
 
-def wide_tail_applies(n: int, big: TileConfig, dtype: str, sm_count: int, compute_capability: str = "9.0") -> bool:
-    """The row tail's rows go to WIDE_TAIL_TILE when ROW_TAIL_TILE would need more tiles than the SMs hold at once
-    and the wide tile needs no more than they hold (one round each way; see WIDE_TAIL_TILE)."""
-    slots = sm_count * max(1, blocks_per_sm(big, dtype, "tma", compute_capability))
-    rows = n - row_tail_rows(n, n, big, slots)
-    if rows in (0, n):
-        return False
+def _area(config: TileConfig) -> int:
+    return config.block_m * config.block_n
 
-    def rounds(tile: TileConfig) -> int:  # rounds of tiles over the tail's rows on all SMs at once
-        tiles = math.ceil(rows / tile.block_m) * math.ceil(n / tile.block_n)
-        return math.ceil(tiles / (sm_count * max(1, blocks_per_sm(tile, dtype, "tma", compute_capability))))
 
-    return rounds(ROW_TAIL_TILE) > 1 and rounds(WIDE_TAIL_TILE) == 1
+def tail_rounds(n: int, big: TileConfig, tile: TileConfig, dtype: str, sm_count: int,
+                compute_capability: str = "9.0") -> int:
+    """Rounds of the row tail's tiles of `tile` on the SMs after the big tiles' full waves: one tile an SM a round
+    (more on one SM share its time), less what the SMs the big tiles' last full wave leaves idle finish before it
+    ends (as many as take a big tile's time each; only with the early start do they start there)."""
+    per_sm = max(1, blocks_per_sm(big, dtype, "tma", compute_capability))
+    slots = sm_count * per_sm
+    rows = row_tail_rows(n, n, big, slots)
+    big_tiles = rows // big.block_m * math.ceil(n / big.block_n)
+    idle_sms = (math.ceil(big_tiles / slots) * slots - big_tiles) // per_sm
+    early = idle_sms * (_area(big) // _area(tile)) if EARLY_START else 0
+    tiles = math.ceil((n - rows) / tile.block_m) * math.ceil(n / tile.block_n)
+    return max(1, math.ceil((tiles - early) / sm_count))
+
+
+def tail_choice(n: int, big: TileConfig, dtype: str, sm_count: int, compute_capability: str = "9.0") -> Optional[str]:
+    """The row tail's tile after `big` (a key of TAIL_TILES): the one a quarter of its size where those take one round
+    (tail_rounds), else the one half its size; None where no tail tile is half of it (see TAIL_TILES)."""
+    by_share = {_area(big) // _area(t): key for key, t in TAIL_TILES.items() if _area(big) % _area(t) == 0}
+    quarter, half = by_share.get(4), by_share.get(2)
+    if quarter is not None and tail_rounds(n, big, TAIL_TILES[quarter], dtype, sm_count, compute_capability) == 1:
+        return quarter
+    return half
+
+
+def busiest_sm_work(n: int, config: TileConfig, dtype: str, sm_count: int, compute_capability: str = "9.0") -> float:
+    """The wave arithmetic of a schedule: the busiest SM's tiles, in 128x128 tiles' worth of work (programs that share
+    an SM share its time); under a row tail, the big tiles' full waves, then the tail's rounds (tail_rounds)."""
+    if not config.row_tail:
+        return math.ceil(tiles_of(n, config) / sm_count) * _area(config) / _area(NARROW_TILE)
+    big = dataclasses.replace(config, row_tail=False, tail="")
+    rows = row_tail_rows(n, n, big, sm_count * max(1, blocks_per_sm(big, dtype, "tma", compute_capability)))
+    big_rounds = math.ceil(rows // big.block_m * math.ceil(n / big.block_n) / sm_count)
+    tile = tail_tile(config)
+    return (big_rounds * _area(big) + tail_rounds(n, big, tile, dtype, sm_count, compute_capability) * _area(tile)) \
+        / _area(NARROW_TILE)
 
 
 def row_tail_applies(n: int, big: TileConfig, dtype: str, sm_count: int, compute_capability: str = "9.0") -> bool:
@@ -368,16 +419,17 @@ def fitted_default(dtype: str, compute_capability: str) -> TileConfig:
 
 
 def parse_label(label: str) -> Optional[TileConfig]:
-    """TileConfig.label read back ("128x256x64 G8 w8 s3", then " SK", " RT", " RTW" or " EG" for a schedule); None if
-    it is not one."""
+    """TileConfig.label read back ("128x256x64 G8 w8 s3", then " SK", " RT" with its tail's key (" RTT", " RTW") or " EG"
+    for a schedule); None if it is not one."""
     try:
         parts = label.split()
         bm, bn, bk = (int(x) for x in parts[0].split("x"))
         flags = parts[4:]
-        if any(f not in ("SK", "RT", "RTW", "EG") for f in flags):
+        if any(f not in {"SK", "EG"} | {"RT" + key for key in TAIL_TILES} for f in flags):
             return None
+        tail = next((f[2:] for f in flags if f.startswith("RT")), None)
         return TileConfig(bm, bn, bk, int(parts[1][1:]), int(parts[2][1:]), int(parts[3][1:]), "SK" in flags,
-                          "RT" in flags or "RTW" in flags, "EG" in flags, "RTW" in flags)
+                          tail is not None, "EG" in flags, tail or "")
     except (AttributeError, IndexError, ValueError):
         return None
 

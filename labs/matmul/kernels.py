@@ -373,7 +373,7 @@ def _row_tail_matmul(a, b, dtype, out, config, tma, programs, tail_config):
     tile on the rows of the full waves, then the short tile on the rest. Falls back to one launch of the big tile
     off the TMA path (the per-size choices were measured there)."""
     m, n = a.shape[0], b.shape[1]
-    big = dataclasses.replace(config, row_tail=False, wide_tail=False)
+    big = dataclasses.replace(config, row_tail=False, tail="")
     cc = _device_cc(a.device)
     slots = programs or sm_count_of(a.device) * max(1, blocks_per_sm(big, dtype, "tma", cc))
     rows = row_tail_rows(m, n, big, slots)

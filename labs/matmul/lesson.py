@@ -14,7 +14,7 @@ from labs.engine import timing
 from labs.engine.gpu import Target
 import labs.matmul.ladder_model as ladder_model
 from labs.matmul.configs import (DEFAULT_CONFIGS, EDGE_COL_TILE, EDGE_ROW_TILE, TileConfig, blocks_per_sm,
-                                 edge_applies, edge_interior, row_tail_rows, tail_tile, tiles_of, wide_tail_applies)
+                                 edge_applies, edge_interior, row_tail_rows, tail_choice, tail_tile, tiles_of)
 from labs.matmul.model import predict_point, tile_grid
 
 
@@ -52,8 +52,8 @@ def _row_tail_numbers(target: Target, n: int = 3072) -> dict:
     slots = target.sm_count * max(1, blocks_per_sm(big, "bf16", "tma", target.compute_capability))
     tiles = tiles_of(n, big)
     rows = row_tail_rows(n, n, big, slots)
-    wide = wide_tail_applies(n, big, "bf16", target.sm_count, target.compute_capability)
-    tail = tail_tile(TileConfig(big.block_m, big.block_n, big.block_k, row_tail=True, wide_tail=wide))
+    choice = tail_choice(n, big, "bf16", target.sm_count, target.compute_capability)
+    tail = tail_tile(TileConfig(big.block_m, big.block_n, big.block_k, row_tail=True, tail=choice or ""))
     return {"rt_tiles": str(tiles), "rt_full_waves": str(tiles // slots), "rt_last_wave": str(tiles % slots),
             "rt_big_rows": str(rows), "rt_tail_rows": str(n - rows),
             "rt_tail_tile": f"{tail.block_m}x{tail.block_n}",

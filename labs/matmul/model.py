@@ -329,7 +329,7 @@ def explain_misses(rows: list, band_pct: float = MISS_BAND_PCT) -> list[dict]:
             reason = "small N: start-up and first loads dominate"
         elif " EG" in str(r.get("config", "")) and err < 0:
             reason = "interior + edge: the strips run mostly where the interior leaves SMs idle"
-        elif str(r.get("config", "")).endswith(" RT") and err > 0:  # short tiles (not the wide tail's)
+        elif str(r.get("config", "")).endswith((" RT", " RTT")) and err > 0:  # tail tiles that fit beside big ones
             reason = "row tail: the short tiles overlap the big ones' last wave"
         elif (r.get("last_wave_util") or 1) < 0.75 and err > 0:
             reason = "partial last wave: fewer SMs busy, higher clock"
