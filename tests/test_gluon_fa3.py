@@ -73,10 +73,16 @@ def test_register_and_shared_memory_budgets():
     fa3 = _fa3()
     # 384 threads (two consumer warpgroups, the producer's warp rounded up to a warpgroup): 168 each at launch;
     # after setmaxnreg the second consumer has 240, the producer 24, and the first what is left: 504 - 264 = 240
-    assert fa3.register_budget(240, 24) == 168
-    with pytest.raises(ValueError, match="fewer"):
-        fa3.register_budget(248, 24)
-    assert fa3.smem_bytes(128, fa3.DEFAULT_CONFIGS[128]) == 32768 + 4 * 32768 + 8 * 14  # Q, 2 x (K, V), barriers
+    assert fa3.register_budget(fa3.FA3Config(block_n=128, stages=2)) == 168
+    with pytest.raises(ValueError, match="leave the first consumer 232"):
+        fa3.register_budget(fa3.FA3Config(block_n=128, stages=2, consumer_regs=248))
+    # three consumers: 512 threads, 128 each at launch; 2 x 160 + 24 leave the first 168
+    assert fa3.register_budget(fa3.FA3Config(block_n=128, stages=3, consumers=3, consumer_regs=160)) == 128
+    with pytest.raises(ValueError, match="leave the first consumer"):
+        fa3.register_budget(fa3.FA3Config(block_n=128, stages=3, consumers=3))
+    # two sets of Q for both consumers, 2 x (K, V), barriers (Q 2 x 2, turns 2, rings 4 x 2)
+    assert fa3.smem_bytes(128, fa3.FA3Config(block_n=128, stages=2)) == 2 * 32768 + 4 * 32768 + 8 * 18
+    assert fa3.smem_bytes(128, fa3.FA3Config(block_n=128, stages=2, q_buffers=1)) == 32768 + 4 * 32768 + 8 * 14
     for d, config in fa3.DEFAULT_CONFIGS.items():
         assert fa3.smem_bytes(d, config) <= fa3.SMEM_BYTES
     assert fa3.smem_bytes(128, fa3.FA3Config(block_n=128, stages=4)) > fa3.SMEM_BYTES

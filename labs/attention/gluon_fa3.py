@@ -42,8 +42,8 @@ from labs.hopper.gluon_support import GluonUnavailable, attention_unavailable_re
 from labs.hopper.gluon_ws import SMEM_BYTES, tma_load
 
 LOG2E = 1.4426950408889634  # exp(x) = exp2(x * log2 e)
-WG_ROWS = 64  # query rows per consumer warpgroup: one m64 wgmma; the program's tile is two of them
-FIRST, SECOND = gl.constexpr(0), gl.constexpr(1)  # the consumer warpgroups' indices
+WG_ROWS = 64  # query rows per consumer warpgroup: one m64 wgmma; a tile is 2 or 3 of them (128 or 192 rows)
+WG0, WG1, WG2 = gl.constexpr(0), gl.constexpr(1), gl.constexpr(2)  # the consumer warpgroups' indices
 CONSUMER_WARPS = gl.constexpr(4)  # one warpgroup per consumer
 PRODUCER_WARPS = gl.constexpr(1)  # one warp issues every copy
 
@@ -83,7 +83,8 @@ def _tile_at(order_ptr, tile):
 # ---------------------------------------------------------------------------------------------
 @gluon.jit
 def _producer(q_desc, k_desc, v_desc, order_ptr, num_tiles, LQ, LK, q_smem, k_ring, v_ring,
-              q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, CAUSAL: gl.constexpr):
+              q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, CAUSAL: gl.constexpr,
+              CONSUMERS: gl.constexpr, Q_BUFFERS: gl.constexpr):
     M: gl.constexpr = q_desc.block_type.shape[0]
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
     STAGES: gl.constexpr = k_ring.type.shape[0]
@@ -91,14 +92,17 @@ def _producer(q_desc, k_desc, v_desc, order_ptr, num_tiles, LQ, LK, q_smem, k_ri
     tiles_done = 0
     for tile in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
         bh, qb = _tile_at(order_ptr, tile)
-        qm0 = qb * (2 * M)
-        n_blocks, n_full = _key_blocks(qm0, LQ, LK, 2 * M, BLOCK_N, CAUSAL)
-        # each consumer's 64 query rows: wait until its last tile's S GEMMs are done with the buffer (a fresh
-        # barrier counts as having completed the phase before phase 0, so the first tile goes straight through)
-        for wg in gl.static_range(2):
-            mbarrier.wait(q_empty.index(wg), (tiles_done & 1) ^ 1)
-            mbarrier.expect(q_ready.index(wg), q_desc.block_type.nbytes)
-            tma_load(q_desc, [bh * LQ + qm0 + wg * M, 0], q_ready.index(wg), q_smem.index(wg))  # [64, d] of Q
+        qm0 = qb * (CONSUMERS * M)
+        n_blocks, n_full = _key_blocks(qm0, LQ, LK, CONSUMERS * M, BLOCK_N, CAUSAL)
+        # each consumer's 64 query rows, in buffer set tiles_done % Q_BUFFERS: wait until that set's last tile has
+        # finished its S GEMMs (a fresh barrier counts as having completed the phase before phase 0). With two
+        # sets this wait is long over: the next tile's Q and K arrive while the consumers finish this one
+        q_set = tiles_done % Q_BUFFERS
+        for wg in gl.static_range(CONSUMERS):
+            q_buf = q_set * CONSUMERS + wg
+            mbarrier.wait(q_empty.index(q_buf), ((tiles_done // Q_BUFFERS) & 1) ^ 1)
+            mbarrier.expect(q_ready.index(q_buf), q_desc.block_type.nbytes)
+            tma_load(q_desc, [bh * LQ + qm0 + wg * M, 0], q_ready.index(q_buf), q_smem.index(q_buf))  # [64, d]
         # K and V in separate rings, K first: the consumers' S GEMM needs K_j before their P V GEMM needs V_j
         for j in range(n_blocks):
             slot = count % STAGES
@@ -118,18 +122,23 @@ def _producer(q_desc, k_desc, v_desc, order_ptr, num_tiles, LQ, LK, q_smem, k_ri
 # ---------------------------------------------------------------------------------------------
 @gluon.jit
 def _wait_turn(turn, turns, WG: gl.constexpr, PINGPONG: gl.constexpr):
-    """Wait until the other warpgroup has issued its GEMMs. Warpgroup 0 goes first: its first wait asks for the
-    phase before phase 0, which a fresh barrier has completed; warpgroup 1 waits for warpgroup 0's first pass."""
+    """Wait until the warpgroup before us (in a round: 0, 1, then 2 if there is one) has issued its GEMMs.
+    Warpgroup 0 goes first: its first wait asks for the phase before phase 0, which a fresh barrier has completed;
+    the others' n-th wait is for the n-th pass of the one before them."""
     if PINGPONG:
-        mbarrier.wait(turn.index(WG), (turns + 1 - WG) & 1)
+        if WG == 0:
+            mbarrier.wait(turn.index(WG), (turns + 1) & 1)
+        else:
+            mbarrier.wait(turn.index(WG), turns & 1)
     return turns + 1
 
 
 @gluon.jit
 def _pass_turn(turn, WG: gl.constexpr, PINGPONG: gl.constexpr):
-    """Our GEMMs are issued (they run on, asynchronously): the other warpgroup may issue its own."""
+    """Our GEMMs are issued (they run on, asynchronously): the next warpgroup may issue its own."""
     if PINGPONG:
-        mbarrier.arrive(turn.index(1 - WG))
+        CONSUMERS: gl.constexpr = turn.type.shape[0]
+        mbarrier.arrive(turn.index((WG + 1) % CONSUMERS))
 
 
 @gluon.jit
@@ -140,12 +149,13 @@ def _softmax(s, m_i, l_i, start_n, row0, qk_scale, LQ, LK, s_layout: gl.constexp
     if MASKED:  # the causal diagonal or the keys' ragged end: masked scores are -inf
         M: gl.constexpr = s.shape[0]
         BLOCK_N: gl.constexpr = s.shape[1]
-        cols = gl.expand_dims(start_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout)), 0)  # [1, N]
-        rows = gl.expand_dims(row0 + gl.arange(0, M, layout=gl.SliceLayout(1, s_layout)), 1)  # [M, 1]
-        keep = cols < LK
+        # one compare a score: the row's first key it may not see, counted from the block's first key
+        ends = gl.full([M], LK - start_n, gl.int32, gl.SliceLayout(1, s_layout))  # [M]
         if CAUSAL:
-            keep = keep & (cols <= rows + (LK - LQ))
-        s = gl.where(keep, s * qk_scale, float("-inf"))
+            rows = row0 + gl.arange(0, M, layout=gl.SliceLayout(1, s_layout))
+            ends = gl.minimum(ends, rows + (LK - LQ) + 1 - start_n)
+        cols = gl.expand_dims(gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout)), 0)  # [1, N]
+        s = gl.where(cols < gl.expand_dims(ends, 1), s * qk_scale, float("-inf"))
         m_new = gl.maximum(m_i, gl.max(s, 1))
         m_use = gl.where(m_new == float("-inf"), 0.0, m_new)  # a row that has seen no key yet: no NaN
         p = gl.exp2(s - gl.expand_dims(m_use, 1))
@@ -192,7 +202,7 @@ def _key_block(q_tile, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty, turn,
 @gluon.jit
 def _consumer(q_desc, k_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem, k_ring, v_ring,
               q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turn,
-              WG: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr):
+              WG: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, Q_BUFFERS: gl.constexpr):
     M: gl.constexpr = q_desc.block_type.shape[0]
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
@@ -200,19 +210,21 @@ def _consumer(q_desc, k_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_scale, q_s
     s_layout: gl.constexpr = wgmma_layout(BLOCK_N)
     o_layout: gl.constexpr = wgmma_layout(HEAD_DIM)
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)  # P as wgmma's A
-    q_tile = q_smem.index(WG)  # our 64 rows of Q stay in shared memory for the whole tile
+    CONSUMERS: gl.constexpr = turn.type.shape[0]
     count = 0  # key blocks consumed over every tile: the producer's sequence
     turns = 0  # GEMM turns taken: both warpgroups take the same number, alternating
     tiles_done = 0
     for tile in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
         bh, qb = _tile_at(order_ptr, tile)
-        qm0 = qb * (2 * M)
+        qm0 = qb * (CONSUMERS * M)
         row0 = qm0 + WG * M  # our first query row in the head
-        n_blocks, n_full = _key_blocks(qm0, LQ, LK, 2 * M, BLOCK_N, CAUSAL)
+        n_blocks, n_full = _key_blocks(qm0, LQ, LK, CONSUMERS * M, BLOCK_N, CAUSAL)
         m_i = gl.full([M], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))  # running max (base 2)
         l_i = gl.zeros([M], gl.float32, gl.SliceLayout(1, s_layout))  # running sum of exp2(score - max)
         acc = gl.zeros([M, HEAD_DIM], gl.float32, o_layout)  # running unnormalised output, 64 x d FP32
-        mbarrier.wait(q_ready.index(WG), tiles_done & 1)  # our Q rows have landed
+        q_buf = (tiles_done % Q_BUFFERS) * CONSUMERS + WG
+        q_tile = q_smem.index(q_buf)  # our 64 rows of Q stay in shared memory for the whole tile
+        mbarrier.wait(q_ready.index(q_buf), (tiles_done // Q_BUFFERS) & 1)  # ... once they have landed
         if n_blocks > 0:
             # prologue: S_0 alone (there is no P V yet), then its softmax
             turns = _wait_turn(turn, turns, WG, PINGPONG)
@@ -238,6 +250,7 @@ def _consumer(q_desc, k_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_scale, q_s
                 acc, p, m_i, l_i, count, turns = _key_block(q_tile, k_ring, v_ring, k_ready, k_empty, v_ready,
                                                             v_empty, turn, acc, p, m_i, l_i, count, turns, start_n,
                                                             row0, qk_scale, LQ, LK, WG, CAUSAL, PINGPONG, True)
+            mbarrier.arrive(q_empty.index(q_buf))  # every S GEMM of this tile is done: the producer may reuse Q
             # epilogue: the last P V alone
             turns = _wait_turn(turn, turns, WG, PINGPONG)
             slot = count % STAGES
@@ -247,7 +260,8 @@ def _consumer(q_desc, k_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_scale, q_s
             acc, p = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p))
             mbarrier.arrive(v_empty.index(slot))
             count += 1
-        mbarrier.arrive(q_empty.index(WG))  # every S GEMM of this tile is done: the producer may load the next Q
+        else:
+            mbarrier.arrive(q_empty.index(q_buf))  # a tile that sees no key: Q was never read
         # normalise once and store our rows (rows past Lq are the next head's or zeros: not stored)
         l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
         out = acc / gl.expand_dims(gl.where(l_o == 0.0, 1.0, l_o), 1)  # a row that saw no key: 0
@@ -264,39 +278,55 @@ def _consumer(q_desc, k_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_scale, q_s
 @gluon.jit(do_not_specialize=["num_tiles", "LQ", "LK"])
 def fa3_forward_kernel(q_desc, k_desc, v_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_scale,
                        CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, STAGES: gl.constexpr,
+                       CONSUMERS: gl.constexpr, Q_BUFFERS: gl.constexpr,
                        CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr):
     dtype: gl.constexpr = q_desc.dtype
-    q_smem = gl.allocate_shared_memory(dtype, [2] + q_desc.block_type.shape, q_desc.layout)  # [2, 64, d]
+    Q_SLOTS: gl.constexpr = Q_BUFFERS * CONSUMERS  # one [64, d] block of Q per consumer per buffer set
+    q_smem = gl.allocate_shared_memory(dtype, [Q_SLOTS] + q_desc.block_type.shape, q_desc.layout)  # [., 64, d]
     k_ring = gl.allocate_shared_memory(dtype, [STAGES] + k_desc.block_type.shape, k_desc.layout)  # [S, N, d]
     v_ring = gl.allocate_shared_memory(dtype, [STAGES] + v_desc.block_type.shape, v_desc.layout)  # [S, N, d]
-    q_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    q_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    q_ready = gl.allocate_shared_memory(gl.int64, [Q_SLOTS, 1], mbarrier.MBarrierLayout())
+    q_empty = gl.allocate_shared_memory(gl.int64, [Q_SLOTS, 1], mbarrier.MBarrierLayout())
     k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())  # turn[w]: w may issue GEMMs
-    for i in gl.static_range(2):
+    turn = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())  # turn[w]: w may issue
+    for i in gl.static_range(Q_SLOTS):
         mbarrier.init(q_ready.index(i), count=1)  # the producer's expect, then the bytes
         mbarrier.init(q_empty.index(i), count=1)  # its consumer, after the tile's last S GEMM
-        mbarrier.init(turn.index(i), count=1)  # the other consumer, once it has issued its GEMMs
+    for i in gl.static_range(CONSUMERS):
+        mbarrier.init(turn.index(i), count=1)  # the consumer before it, once it has issued its GEMMs
     for i in gl.static_range(STAGES):
         mbarrier.init(k_ready.index(i), count=1)
-        mbarrier.init(k_empty.index(i), count=2)  # both consumers read every K and V block
+        mbarrier.init(k_empty.index(i), count=CONSUMERS)  # every consumer reads every K and V block
         mbarrier.init(v_ready.index(i), count=1)
-        mbarrier.init(v_empty.index(i), count=2)
+        mbarrier.init(v_empty.index(i), count=CONSUMERS)
     # the default partition (first) runs on the kernel's 4 warps: consumer 0; the workers get their own warps
-    gl.warp_specialize([
-        (_consumer, (q_desc, k_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem, k_ring, v_ring, q_ready,
-                     q_empty, k_ready, k_empty, v_ready, v_empty, turn, FIRST, CAUSAL, PINGPONG)),
-        (_consumer, (q_desc, k_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem, k_ring, v_ring, q_ready,
-                     q_empty, k_ready, k_empty, v_ready, v_empty, turn, SECOND, CAUSAL, PINGPONG)),
-        (_producer, (q_desc, k_desc, v_desc, order_ptr, num_tiles, LQ, LK, q_smem, k_ring, v_ring, q_ready, q_empty,
-                     k_ready, k_empty, v_ready, v_empty, CAUSAL)),
-    ], [CONSUMER_WARPS, PRODUCER_WARPS], [CONSUMER_REGS, PRODUCER_REGS])
-    for i in gl.static_range(2):
+    if CONSUMERS == 3:
+        gl.warp_specialize([
+            (_consumer, (q_desc, k_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem, k_ring, v_ring, q_ready,
+                         q_empty, k_ready, k_empty, v_ready, v_empty, turn, WG0, CAUSAL, PINGPONG, Q_BUFFERS)),
+            (_consumer, (q_desc, k_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem, k_ring, v_ring, q_ready,
+                         q_empty, k_ready, k_empty, v_ready, v_empty, turn, WG1, CAUSAL, PINGPONG, Q_BUFFERS)),
+            (_consumer, (q_desc, k_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem, k_ring, v_ring, q_ready,
+                         q_empty, k_ready, k_empty, v_ready, v_empty, turn, WG2, CAUSAL, PINGPONG, Q_BUFFERS)),
+            (_producer, (q_desc, k_desc, v_desc, order_ptr, num_tiles, LQ, LK, q_smem, k_ring, v_ring, q_ready, q_empty,
+                         k_ready, k_empty, v_ready, v_empty, CAUSAL, CONSUMERS, Q_BUFFERS)),
+        ], [CONSUMER_WARPS, CONSUMER_WARPS, PRODUCER_WARPS], [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS])
+    else:
+        gl.warp_specialize([
+            (_consumer, (q_desc, k_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem, k_ring, v_ring, q_ready,
+                         q_empty, k_ready, k_empty, v_ready, v_empty, turn, WG0, CAUSAL, PINGPONG, Q_BUFFERS)),
+            (_consumer, (q_desc, k_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem, k_ring, v_ring, q_ready,
+                         q_empty, k_ready, k_empty, v_ready, v_empty, turn, WG1, CAUSAL, PINGPONG, Q_BUFFERS)),
+            (_producer, (q_desc, k_desc, v_desc, order_ptr, num_tiles, LQ, LK, q_smem, k_ring, v_ring, q_ready, q_empty,
+                         k_ready, k_empty, v_ready, v_empty, CAUSAL, CONSUMERS, Q_BUFFERS)),
+        ], [CONSUMER_WARPS, PRODUCER_WARPS], [CONSUMER_REGS, PRODUCER_REGS])
+    for i in gl.static_range(Q_SLOTS):
         mbarrier.invalidate(q_ready.index(i))
         mbarrier.invalidate(q_empty.index(i))
+    for i in gl.static_range(CONSUMERS):
         mbarrier.invalidate(turn.index(i))
     for i in gl.static_range(STAGES):
         mbarrier.invalidate(k_ready.index(i))
@@ -312,36 +342,48 @@ def fa3_forward_kernel(q_desc, k_desc, v_desc, o_ptr, order_ptr, num_tiles, LQ, 
 class FA3Config:
     block_n: int  # keys per block (a power of two: 64 or 128)
     stages: int  # K and V blocks the producer may run ahead (each ring has this many slots)
-    pingpong: bool = True  # the two consumers take turns on the tensor cores
+    pingpong: bool = True  # the consumers take turns on the tensor cores
     consumer_regs: int = 240  # registers per consumer thread after setmaxnreg (S, O, two P's live at once)
     producer_regs: int = 24  # the least Hopper allows: the producer only computes addresses
+    consumers: int = 2  # consumer warpgroups, 64 query rows each: a tile of 128 or 192 queries
+    q_buffers: int = 2  # sets of Q blocks: with two, the next tile's Q loads while this one runs
+
+    @property
+    def block_m(self) -> int:
+        return self.consumers * WG_ROWS
 
     @property
     def label(self) -> str:
-        return f"{2 * WG_ROWS}x{self.block_n} s{self.stages}{'' if self.pingpong else ' no-pingpong'}"
+        return (f"{self.block_m}x{self.block_n} s{self.stages} q{self.q_buffers}"
+                f"{'' if self.pingpong else ' no-pingpong'}")
 
 
-# d = 128: 2 x 32 KiB of K and V a stage and 32 KiB of Q: two stages (160 KiB; three would take 224 of 227 KiB)
+# d = 128: 2 x 32 KiB of K and V a stage, 2 x 32 KiB of Q: two stages (192 KiB of 227)
+# d = 64: three consumers (192 queries, FlashAttention-3's tile): 160 registers each is what four warpgroups leave
 DEFAULT_CONFIGS = {64: FA3Config(block_n=128, stages=3), 128: FA3Config(block_n=128, stages=2)}
 L2_SHARE = 0.5  # of the L2 the K and V of one group of heads may fill (the rest: Q, O, other traffic)
 
 
 def smem_bytes(head_dim: int, config: FA3Config, element_bytes: int = 2) -> int:
-    """Q for both consumers, the K and V rings, and the mbarriers (8 bytes each)."""
-    q = 2 * WG_ROWS * head_dim * element_bytes
+    """Q for every consumer in every buffer set, the K and V rings, and the mbarriers (8 bytes each)."""
+    q = config.q_buffers * config.block_m * head_dim * element_bytes
     ring = 2 * config.stages * config.block_n * head_dim * element_bytes
-    return q + ring + 8 * (6 + 4 * config.stages)
+    barriers = 2 * config.q_buffers * config.consumers + config.consumers + 4 * config.stages
+    return q + ring + 8 * barriers
 
 
-def register_budget(consumer_regs: int, producer_regs: int) -> int:
-    """maxnreg for the launch: every thread starts with this many registers, and the SM's 65,536 must cover three
-    warpgroups (the producer's one warp is rounded up to four). setmaxnreg then moves registers from the producer
-    to the consumers: the second consumer and the producer get what they ask for, the first (the default
-    partition) what they leave: 168 x 3 - 240 - 24 = 240 a thread."""
-    budget = min(256, (65536 // (3 * 128)) // 8 * 8)
-    if 3 * budget - consumer_regs - producer_regs < consumer_regs:
-        raise ValueError(f"{consumer_regs} + {producer_regs} registers a thread leave the first consumer fewer than "
-                         f"the second")
+def register_budget(config: FA3Config) -> int:
+    """maxnreg for the launch: every thread starts with this many registers, and the SM's 65,536 must cover the
+    consumers' warpgroups and the producer's (its one warp is rounded up to four). setmaxnreg then moves registers
+    from the producer to the consumers: the workers get what they ask for, the first consumer (the default
+    partition) what they leave: 168 x 3 - 240 - 24 = 240 a thread with two consumers, 128 x 4 - 2 x 160 - 24 =
+    168 with three."""
+    groups = config.consumers + 1
+    budget = min(256, (65536 // (groups * 128)) // 8 * 8)
+    left = groups * budget - (config.consumers - 1) * config.consumer_regs - config.producer_regs
+    if left < config.consumer_regs:
+        raise ValueError(f"{config.consumer_regs} registers for each of {config.consumers} consumers and "
+                         f"{config.producer_regs} for the producer leave the first consumer {left}")
     return budget
 
 
@@ -397,12 +439,13 @@ def gluon_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
         layout = gl.NVMMASharedLayout.get_default_for([rows, d], gl.bfloat16)
         return TensorDescriptor.from_tensor(t.view(-1, d), [rows, d], layout)
 
-    q_blocks = -(-lq // (2 * WG_ROWS))
+    q_blocks = -(-lq // config.block_m)
     order = tile_order(batch * heads, q_blocks, bool(causal), heads_per_group(lk, d, q.device), str(q.device))
     programs = min(order.shape[0], programs or torch.cuda.get_device_properties(q.device).multi_processor_count)
     kernel = fa3_forward_kernel[(programs, )](
         descriptor(q, WG_ROWS), descriptor(k, config.block_n), descriptor(v, config.block_n), out, order,
         order.shape[0], lq, lk, LOG2E / math.sqrt(d), CAUSAL=bool(causal), PINGPONG=config.pingpong,
-        STAGES=config.stages, CONSUMER_REGS=config.consumer_regs, PRODUCER_REGS=config.producer_regs,
-        num_warps=CONSUMER_WARPS.value, maxnreg=register_budget(config.consumer_regs, config.producer_regs))
+        STAGES=config.stages, CONSUMERS=config.consumers, Q_BUFFERS=config.q_buffers,
+        CONSUMER_REGS=config.consumer_regs, PRODUCER_REGS=config.producer_regs, num_warps=CONSUMER_WARPS.value,
+        maxnreg=register_budget(config))
     return (out, kernel) if return_kernel else out
