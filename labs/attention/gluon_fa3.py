@@ -1,20 +1,25 @@
 """
-FlashAttention-3's schedule in Gluon: a producer warp, two consumer warpgroups in ping-pong
+FlashAttention-3's schedule in Gluon: a producer warp, consumer warpgroups that take turns
 ==========================================================================================
 
 What you will learn:
 - how FlashAttention-3 (Shah et al., 2024) splits one program's warps by job: a *producer* warp only issues TMA
-  copies of Q, K and V into shared memory, and two *consumer* warpgroups (4 warps each) only run the two matrix
-  multiplies (`wgmma`) and the softmax, each for its own 64 rows of the program's 128 queries;
+  copies of Q, K and V into shared memory, and two or three *consumer* warpgroups (4 warps each) only run the two
+  matrix multiplies (`wgmma`) and the softmax, each for its own 64 rows of the program's 128 or 192 queries;
 - where the barriers are: every buffer has a `ready` mbarrier (armed by the producer with a byte count, completed
-  by the copy engine) and an `empty` one (both consumers arrive once their wgmma has read it), and the two
-  consumers pass a *turn* back and forth through two more mbarriers;
+  by the copy engine) and an `empty` one (every consumer arrives once its wgmma has read it), and the consumers
+  pass a *turn* round through one more mbarrier each;
 - what ping-pong buys: the tensor cores are shared by the whole SM. With the turns, warpgroup 0 issues its two
   GEMMs (S = Q K^T of the next key block and O += P V of the last one), then warpgroup 1 issues its two while
   warpgroup 0 computes its softmax (exponentials on the special-function units, which the tensor cores do not
-  wait for), then the other way round. The exponentials of one warpgroup hide under the GEMMs of the other;
+  wait for), and so on round. The exponentials of one warpgroup hide under the GEMMs of another;
 - the overlap inside one warpgroup: S_j = Q K_j^T and O += P_{j-1} V_{j-1} are issued together (`is_async`),
   the warpgroup waits for S_j only, and computes the softmax of block j while the P V product still runs;
+- the overlap between tiles: Q has two buffers, so the producer loads the next tile's Q and first K blocks while
+  the consumers finish this one; the output can leave through shared memory and a TMA copy that runs on while the
+  next tile starts;
+- the register budget: P feeds the P V wgmma from registers, or from shared memory when three consumers (160
+  registers a thread each) leave too few to hold S, O and two P's at once;
 - persistence: one program per SM walks (head, query block) tiles from a table built on the host, causal tiles
   longest first, heads in groups whose K and V fit the L2 cache.
 
@@ -35,11 +40,12 @@ from dataclasses import dataclass
 import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup_mma, warpgroup_mma_wait
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
+                                                               warpgroup_mma_wait)
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from labs.hopper.gluon_support import GluonUnavailable, attention_unavailable_reason, device_capability
-from labs.hopper.gluon_ws import SMEM_BYTES, tma_load
+from labs.hopper.gluon_ws import SMEM_BYTES, tma_load, tma_store
 
 LOG2E = 1.4426950408889634  # exp(x) = exp2(x * log2 e)
 WG_ROWS = 64  # query rows per consumer warpgroup: one m64 wgmma; a tile is 2 or 3 of them (128 or 192 rows)
@@ -56,7 +62,7 @@ def wgmma_layout(n):
 
 
 # ---------------------------------------------------------------------------------------------
-# 1. Which key blocks a tile visits (the producer and both consumers must agree)
+# 1. Which key blocks a tile visits (the producer and every consumer must agree)
 # ---------------------------------------------------------------------------------------------
 @gluon.jit
 def _key_blocks(qm0, LQ, LK, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
@@ -107,7 +113,7 @@ def _producer(q_desc, k_desc, v_desc, order_ptr, num_tiles, LQ, LK, q_smem, k_ri
         for j in range(n_blocks):
             slot = count % STAGES
             free_phase = ((count // STAGES) & 1) ^ 1
-            mbarrier.wait(k_empty.index(slot), free_phase)  # both consumers have finished S with this slot
+            mbarrier.wait(k_empty.index(slot), free_phase)  # every consumer has finished S with this slot
             mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
             tma_load(k_desc, [bh * LK + j * BLOCK_N, 0], k_ready.index(slot), k_ring.index(slot))  # [BLOCK_N, d]
             mbarrier.wait(v_empty.index(slot), free_phase)  # ... and P V
@@ -169,9 +175,32 @@ def _softmax(s, m_i, l_i, start_n, row0, qk_scale, LQ, LK, s_layout: gl.constexp
 
 
 @gluon.jit
-def _key_block(q_tile, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty, turn, acc, p, m_i, l_i, count, turns,
-               start_n, row0, qk_scale, LQ, LK, WG: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
-               MASKED: gl.constexpr):
+def _stage_p(p, p_slot, o_layout: gl.constexpr, P_SMEM: gl.constexpr):
+    """P (FP32, the S accumulator's layout) as the A operand of the P V wgmma: bf16 registers in the layout wgmma
+    reads A from (no data moves: the accumulator's and the operand's layouts hold the same elements per thread),
+    or, with P_SMEM, written to the consumer's [64, BLOCK_N] slot of shared memory, which frees its registers."""
+    if P_SMEM:
+        p_slot.store(p.to(gl.bfloat16))
+        fence_async_shared()  # the generic-proxy writes before the wgmma (async proxy) reads them
+        return p_slot
+    else:
+        return gl.convert_layout(p.to(gl.bfloat16), gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2))
+
+
+@gluon.jit
+def _wait_pv(acc, p, P_SMEM: gl.constexpr):
+    """Wait for every wgmma we issued (the P V product last): then acc is final and P's registers are free."""
+    if P_SMEM:
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+    else:
+        acc, p = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p))
+    return acc, p
+
+
+@gluon.jit
+def _key_block(q_tile, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty, turn, p_slot, acc, p, m_i, l_i, count,
+               turns, start_n, row0, qk_scale, LQ, LK, WG: gl.constexpr, CAUSAL: gl.constexpr,
+               PINGPONG: gl.constexpr, MASKED: gl.constexpr, P_SMEM: gl.constexpr):
     """Key block j (its K in ring slot `count + 1`): issue S_j = Q K_j^T beside O += P_{j-1} V_{j-1}, then the
     softmax of S_j while the P V product still runs. `count` is block j-1's place in the rings."""
     STAGES: gl.constexpr = k_ring.type.shape[0]
@@ -187,32 +216,104 @@ def _key_block(q_tile, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty, turn,
     s = warpgroup_mma(q_tile, k_ring.index(k_slot).permute((1, 0)), gl.zeros([M, BLOCK_N], gl.float32, s_layout),
                       use_acc=False, is_async=True)  # S_j = Q K_j^T, [64, BLOCK_N] FP32, both from shared memory
     mbarrier.wait(v_ready.index(v_slot), (count // STAGES) & 1)  # V_{j-1} has landed
-    acc = warpgroup_mma(p, v_ring.index(v_slot), acc, is_async=True)  # O += P_{j-1} V_{j-1}, P from registers
+    acc = warpgroup_mma(p, v_ring.index(v_slot), acc, is_async=True)  # O += P_{j-1} V_{j-1}
     _pass_turn(turn, WG, PINGPONG)  # ---- the other warpgroup's GEMMs queue behind ours; we go on to the softmax
     s = warpgroup_mma_wait(num_outstanding=1, deps=(s, ))  # S_j is done (the older P V may still run)
     mbarrier.arrive(k_empty.index(k_slot))  # our S no longer reads K_j
     p_new, m_i, l_i, alpha = _softmax(s, m_i, l_i, start_n, row0, qk_scale, LQ, LK, s_layout, CAUSAL, MASKED)
-    acc, p = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p))  # P V is done: P_{j-1}'s registers are free
+    acc, p = _wait_pv(acc, p, P_SMEM)  # P V is done: P_{j-1}'s registers (or shared memory) are free
     mbarrier.arrive(v_empty.index(v_slot))
     acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)  # rescale to the new max
-    p = gl.convert_layout(p_new.to(gl.bfloat16), gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2))
+    p = _stage_p(p_new, p_slot, o_layout, P_SMEM)
     return acc, p, m_i, l_i, k_count, turns
 
 
 @gluon.jit
-def _consumer(q_desc, k_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem, k_ring, v_ring,
-              q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turn,
-              WG: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, Q_BUFFERS: gl.constexpr):
+def _first_block(q_tile, k_ring, k_ready, k_empty, turn, p_slot, m_i, l_i, count, turns, n_full, row0, qk_scale, LQ,
+                 LK, WG: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, P_SMEM: gl.constexpr):
+    """A tile's prologue: S_0 alone (there is no P V yet), then its softmax (masked unless every row sees the
+    whole block). Returns P_0 staged for the P V wgmma."""
+    STAGES: gl.constexpr = k_ring.type.shape[0]
+    M: gl.constexpr = q_tile.type.shape[0]
+    BLOCK_N: gl.constexpr = k_ring.type.shape[1]
+    HEAD_DIM: gl.constexpr = q_tile.type.shape[1]
+    s_layout: gl.constexpr = wgmma_layout(BLOCK_N)
+    turns = _wait_turn(turn, turns, WG, PINGPONG)
+    slot = count % STAGES
+    mbarrier.wait(k_ready.index(slot), (count // STAGES) & 1)
+    s = warpgroup_mma(q_tile, k_ring.index(slot).permute((1, 0)), gl.zeros([M, BLOCK_N], gl.float32, s_layout),
+                      use_acc=False, is_async=True)
+    _pass_turn(turn, WG, PINGPONG)
+    s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
+    mbarrier.arrive(k_empty.index(slot))
+    if n_full > 0:
+        p, m_i, l_i, alpha = _softmax(s, m_i, l_i, 0, row0, qk_scale, LQ, LK, s_layout, CAUSAL, False)
+    else:
+        p, m_i, l_i, alpha = _softmax(s, m_i, l_i, 0, row0, qk_scale, LQ, LK, s_layout, CAUSAL, True)
+    return _stage_p(p, p_slot, wgmma_layout(HEAD_DIM), P_SMEM), m_i, l_i, turns
+
+
+@gluon.jit
+def _last_pv(v_ring, v_ready, v_empty, turn, acc, p, count, turns, WG: gl.constexpr, PINGPONG: gl.constexpr,
+             P_SMEM: gl.constexpr):
+    """A tile's epilogue GEMM: the last P V alone."""
+    STAGES: gl.constexpr = v_ring.type.shape[0]
+    turns = _wait_turn(turn, turns, WG, PINGPONG)
+    slot = count % STAGES
+    mbarrier.wait(v_ready.index(slot), (count // STAGES) & 1)
+    acc = warpgroup_mma(p, v_ring.index(slot), acc, is_async=True)
+    _pass_turn(turn, WG, PINGPONG)
+    acc, p = _wait_pv(acc, p, P_SMEM)
+    mbarrier.arrive(v_empty.index(slot))
+    return acc, count + 1, turns
+
+
+@gluon.jit
+def _store_masked(o_ptr, out, bh, row0, LQ):
+    """Our rows straight from registers to global memory; rows past Lq (the next head's, or past the end) not."""
+    M: gl.constexpr = out.shape[0]
+    HEAD_DIM: gl.constexpr = out.shape[1]
+    o_layout: gl.constexpr = out.type.layout
+    rows = gl.expand_dims(row0 + gl.arange(0, M, layout=gl.SliceLayout(1, o_layout)), 1)  # [M, 1]
+    cols = gl.expand_dims(gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout)), 0)  # [1, d]
+    ptrs = o_ptr + (bh.to(gl.int64) * LQ + rows) * HEAD_DIM + cols
+    gl.store(ptrs, out, mask=(rows < LQ) & (cols < HEAD_DIM))
+
+
+@gluon.jit
+def _store_rows(o_desc, o_ptr, o_slot, acc, l_i, bh, row0, LQ, O_TMA: gl.constexpr):
+    """Normalise once and store our 64 rows. With O_TMA, through shared memory and one TMA copy that runs on while
+    the next tile starts (a ragged last block still goes the masked way: the copy would write the next head's
+    rows)."""
+    M: gl.constexpr = acc.shape[0]
+    l_o = gl.convert_layout(l_i, gl.SliceLayout(1, acc.type.layout))
+    out = (acc / gl.expand_dims(gl.where(l_o == 0.0, 1.0, l_o), 1)).to(gl.bfloat16)  # a row that saw no key: 0
+    if O_TMA:
+        if row0 + M <= LQ:
+            tma.store_wait(pendings=0)  # our last tile's copy has finished reading the slot
+            o_slot.store(out)
+            fence_async_shared()  # the generic-proxy writes before the TMA (async proxy) reads them
+            tma_store(o_desc, [bh * LQ + row0, 0], o_slot)
+        else:
+            _store_masked(o_ptr, out, bh, row0, LQ)
+    else:
+        _store_masked(o_ptr, out, bh, row0, LQ)
+
+
+@gluon.jit
+def _consumer(q_desc, k_desc, o_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem, k_ring, v_ring, p_smem,
+              o_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turn, WG: gl.constexpr,
+              CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, Q_BUFFERS: gl.constexpr, P_SMEM: gl.constexpr,
+              O_TMA: gl.constexpr):
     M: gl.constexpr = q_desc.block_type.shape[0]
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
-    STAGES: gl.constexpr = k_ring.type.shape[0]
     s_layout: gl.constexpr = wgmma_layout(BLOCK_N)
     o_layout: gl.constexpr = wgmma_layout(HEAD_DIM)
-    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)  # P as wgmma's A
     CONSUMERS: gl.constexpr = turn.type.shape[0]
+    p_slot = p_smem.index(WG)  # used only with P_SMEM
     count = 0  # key blocks consumed over every tile: the producer's sequence
-    turns = 0  # GEMM turns taken: both warpgroups take the same number, alternating
+    turns = 0  # GEMM turns taken: every consumer takes the same number, in turn
     tiles_done = 0
     for tile in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
         bh, qb = _tile_at(order_ptr, tile)
@@ -226,65 +327,52 @@ def _consumer(q_desc, k_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_scale, q_s
         q_tile = q_smem.index(q_buf)  # our 64 rows of Q stay in shared memory for the whole tile
         mbarrier.wait(q_ready.index(q_buf), (tiles_done // Q_BUFFERS) & 1)  # ... once they have landed
         if n_blocks > 0:
-            # prologue: S_0 alone (there is no P V yet), then its softmax
-            turns = _wait_turn(turn, turns, WG, PINGPONG)
-            slot = count % STAGES
-            mbarrier.wait(k_ready.index(slot), (count // STAGES) & 1)
-            s = warpgroup_mma(q_tile, k_ring.index(slot).permute((1, 0)), gl.zeros([M, BLOCK_N], gl.float32,
-                                                                                   s_layout), use_acc=False,
-                              is_async=True)
-            _pass_turn(turn, WG, PINGPONG)
-            s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
-            mbarrier.arrive(k_empty.index(slot))
-            if n_full > 0:
-                p, m_i, l_i, alpha = _softmax(s, m_i, l_i, 0, row0, qk_scale, LQ, LK, s_layout, CAUSAL, False)
-            else:
-                p, m_i, l_i, alpha = _softmax(s, m_i, l_i, 0, row0, qk_scale, LQ, LK, s_layout, CAUSAL, True)
-            p = gl.convert_layout(p.to(gl.bfloat16), p_layout)
+            p, m_i, l_i, turns = _first_block(q_tile, k_ring, k_ready, k_empty, turn, p_slot, m_i, l_i, count, turns,
+                                              n_full, row0, qk_scale, LQ, LK, WG, CAUSAL, PINGPONG, P_SMEM)
             # the steady state: blocks every row sees whole run without a mask, the diagonal and the end with one
             for start_n in range(BLOCK_N, n_full * BLOCK_N, BLOCK_N):
                 acc, p, m_i, l_i, count, turns = _key_block(q_tile, k_ring, v_ring, k_ready, k_empty, v_ready,
-                                                            v_empty, turn, acc, p, m_i, l_i, count, turns, start_n,
-                                                            row0, qk_scale, LQ, LK, WG, CAUSAL, PINGPONG, False)
+                                                            v_empty, turn, p_slot, acc, p, m_i, l_i, count, turns,
+                                                            start_n, row0, qk_scale, LQ, LK, WG, CAUSAL, PINGPONG,
+                                                            False, P_SMEM)
             for start_n in range(gl.maximum(n_full, 1) * BLOCK_N, n_blocks * BLOCK_N, BLOCK_N):
                 acc, p, m_i, l_i, count, turns = _key_block(q_tile, k_ring, v_ring, k_ready, k_empty, v_ready,
-                                                            v_empty, turn, acc, p, m_i, l_i, count, turns, start_n,
-                                                            row0, qk_scale, LQ, LK, WG, CAUSAL, PINGPONG, True)
+                                                            v_empty, turn, p_slot, acc, p, m_i, l_i, count, turns,
+                                                            start_n, row0, qk_scale, LQ, LK, WG, CAUSAL, PINGPONG,
+                                                            True, P_SMEM)
             mbarrier.arrive(q_empty.index(q_buf))  # every S GEMM of this tile is done: the producer may reuse Q
-            # epilogue: the last P V alone
-            turns = _wait_turn(turn, turns, WG, PINGPONG)
-            slot = count % STAGES
-            mbarrier.wait(v_ready.index(slot), (count // STAGES) & 1)
-            acc = warpgroup_mma(p, v_ring.index(slot), acc, is_async=True)
-            _pass_turn(turn, WG, PINGPONG)
-            acc, p = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p))
-            mbarrier.arrive(v_empty.index(slot))
-            count += 1
+            acc, count, turns = _last_pv(v_ring, v_ready, v_empty, turn, acc, p, count, turns, WG, PINGPONG, P_SMEM)
         else:
             mbarrier.arrive(q_empty.index(q_buf))  # a tile that sees no key: Q was never read
-        # normalise once and store our rows (rows past Lq are the next head's or zeros: not stored)
-        l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
-        out = acc / gl.expand_dims(gl.where(l_o == 0.0, 1.0, l_o), 1)  # a row that saw no key: 0
-        rows = gl.expand_dims(row0 + gl.arange(0, M, layout=gl.SliceLayout(1, o_layout)), 1)  # [M, 1]
-        cols = gl.expand_dims(gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout)), 0)  # [1, d]
-        ptrs = o_ptr + (bh.to(gl.int64) * LQ + rows) * HEAD_DIM + cols
-        gl.store(ptrs, out.to(gl.bfloat16), mask=(rows < LQ) & (cols < HEAD_DIM))
+        _store_rows(o_desc, o_ptr, o_smem.index(WG), acc, l_i, bh, row0, LQ, O_TMA)
         tiles_done += 1
+    if O_TMA:
+        tma.store_wait(pendings=0)
 
 
 # ---------------------------------------------------------------------------------------------
-# 4. The kernel: allocate the buffers and barriers, then fork into the three partitions
+# 4. The kernel: allocate the buffers and barriers, then fork into the consumers and the producer
 # ---------------------------------------------------------------------------------------------
 @gluon.jit(do_not_specialize=["num_tiles", "LQ", "LK"])
-def fa3_forward_kernel(q_desc, k_desc, v_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_scale,
+def fa3_forward_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_scale,
                        CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, STAGES: gl.constexpr,
-                       CONSUMERS: gl.constexpr, Q_BUFFERS: gl.constexpr,
+                       CONSUMERS: gl.constexpr, Q_BUFFERS: gl.constexpr, P_SMEM: gl.constexpr, O_TMA: gl.constexpr,
                        CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr):
     dtype: gl.constexpr = q_desc.dtype
     Q_SLOTS: gl.constexpr = Q_BUFFERS * CONSUMERS  # one [64, d] block of Q per consumer per buffer set
     q_smem = gl.allocate_shared_memory(dtype, [Q_SLOTS] + q_desc.block_type.shape, q_desc.layout)  # [., 64, d]
     k_ring = gl.allocate_shared_memory(dtype, [STAGES] + k_desc.block_type.shape, k_desc.layout)  # [S, N, d]
     v_ring = gl.allocate_shared_memory(dtype, [STAGES] + v_desc.block_type.shape, v_desc.layout)  # [S, N, d]
+    if P_SMEM:  # each consumer's P, [64, BLOCK_N], for the P V wgmma to read from shared memory
+        P_BLOCK: gl.constexpr = [q_desc.block_type.shape[0], k_desc.block_type.shape[0]]
+        p_smem = gl.allocate_shared_memory(dtype, [CONSUMERS] + P_BLOCK,
+                                           gl.NVMMASharedLayout.get_default_for(P_BLOCK, dtype))
+    else:
+        p_smem = q_smem  # never read or written: P stays in registers
+    if O_TMA:  # each consumer's output rows on their way to global memory
+        o_smem = gl.allocate_shared_memory(dtype, [CONSUMERS] + o_desc.block_type.shape, o_desc.layout)
+    else:
+        o_smem = q_smem  # never read or written: the output goes straight from registers
     q_ready = gl.allocate_shared_memory(gl.int64, [Q_SLOTS, 1], mbarrier.MBarrierLayout())
     q_empty = gl.allocate_shared_memory(gl.int64, [Q_SLOTS, 1], mbarrier.MBarrierLayout())
     k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -305,21 +393,26 @@ def fa3_forward_kernel(q_desc, k_desc, v_desc, o_ptr, order_ptr, num_tiles, LQ, 
     # the default partition (first) runs on the kernel's 4 warps: consumer 0; the workers get their own warps
     if CONSUMERS == 3:
         gl.warp_specialize([
-            (_consumer, (q_desc, k_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem, k_ring, v_ring, q_ready,
-                         q_empty, k_ready, k_empty, v_ready, v_empty, turn, WG0, CAUSAL, PINGPONG, Q_BUFFERS)),
-            (_consumer, (q_desc, k_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem, k_ring, v_ring, q_ready,
-                         q_empty, k_ready, k_empty, v_ready, v_empty, turn, WG1, CAUSAL, PINGPONG, Q_BUFFERS)),
-            (_consumer, (q_desc, k_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem, k_ring, v_ring, q_ready,
-                         q_empty, k_ready, k_empty, v_ready, v_empty, turn, WG2, CAUSAL, PINGPONG, Q_BUFFERS)),
+            (_consumer, (q_desc, k_desc, o_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem, k_ring, v_ring,
+                         p_smem, o_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turn, WG0, CAUSAL,
+                         PINGPONG, Q_BUFFERS, P_SMEM, O_TMA)),
+            (_consumer, (q_desc, k_desc, o_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem, k_ring, v_ring,
+                         p_smem, o_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turn, WG1, CAUSAL,
+                         PINGPONG, Q_BUFFERS, P_SMEM, O_TMA)),
+            (_consumer, (q_desc, k_desc, o_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem, k_ring, v_ring,
+                         p_smem, o_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turn, WG2, CAUSAL,
+                         PINGPONG, Q_BUFFERS, P_SMEM, O_TMA)),
             (_producer, (q_desc, k_desc, v_desc, order_ptr, num_tiles, LQ, LK, q_smem, k_ring, v_ring, q_ready, q_empty,
                          k_ready, k_empty, v_ready, v_empty, CAUSAL, CONSUMERS, Q_BUFFERS)),
         ], [CONSUMER_WARPS, CONSUMER_WARPS, PRODUCER_WARPS], [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS])
     else:
         gl.warp_specialize([
-            (_consumer, (q_desc, k_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem, k_ring, v_ring, q_ready,
-                         q_empty, k_ready, k_empty, v_ready, v_empty, turn, WG0, CAUSAL, PINGPONG, Q_BUFFERS)),
-            (_consumer, (q_desc, k_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem, k_ring, v_ring, q_ready,
-                         q_empty, k_ready, k_empty, v_ready, v_empty, turn, WG1, CAUSAL, PINGPONG, Q_BUFFERS)),
+            (_consumer, (q_desc, k_desc, o_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem, k_ring, v_ring,
+                         p_smem, o_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turn, WG0, CAUSAL,
+                         PINGPONG, Q_BUFFERS, P_SMEM, O_TMA)),
+            (_consumer, (q_desc, k_desc, o_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem, k_ring, v_ring,
+                         p_smem, o_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turn, WG1, CAUSAL,
+                         PINGPONG, Q_BUFFERS, P_SMEM, O_TMA)),
             (_producer, (q_desc, k_desc, v_desc, order_ptr, num_tiles, LQ, LK, q_smem, k_ring, v_ring, q_ready, q_empty,
                          k_ready, k_empty, v_ready, v_empty, CAUSAL, CONSUMERS, Q_BUFFERS)),
         ], [CONSUMER_WARPS, PRODUCER_WARPS], [CONSUMER_REGS, PRODUCER_REGS])
@@ -347,6 +440,8 @@ class FA3Config:
     producer_regs: int = 24  # the least Hopper allows: the producer only computes addresses
     consumers: int = 2  # consumer warpgroups, 64 query rows each: a tile of 128 or 192 queries
     q_buffers: int = 2  # sets of Q blocks: with two, the next tile's Q loads while this one runs
+    p_smem: bool = False  # P goes to the P V wgmma through shared memory (frees registers) instead of registers
+    o_tma: bool = False  # the output rows go out through shared memory and a TMA copy that overlaps the next tile
 
     @property
     def block_m(self) -> int:
@@ -355,6 +450,7 @@ class FA3Config:
     @property
     def label(self) -> str:
         return (f"{self.block_m}x{self.block_n} s{self.stages} q{self.q_buffers}"
+                f"{' P-smem' if self.p_smem else ''}{' O-TMA' if self.o_tma else ''}"
                 f"{'' if self.pingpong else ' no-pingpong'}")
 
 
@@ -365,11 +461,14 @@ L2_SHARE = 0.5  # of the L2 the K and V of one group of heads may fill (the rest
 
 
 def smem_bytes(head_dim: int, config: FA3Config, element_bytes: int = 2) -> int:
-    """Q for every consumer in every buffer set, the K and V rings, and the mbarriers (8 bytes each)."""
+    """Q for every consumer in every buffer set, the K and V rings, P and the output rows when they go through
+    shared memory, and the mbarriers (8 bytes each)."""
     q = config.q_buffers * config.block_m * head_dim * element_bytes
     ring = 2 * config.stages * config.block_n * head_dim * element_bytes
+    p = config.block_m * config.block_n * element_bytes if config.p_smem else 0
+    o = config.block_m * head_dim * element_bytes if config.o_tma else 0
     barriers = 2 * config.q_buffers * config.consumers + config.consumers + 4 * config.stages
-    return q + ring + 8 * barriers
+    return q + ring + p + o + 8 * barriers
 
 
 def register_budget(config: FA3Config) -> int:
@@ -443,9 +542,11 @@ def gluon_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     order = tile_order(batch * heads, q_blocks, bool(causal), heads_per_group(lk, d, q.device), str(q.device))
     programs = min(order.shape[0], programs or torch.cuda.get_device_properties(q.device).multi_processor_count)
     kernel = fa3_forward_kernel[(programs, )](
-        descriptor(q, WG_ROWS), descriptor(k, config.block_n), descriptor(v, config.block_n), out, order,
+        descriptor(q, WG_ROWS), descriptor(k, config.block_n), descriptor(v, config.block_n),
+        descriptor(out, WG_ROWS), out, order,
         order.shape[0], lq, lk, LOG2E / math.sqrt(d), CAUSAL=bool(causal), PINGPONG=config.pingpong,
-        STAGES=config.stages, CONSUMERS=config.consumers, Q_BUFFERS=config.q_buffers,
+        STAGES=config.stages, CONSUMERS=config.consumers, Q_BUFFERS=config.q_buffers, P_SMEM=config.p_smem,
+        O_TMA=config.o_tma,
         CONSUMER_REGS=config.consumer_regs, PRODUCER_REGS=config.producer_regs, num_warps=CONSUMER_WARPS.value,
         maxnreg=register_budget(config))
     return (out, kernel) if return_kernel else out
