@@ -115,6 +115,7 @@ VARIANTS = {
     "Q-single-O-TMA": dict(q_buffers=1, o_tma=True),  # the output through shared memory and a TMA copy
     "P-smem": dict(p_smem=True),  # P through shared memory
     "192-rows": dict(consumers=3, consumer_regs=160, p_smem=True, o_tma=True),  # three consumers (d 64's tile)
+    "192x64": dict(consumers=3, consumer_regs=160, block_n=64, stages=3),  # three consumers, P in registers
 }
 
 
