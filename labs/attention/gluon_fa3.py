@@ -433,7 +433,7 @@ def fa3_forward_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, order_ptr, num_til
 # ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class FA3Config:
-    block_n: int  # keys per block (a power of two: 64 or 128)
+    block_n: int  # keys per block: a power of two (64, 128 or 256), as every register tensor's shape must be
     stages: int  # K and V blocks the producer may run ahead (each ring has this many slots)
     pingpong: bool = True  # the consumers take turns on the tensor cores
     consumer_regs: int = 240  # registers per consumer thread after setmaxnreg (S, O, two P's live at once)
@@ -454,8 +454,8 @@ class FA3Config:
                 f"{'' if self.pingpong else ' no-pingpong'}")
 
 
-# d = 128: 2 x 32 KiB of K and V a stage, 2 x 32 KiB of Q: two stages (192 KiB of 227)
-# d = 64: three consumers (192 queries, FlashAttention-3's tile): 160 registers each is what four warpgroups leave
+# d = 128: 2 x 32 KiB of K and V a stage, 2 x 32 KiB of Q: two stages (192 KiB of 227). The alternatives
+# (scripts/gluon_fa3_check.py's VARIANTS) are timed beside these on an H100 before one replaces them
 DEFAULT_CONFIGS = {64: FA3Config(block_n=128, stages=3), 128: FA3Config(block_n=128, stages=2)}
 L2_SHARE = 0.5  # of the L2 the K and V of one group of heads may fill (the rest: Q, O, other traffic)
 
