@@ -47,9 +47,10 @@ VARIANTS = {
     "P through shared memory (d128 128x128 s2; d64 192x128 s3 O through TMA: a few spills outside the key loop)": {
         128: dict(D128, p_smem=True), 64: dict(THREE, block_n=128, stages=3, p_smem=True, o_tma=True)},
     "O through TMA (d128 s2, d64 s3)": {128: dict(D128, o_tma=True), 64: dict(D64, o_tma=True)},
-    "d128 192x64 s3 Q single-buffered O through TMA; d64 128x256 s2 P through shared memory (a few spills)": {
-        128: dict(THREE, block_n=64, stages=3, q_buffers=1, o_tma=True), 64: dict(block_n=256, stages=2, p_smem=True)},
-    "as drafted: Q single-buffered (d128 s2, d64 s3)": {128: dict(D128, q_buffers=1), 64: dict(D64, q_buffers=1)},
+    "d128 192x64 s3 Q single-buffered, O through TMA; d64 192x64 s4 O through TMA, no ping-pong": {
+        128: dict(THREE, block_n=64, stages=3, q_buffers=1, o_tma=True),
+        64: dict(THREE, block_n=64, stages=4, o_tma=True, pingpong=False)},
+    "Q single-buffered, as in the draft (d128 s2, d64 s3)": {128: dict(D128, q_buffers=1), 64: dict(D64, q_buffers=1)},
 }
 PTX_MARKERS = ("wgmma.mma_async", "wgmma.wait_group", "mbarrier.try_wait", "mbarrier.arrive", "setmaxnreg",
                "cp.async.bulk.tensor", "ex2.approx", "bar.sync")

@@ -99,7 +99,7 @@ def _producer(q_desc, k_desc, v_desc, order_ptr, num_tiles, LQ, LK, q_smem, k_ri
     for tile in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
         bh, qb = _tile_at(order_ptr, tile)
         qm0 = qb * (CONSUMERS * M)
-        n_blocks, n_full = _key_blocks(qm0, LQ, LK, CONSUMERS * M, BLOCK_N, CAUSAL)
+        n_blocks, _ = _key_blocks(qm0, LQ, LK, CONSUMERS * M, BLOCK_N, CAUSAL)
         # each consumer's 64 query rows, in buffer set tiles_done % Q_BUFFERS: wait until that set's last tile has
         # finished its S GEMMs (a fresh barrier counts as having completed the phase before phase 0). With two
         # sets this wait is long over: the next tile's Q and K arrive while the consumers finish this one
@@ -161,14 +161,13 @@ def _softmax(s, m_i, l_i, start_n, row0, qk_scale, LQ, LK, s_layout: gl.constexp
             rows = row0 + gl.arange(0, M, layout=gl.SliceLayout(1, s_layout))
             ends = gl.minimum(ends, rows + (LK - LQ) + 1 - start_n)
         cols = gl.expand_dims(gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout)), 0)  # [1, N]
-        s = gl.where(cols < gl.expand_dims(ends, 1), s * qk_scale, float("-inf"))
-        m_new = gl.maximum(m_i, gl.max(s, 1))
+        s = gl.where(cols < gl.expand_dims(ends, 1), s, float("-inf"))
+    m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)  # the scale is positive: the max commutes with it
+    if MASKED:
         m_use = gl.where(m_new == float("-inf"), 0.0, m_new)  # a row that has seen no key yet: no NaN
-        p = gl.exp2(s - gl.expand_dims(m_use, 1))
-    else:  # every score is valid: one fused multiply-add and one exp2 (MUFU.EX2) per score
-        m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
+    else:
         m_use = m_new
-        p = gl.exp2(s * qk_scale - gl.expand_dims(m_new, 1))
+    p = gl.exp2(s * qk_scale - gl.expand_dims(m_use, 1))  # one fused multiply-add and one exp2 (MUFU.EX2) a score
     alpha = gl.exp2(m_i - m_use)
     l_i = l_i * alpha + gl.sum(p, 1)
     return p, m_new, l_i, alpha
@@ -184,7 +183,11 @@ def _stage_p(p, p_slot, o_layout: gl.constexpr, P_SMEM: gl.constexpr):
         fence_async_shared()  # the generic-proxy writes before the wgmma (async proxy) reads them
         return p_slot
     else:
-        return gl.convert_layout(p.to(gl.bfloat16), gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2))
+        # one cvt.rn.bf16x2 a pair of neighbouring scores, packed as wgmma reads them; p.to(gl.bfloat16) converted
+        # each score alone and ptxas packed the pairs with one byte permute (PRMT) more each: 8% of the key loop
+        packed = gl.inline_asm_elementwise("cvt.rn.bf16x2.f32 $0, $2, $1;", "=r,r,r", [p], dtype=gl.bfloat16,
+                                           is_pure=True, pack=2)
+        return gl.convert_layout(packed, gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2))
 
 
 @gluon.jit
@@ -319,7 +322,8 @@ def _consumer(q_desc, k_desc, o_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_sc
         bh, qb = _tile_at(order_ptr, tile)
         qm0 = qb * (CONSUMERS * M)
         row0 = qm0 + WG * M  # our first query row in the head
-        n_blocks, n_full = _key_blocks(qm0, LQ, LK, CONSUMERS * M, BLOCK_N, CAUSAL)
+        n_blocks, _ = _key_blocks(qm0, LQ, LK, CONSUMERS * M, BLOCK_N, CAUSAL)  # the tile's: every consumer's turns
+        _, n_full = _key_blocks(row0, LQ, LK, M, BLOCK_N, CAUSAL)  # ours: our later rows see more blocks whole
         m_i = gl.full([M], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))  # running max (base 2)
         l_i = gl.zeros([M], gl.float32, gl.SliceLayout(1, s_layout))  # running sum of exp2(score - max)
         acc = gl.zeros([M, HEAD_DIM], gl.float32, o_layout)  # running unnormalised output, 64 x d FP32
