@@ -16,8 +16,9 @@ What you will learn:
 - the overlap inside one warpgroup: S_j = Q K_j^T and O += P_{j-1} V_{j-1} are issued together (`is_async`),
   the warpgroup waits for S_j only, and computes the softmax of block j while the P V product still runs;
 - the overlap between tiles: Q has two buffers, so the producer loads the next tile's Q and first K blocks while
-  the consumers finish this one; the output can leave through shared memory and a TMA copy that runs on while the
-  next tile starts;
+  the consumers finish this one; a tile's last P V can go beside the next tile's first S (the tile's epilogue and
+  the next one's prologue then leave the tensor cores no gap); the output can leave through shared memory and a
+  TMA copy that runs on while the next tile starts;
 - the register budget: P feeds the P V wgmma from registers, or from shared memory when three consumers (160
   registers a thread each) leave too few to hold S, O and two P's at once;
 - persistence: one program per SM walks (head, query block) tiles from a table built on the host, causal tiles
@@ -33,9 +34,7 @@ and a Hopper GPU: labs/hopper/gluon_support.py says whether this machine has bot
 
 from __future__ import annotations
 
-import functools
 import math
-from dataclasses import dataclass
 
 import torch
 from triton.experimental import gluon
@@ -44,11 +43,12 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                                warpgroup_mma_wait)
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+from labs.attention.fa3_plan import (DEFAULT_CONFIGS, WG_ROWS, FA3Config, check_inputs, heads_per_group,  # noqa: F401
+                                     register_budget, smem_bytes, tile_order)
 from labs.hopper.gluon_support import GluonUnavailable, attention_unavailable_reason, device_capability
 from labs.hopper.gluon_ws import SMEM_BYTES, tma_load, tma_store
 
 LOG2E = 1.4426950408889634  # exp(x) = exp2(x * log2 e)
-WG_ROWS = 64  # query rows per consumer warpgroup: one m64 wgmma; a tile is 2 or 3 of them (128 or 192 rows)
 WG0, WG1, WG2 = gl.constexpr(0), gl.constexpr(1), gl.constexpr(2)  # the consumer warpgroups' indices
 CONSUMER_WARPS = gl.constexpr(4)  # one warpgroup per consumer
 PRODUCER_WARPS = gl.constexpr(1)  # one warp issues every copy
@@ -201,16 +201,33 @@ def _wait_pv(acc, p, P_SMEM: gl.constexpr):
 
 
 @gluon.jit
-def _key_block(q_tile, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty, turn, p_slot, acc, p, m_i, l_i, count,
-               turns, start_n, row0, qk_scale, LQ, LK, WG: gl.constexpr, CAUSAL: gl.constexpr,
-               PINGPONG: gl.constexpr, MASKED: gl.constexpr, P_SMEM: gl.constexpr):
+def _no_p(p_slot, M: gl.constexpr, BLOCK_N: gl.constexpr, o_layout: gl.constexpr, P_SMEM: gl.constexpr):
+    """P before any block (loops carry P from tile to tile): never multiplied."""
+    if P_SMEM:
+        return p_slot
+    else:
+        return gl.zeros([M, BLOCK_N], gl.bfloat16, gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2))
+
+
+@gluon.jit
+def _rescale(acc, alpha):
+    """The output so far, shrunk to the new running max."""
+    return acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, acc.type.layout)), 1)
+
+
+@gluon.jit
+def _key_block(q_tile, rings, turn, p_slot, acc, p, m_i, l_i, count, turns, start_n, row0, qk_scale, LQ, LK,
+               WG: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, MASKED: gl.constexpr,
+               P_SMEM: gl.constexpr):
     """Key block j (its K in ring slot `count + 1`): issue S_j = Q K_j^T beside O += P_{j-1} V_{j-1}, then the
-    softmax of S_j while the P V product still runs. `count` is block j-1's place in the rings."""
+    softmax of S_j while the P V product still runs. `count` is block j-1's place in the rings. Block j-1 may be
+    the previous tile's last (then m_i and l_i are fresh and acc is that tile's finished output). Returns acc
+    not yet rescaled, and alpha to rescale it by."""
+    k_ring, v_ring, k_ready, k_empty, v_ready, v_empty = rings
     STAGES: gl.constexpr = k_ring.type.shape[0]
     M: gl.constexpr = q_tile.type.shape[0]
     BLOCK_N: gl.constexpr = k_ring.type.shape[1]
     s_layout: gl.constexpr = wgmma_layout(BLOCK_N)
-    o_layout: gl.constexpr = wgmma_layout(acc.shape[1])
     k_count = count + 1
     k_slot = k_count % STAGES
     v_slot = count % STAGES
@@ -226,20 +243,39 @@ def _key_block(q_tile, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty, turn,
     p_new, m_i, l_i, alpha = _softmax(s, m_i, l_i, start_n, row0, qk_scale, LQ, LK, s_layout, CAUSAL, MASKED)
     acc, p = _wait_pv(acc, p, P_SMEM)  # P V is done: P_{j-1}'s registers (or shared memory) are free
     mbarrier.arrive(v_empty.index(v_slot))
-    acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)  # rescale to the new max
-    p = _stage_p(p_new, p_slot, o_layout, P_SMEM)
-    return acc, p, m_i, l_i, k_count, turns
+    p = _stage_p(p_new, p_slot, wgmma_layout(acc.shape[1]), P_SMEM)
+    return acc, p, m_i, l_i, alpha, k_count, turns
 
 
 @gluon.jit
-def _first_block(q_tile, k_ring, k_ready, k_empty, turn, p_slot, m_i, l_i, count, turns, n_full, row0, qk_scale, LQ,
-                 LK, WG: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, P_SMEM: gl.constexpr):
-    """A tile's prologue: S_0 alone (there is no P V yet), then its softmax (masked unless every row sees the
-    whole block). Returns P_0 staged for the P V wgmma."""
+def _key_blocks_from(first, q_tile, rings, turn, p_slot, acc, p, m_i, l_i, count, turns, n_full, n_blocks, row0,
+                     qk_scale, LQ, LK, WG: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
+                     P_SMEM: gl.constexpr):
+    """Blocks [first, n_blocks) of a tile: those every row of ours sees whole without a mask, then the causal
+    diagonal and the ragged end with one."""
+    BLOCK_N: gl.constexpr = rings[0].type.shape[1]
+    for start_n in range(first * BLOCK_N, n_full * BLOCK_N, BLOCK_N):
+        acc, p, m_i, l_i, alpha, count, turns = _key_block(q_tile, rings, turn, p_slot, acc, p, m_i, l_i, count,
+                                                           turns, start_n, row0, qk_scale, LQ, LK, WG, CAUSAL,
+                                                           PINGPONG, False, P_SMEM)
+        acc = _rescale(acc, alpha)
+    for start_n in range(gl.maximum(n_full, first) * BLOCK_N, n_blocks * BLOCK_N, BLOCK_N):
+        acc, p, m_i, l_i, alpha, count, turns = _key_block(q_tile, rings, turn, p_slot, acc, p, m_i, l_i, count,
+                                                           turns, start_n, row0, qk_scale, LQ, LK, WG, CAUSAL,
+                                                           PINGPONG, True, P_SMEM)
+        acc = _rescale(acc, alpha)
+    return acc, p, m_i, l_i, count, turns
+
+
+@gluon.jit
+def _first_block(q_tile, rings, turn, p_slot, m_i, l_i, count, turns, n_full, row0, qk_scale, LQ, LK,
+                 WG: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, P_SMEM: gl.constexpr):
+    """A tile's prologue with nothing before it: S_0 alone, then its softmax (masked unless every row of ours
+    sees the whole block). Returns P_0 staged for the P V wgmma."""
+    k_ring, v_ring, k_ready, k_empty, v_ready, v_empty = rings
     STAGES: gl.constexpr = k_ring.type.shape[0]
     M: gl.constexpr = q_tile.type.shape[0]
     BLOCK_N: gl.constexpr = k_ring.type.shape[1]
-    HEAD_DIM: gl.constexpr = q_tile.type.shape[1]
     s_layout: gl.constexpr = wgmma_layout(BLOCK_N)
     turns = _wait_turn(turn, turns, WG, PINGPONG)
     slot = count % STAGES
@@ -253,13 +289,13 @@ def _first_block(q_tile, k_ring, k_ready, k_empty, turn, p_slot, m_i, l_i, count
         p, m_i, l_i, alpha = _softmax(s, m_i, l_i, 0, row0, qk_scale, LQ, LK, s_layout, CAUSAL, False)
     else:
         p, m_i, l_i, alpha = _softmax(s, m_i, l_i, 0, row0, qk_scale, LQ, LK, s_layout, CAUSAL, True)
-    return _stage_p(p, p_slot, wgmma_layout(HEAD_DIM), P_SMEM), m_i, l_i, turns
+    return _stage_p(p, p_slot, wgmma_layout(q_tile.type.shape[1]), P_SMEM), m_i, l_i, turns
 
 
 @gluon.jit
-def _last_pv(v_ring, v_ready, v_empty, turn, acc, p, count, turns, WG: gl.constexpr, PINGPONG: gl.constexpr,
-             P_SMEM: gl.constexpr):
-    """A tile's epilogue GEMM: the last P V alone."""
+def _last_pv(rings, turn, acc, p, count, turns, WG: gl.constexpr, PINGPONG: gl.constexpr, P_SMEM: gl.constexpr):
+    """A tile's last GEMM when no next tile's S_0 goes beside it: the last P V alone."""
+    k_ring, v_ring, k_ready, k_empty, v_ready, v_empty = rings
     STAGES: gl.constexpr = v_ring.type.shape[0]
     turns = _wait_turn(turn, turns, WG, PINGPONG)
     slot = count % STAGES
@@ -304,52 +340,90 @@ def _store_rows(o_desc, o_ptr, o_slot, acc, l_i, bh, row0, LQ, O_TMA: gl.constex
 
 
 @gluon.jit
-def _consumer(q_desc, k_desc, o_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem, k_ring, v_ring, p_smem,
-              o_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turn, WG: gl.constexpr,
-              CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, Q_BUFFERS: gl.constexpr, P_SMEM: gl.constexpr,
-              O_TMA: gl.constexpr):
+def _open_tile(q_tile, rings, turn, p_slot, o_desc, o_ptr, o_slot, acc, p, l_prev, bh_prev, row0_prev, pending, count,
+               turns, n_full, row0, qk_scale, LQ, LK, WG: gl.constexpr, CAUSAL: gl.constexpr,
+               PINGPONG: gl.constexpr, P_SMEM: gl.constexpr, O_TMA: gl.constexpr, OVERLAP: gl.constexpr):
+    """A tile's first key block. With OVERLAP and a previous tile pending, its S_0 goes beside that tile's last
+    P V (the tensor cores never wait for a tile's prologue or epilogue), and that tile's rows are stored."""
+    M: gl.constexpr = q_tile.type.shape[0]
+    s_layout: gl.constexpr = wgmma_layout(rings[0].type.shape[1])
+    m_i = gl.full([M], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))  # running max (base 2)
+    l_i = gl.zeros([M], gl.float32, gl.SliceLayout(1, s_layout))  # running sum of exp2(score - max)
+    if OVERLAP and pending:
+        if n_full > 0:
+            acc, p, m_i, l_i, alpha, count, turns = _key_block(q_tile, rings, turn, p_slot, acc, p, m_i, l_i, count,
+                                                               turns, 0, row0, qk_scale, LQ, LK, WG, CAUSAL,
+                                                               PINGPONG, False, P_SMEM)
+        else:
+            acc, p, m_i, l_i, alpha, count, turns = _key_block(q_tile, rings, turn, p_slot, acc, p, m_i, l_i, count,
+                                                               turns, 0, row0, qk_scale, LQ, LK, WG, CAUSAL,
+                                                               PINGPONG, True, P_SMEM)
+        _store_rows(o_desc, o_ptr, o_slot, acc, l_prev, bh_prev, row0_prev, LQ, O_TMA)
+    else:
+        p, m_i, l_i, turns = _first_block(q_tile, rings, turn, p_slot, m_i, l_i, count, turns, n_full, row0,
+                                          qk_scale, LQ, LK, WG, CAUSAL, PINGPONG, P_SMEM)
+    return p, m_i, l_i, count, turns
+
+
+@gluon.jit
+def _consumer(q_desc, k_desc, o_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem, rings, p_smem, o_smem,
+              q_ready, q_empty, turn, WG: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
+              Q_BUFFERS: gl.constexpr, P_SMEM: gl.constexpr, O_TMA: gl.constexpr, OVERLAP: gl.constexpr):
     M: gl.constexpr = q_desc.block_type.shape[0]
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
-    s_layout: gl.constexpr = wgmma_layout(BLOCK_N)
     o_layout: gl.constexpr = wgmma_layout(HEAD_DIM)
     CONSUMERS: gl.constexpr = turn.type.shape[0]
     p_slot = p_smem.index(WG)  # used only with P_SMEM
+    o_slot = o_smem.index(WG)  # used only with O_TMA
     count = 0  # key blocks consumed over every tile: the producer's sequence
     turns = 0  # GEMM turns taken: every consumer takes the same number, in turn
     tiles_done = 0
+    acc = gl.zeros([M, HEAD_DIM], gl.float32, o_layout)  # running unnormalised output, 64 x d FP32
+    p = _no_p(p_slot, M, BLOCK_N, o_layout, P_SMEM)
+    # with OVERLAP, the tile whose last P V is still to issue: its row sums and where its rows go
+    pending = False
+    l_prev = gl.zeros([M], gl.float32, gl.SliceLayout(1, wgmma_layout(BLOCK_N)))
+    bh_prev = 0
+    row0_prev = 0
     for tile in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
         bh, qb = _tile_at(order_ptr, tile)
         qm0 = qb * (CONSUMERS * M)
         row0 = qm0 + WG * M  # our first query row in the head
         n_blocks, _ = _key_blocks(qm0, LQ, LK, CONSUMERS * M, BLOCK_N, CAUSAL)  # the tile's: every consumer's turns
         _, n_full = _key_blocks(row0, LQ, LK, M, BLOCK_N, CAUSAL)  # ours: our later rows see more blocks whole
-        m_i = gl.full([M], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))  # running max (base 2)
-        l_i = gl.zeros([M], gl.float32, gl.SliceLayout(1, s_layout))  # running sum of exp2(score - max)
-        acc = gl.zeros([M, HEAD_DIM], gl.float32, o_layout)  # running unnormalised output, 64 x d FP32
         q_buf = (tiles_done % Q_BUFFERS) * CONSUMERS + WG
         q_tile = q_smem.index(q_buf)  # our 64 rows of Q stay in shared memory for the whole tile
         mbarrier.wait(q_ready.index(q_buf), (tiles_done // Q_BUFFERS) & 1)  # ... once they have landed
         if n_blocks > 0:
-            p, m_i, l_i, turns = _first_block(q_tile, k_ring, k_ready, k_empty, turn, p_slot, m_i, l_i, count, turns,
-                                              n_full, row0, qk_scale, LQ, LK, WG, CAUSAL, PINGPONG, P_SMEM)
-            # the steady state: blocks every row sees whole run without a mask, the diagonal and the end with one
-            for start_n in range(BLOCK_N, n_full * BLOCK_N, BLOCK_N):
-                acc, p, m_i, l_i, count, turns = _key_block(q_tile, k_ring, v_ring, k_ready, k_empty, v_ready,
-                                                            v_empty, turn, p_slot, acc, p, m_i, l_i, count, turns,
-                                                            start_n, row0, qk_scale, LQ, LK, WG, CAUSAL, PINGPONG,
-                                                            False, P_SMEM)
-            for start_n in range(gl.maximum(n_full, 1) * BLOCK_N, n_blocks * BLOCK_N, BLOCK_N):
-                acc, p, m_i, l_i, count, turns = _key_block(q_tile, k_ring, v_ring, k_ready, k_empty, v_ready,
-                                                            v_empty, turn, p_slot, acc, p, m_i, l_i, count, turns,
-                                                            start_n, row0, qk_scale, LQ, LK, WG, CAUSAL, PINGPONG,
-                                                            True, P_SMEM)
+            p, m_i, l_i, count, turns = _open_tile(q_tile, rings, turn, p_slot, o_desc, o_ptr, o_slot, acc, p, l_prev,
+                                                   bh_prev, row0_prev, pending, count, turns, n_full, row0, qk_scale,
+                                                   LQ, LK, WG, CAUSAL, PINGPONG, P_SMEM, O_TMA, OVERLAP)
+            acc = gl.zeros([M, HEAD_DIM], gl.float32, o_layout)
+            acc, p, m_i, l_i, count, turns = _key_blocks_from(1, q_tile, rings, turn, p_slot, acc, p, m_i, l_i, count,
+                                                              turns, n_full, n_blocks, row0, qk_scale, LQ, LK, WG,
+                                                              CAUSAL, PINGPONG, P_SMEM)
             mbarrier.arrive(q_empty.index(q_buf))  # every S GEMM of this tile is done: the producer may reuse Q
-            acc, count, turns = _last_pv(v_ring, v_ready, v_empty, turn, acc, p, count, turns, WG, PINGPONG, P_SMEM)
-        else:
-            mbarrier.arrive(q_empty.index(q_buf))  # a tile that sees no key: Q was never read
-        _store_rows(o_desc, o_ptr, o_smem.index(WG), acc, l_i, bh, row0, LQ, O_TMA)
+            if OVERLAP:  # the last P V goes beside the next tile's S_0
+                pending = True
+                l_prev = l_i
+                bh_prev = bh
+                row0_prev = row0
+            else:
+                acc, count, turns = _last_pv(rings, turn, acc, p, count, turns, WG, PINGPONG, P_SMEM)
+                _store_rows(o_desc, o_ptr, o_slot, acc, l_i, bh, row0, LQ, O_TMA)
+        else:  # a tile that sees no key (causal, Lq > Lk): Q is never read, its rows are 0
+            mbarrier.arrive(q_empty.index(q_buf))
+            if OVERLAP and pending:
+                acc, count, turns = _last_pv(rings, turn, acc, p, count, turns, WG, PINGPONG, P_SMEM)
+                _store_rows(o_desc, o_ptr, o_slot, acc, l_prev, bh_prev, row0_prev, LQ, O_TMA)
+                pending = False
+            zeros = gl.zeros([M, HEAD_DIM], gl.float32, o_layout)
+            _store_rows(o_desc, o_ptr, o_slot, zeros, gl.zeros_like(l_prev), bh, row0, LQ, O_TMA)
         tiles_done += 1
+    if OVERLAP and pending:
+        acc, count, turns = _last_pv(rings, turn, acc, p, count, turns, WG, PINGPONG, P_SMEM)
+        _store_rows(o_desc, o_ptr, o_slot, acc, l_prev, bh_prev, row0_prev, LQ, O_TMA)
     if O_TMA:
         tma.store_wait(pendings=0)
 
@@ -361,6 +435,7 @@ def _consumer(q_desc, k_desc, o_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_sc
 def fa3_forward_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_scale,
                        CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, STAGES: gl.constexpr,
                        CONSUMERS: gl.constexpr, Q_BUFFERS: gl.constexpr, P_SMEM: gl.constexpr, O_TMA: gl.constexpr,
+                       OVERLAP: gl.constexpr,
                        CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr):
     dtype: gl.constexpr = q_desc.dtype
     Q_SLOTS: gl.constexpr = Q_BUFFERS * CONSUMERS  # one [64, d] block of Q per consumer per buffer set
@@ -395,28 +470,24 @@ def fa3_forward_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, order_ptr, num_til
         mbarrier.init(v_ready.index(i), count=1)
         mbarrier.init(v_empty.index(i), count=CONSUMERS)
     # the default partition (first) runs on the kernel's 4 warps: consumer 0; the workers get their own warps
+    rings = (k_ring, v_ring, k_ready, k_empty, v_ready, v_empty)  # the K and V rings with their barriers
     if CONSUMERS == 3:
         gl.warp_specialize([
-            (_consumer, (q_desc, k_desc, o_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem, k_ring, v_ring,
-                         p_smem, o_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turn, WG0, CAUSAL,
-                         PINGPONG, Q_BUFFERS, P_SMEM, O_TMA)),
-            (_consumer, (q_desc, k_desc, o_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem, k_ring, v_ring,
-                         p_smem, o_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turn, WG1, CAUSAL,
-                         PINGPONG, Q_BUFFERS, P_SMEM, O_TMA)),
-            (_consumer, (q_desc, k_desc, o_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem, k_ring, v_ring,
-                         p_smem, o_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turn, WG2, CAUSAL,
-                         PINGPONG, Q_BUFFERS, P_SMEM, O_TMA)),
+            (_consumer, (q_desc, k_desc, o_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem, rings, p_smem,
+                         o_smem, q_ready, q_empty, turn, WG0, CAUSAL, PINGPONG, Q_BUFFERS, P_SMEM, O_TMA, OVERLAP)),
+            (_consumer, (q_desc, k_desc, o_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem, rings, p_smem,
+                         o_smem, q_ready, q_empty, turn, WG1, CAUSAL, PINGPONG, Q_BUFFERS, P_SMEM, O_TMA, OVERLAP)),
+            (_consumer, (q_desc, k_desc, o_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem, rings, p_smem,
+                         o_smem, q_ready, q_empty, turn, WG2, CAUSAL, PINGPONG, Q_BUFFERS, P_SMEM, O_TMA, OVERLAP)),
             (_producer, (q_desc, k_desc, v_desc, order_ptr, num_tiles, LQ, LK, q_smem, k_ring, v_ring, q_ready, q_empty,
                          k_ready, k_empty, v_ready, v_empty, CAUSAL, CONSUMERS, Q_BUFFERS)),
         ], [CONSUMER_WARPS, CONSUMER_WARPS, PRODUCER_WARPS], [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS])
     else:
         gl.warp_specialize([
-            (_consumer, (q_desc, k_desc, o_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem, k_ring, v_ring,
-                         p_smem, o_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turn, WG0, CAUSAL,
-                         PINGPONG, Q_BUFFERS, P_SMEM, O_TMA)),
-            (_consumer, (q_desc, k_desc, o_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem, k_ring, v_ring,
-                         p_smem, o_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turn, WG1, CAUSAL,
-                         PINGPONG, Q_BUFFERS, P_SMEM, O_TMA)),
+            (_consumer, (q_desc, k_desc, o_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem, rings, p_smem,
+                         o_smem, q_ready, q_empty, turn, WG0, CAUSAL, PINGPONG, Q_BUFFERS, P_SMEM, O_TMA, OVERLAP)),
+            (_consumer, (q_desc, k_desc, o_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem, rings, p_smem,
+                         o_smem, q_ready, q_empty, turn, WG1, CAUSAL, PINGPONG, Q_BUFFERS, P_SMEM, O_TMA, OVERLAP)),
             (_producer, (q_desc, k_desc, v_desc, order_ptr, num_tiles, LQ, LK, q_smem, k_ring, v_ring, q_ready, q_empty,
                          k_ready, k_empty, v_ready, v_empty, CAUSAL, CONSUMERS, Q_BUFFERS)),
         ], [CONSUMER_WARPS, PRODUCER_WARPS], [CONSUMER_REGS, PRODUCER_REGS])
@@ -433,91 +504,8 @@ def fa3_forward_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, order_ptr, num_til
 
 
 # ---------------------------------------------------------------------------------------------
-# 5. The launcher: descriptors, the tile order, the register budget
+# 5. The launcher: descriptors, the tile order (fa3_plan.py), the register budget
 # ---------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class FA3Config:
-    block_n: int  # keys per block: a power of two (64, 128 or 256), as every register tensor's shape must be
-    stages: int  # K and V blocks the producer may run ahead (each ring has this many slots)
-    pingpong: bool = True  # the consumers take turns on the tensor cores
-    consumer_regs: int = 240  # registers per consumer thread after setmaxnreg (S, O, two P's live at once)
-    producer_regs: int = 24  # the least Hopper allows: the producer only computes addresses
-    consumers: int = 2  # consumer warpgroups, 64 query rows each: a tile of 128 or 192 queries
-    q_buffers: int = 2  # sets of Q blocks: with two, the next tile's Q loads while this one runs
-    p_smem: bool = False  # P goes to the P V wgmma through shared memory (frees registers) instead of registers
-    o_tma: bool = False  # the output rows go out through shared memory and a TMA copy that overlaps the next tile
-
-    @property
-    def block_m(self) -> int:
-        return self.consumers * WG_ROWS
-
-    @property
-    def label(self) -> str:
-        return (f"{self.block_m}x{self.block_n} s{self.stages} q{self.q_buffers}"
-                f"{' P-smem' if self.p_smem else ''}{' O-TMA' if self.o_tma else ''}"
-                f"{'' if self.pingpong else ' no-pingpong'}")
-
-
-# d = 128: 2 x 32 KiB of K and V a stage, 2 x 32 KiB of Q: two stages (192 KiB of 227). The alternatives
-# (scripts/gluon_fa3_check.py's VARIANTS) are timed beside these on an H100 before one replaces them
-DEFAULT_CONFIGS = {64: FA3Config(block_n=128, stages=3), 128: FA3Config(block_n=128, stages=2)}
-L2_SHARE = 0.5  # of the L2 the K and V of one group of heads may fill (the rest: Q, O, other traffic)
-
-
-def smem_bytes(head_dim: int, config: FA3Config, element_bytes: int = 2) -> int:
-    """Q for every consumer in every buffer set, the K and V rings, P and the output rows when they go through
-    shared memory, and the mbarriers (8 bytes each)."""
-    q = config.q_buffers * config.block_m * head_dim * element_bytes
-    ring = 2 * config.stages * config.block_n * head_dim * element_bytes
-    p = config.block_m * config.block_n * element_bytes if config.p_smem else 0
-    o = config.block_m * head_dim * element_bytes if config.o_tma else 0
-    barriers = 2 * config.q_buffers * config.consumers + config.consumers + 4 * config.stages
-    return q + ring + p + o + 8 * barriers
-
-
-def register_budget(config: FA3Config) -> int:
-    """maxnreg for the launch: every thread starts with this many registers, and the SM's 65,536 must cover the
-    consumers' warpgroups and the producer's (its one warp is rounded up to four). setmaxnreg then moves registers
-    from the producer to the consumers: the workers get what they ask for, the first consumer (the default
-    partition) what they leave: 168 x 3 - 240 - 24 = 240 a thread with two consumers, 128 x 4 - 2 x 160 - 24 =
-    168 with three."""
-    groups = config.consumers + 1
-    budget = min(256, (65536 // (groups * 128)) // 8 * 8)
-    left = groups * budget - (config.consumers - 1) * config.consumer_regs - config.producer_regs
-    if left < config.consumer_regs:
-        raise ValueError(f"{config.consumer_regs} registers for each of {config.consumers} consumers and "
-                         f"{config.producer_regs} for the producer leave the first consumer {left}")
-    return budget
-
-
-@functools.lru_cache(maxsize=64)
-def tile_order(heads: int, q_blocks: int, causal: bool, group: int, device: str) -> torch.Tensor:
-    """int32 [heads * q_blocks, 2] of (flattened batch*head, query block), in the order the programs take them:
-    heads in groups of `group` (their K and V fit the L2 while the group runs), within a group query blocks in
-    turn, all the group's heads at each; causal tiles from the last query block (the most keys) to the first."""
-    h = torch.arange(heads).repeat_interleave(q_blocks)  # [tiles]
-    rank = torch.arange(q_blocks).repeat(heads)  # the query block's place in the order
-    key = (h // group) * (q_blocks * heads) + rank * heads + h
-    order = torch.argsort(key)
-    qb = (q_blocks - 1 - rank) if causal else rank
-    return torch.stack([h[order], qb[order]], dim=1).to(torch.int32).contiguous().to(device)
-
-
-def heads_per_group(lk: int, head_dim: int, device) -> int:
-    l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 50 * 2**20)
-    return max(1, int(L2_SHARE * l2) // (2 * lk * head_dim * 2))
-
-
-def check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-    if q.dim() != 4 or k.shape != v.shape or q.shape[:2] != k.shape[:2] or q.shape[3] != k.shape[3]:
-        raise ValueError(f"want q (B, H, Lq, d) and k, v (B, H, Lk, d); got {tuple(q.shape)}, {tuple(k.shape)}, "
-                         f"{tuple(v.shape)}")
-    if q.shape[3] not in DEFAULT_CONFIGS:
-        raise ValueError(f"head dim {q.shape[3]}: this kernel takes {sorted(DEFAULT_CONFIGS)}")
-    if any(t.dtype != torch.bfloat16 for t in (q, k, v)):
-        raise ValueError("this kernel takes bf16 q, k and v")
-
-
 def gluon_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, config: FA3Config = None,
                     out: torch.Tensor = None, programs: int = None, return_kernel: bool = False):
     """softmax(q k^T / sqrt(d)) v with FlashAttention-3's schedule: q (B, H, Lq, d), k and v (B, H, Lk, d), bf16.
@@ -550,7 +538,7 @@ def gluon_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
         descriptor(out, WG_ROWS), out, order,
         order.shape[0], lq, lk, LOG2E / math.sqrt(d), CAUSAL=bool(causal), PINGPONG=config.pingpong,
         STAGES=config.stages, CONSUMERS=config.consumers, Q_BUFFERS=config.q_buffers, P_SMEM=config.p_smem,
-        O_TMA=config.o_tma,
+        O_TMA=config.o_tma, OVERLAP=config.overlap_tiles,
         CONSUMER_REGS=config.consumer_regs, PRODUCER_REGS=config.producer_regs, num_warps=CONSUMER_WARPS.value,
         maxnreg=register_budget(config))
     return (out, kernel) if return_kernel else out
