@@ -170,6 +170,7 @@ def run_variant(name: str, library_path: str) -> None:
     if reason:
         say(f"  cannot run here: {reason}")
         return
+
     def config_for(d):
         return FA3Config(**VARIANTS[name][d])
 
@@ -177,6 +178,7 @@ def run_variant(name: str, library_path: str) -> None:
         return
     libs = json.loads(Path(library_path).read_text()) if Path(library_path).exists() else {}
     slug = re.sub(r"[^a-z0-9]+", "-", name.split(":")[0].lower()).strip("-")
+    rates = {}  # point -> TFLOP/s, for the summary
     for d, batch, heads, seq, causal in timed_shapes():
         q, k, v = qkv(batch, heads, seq, seq, d)
         out = torch.empty_like(q)
@@ -196,6 +198,22 @@ def run_variant(name: str, library_path: str) -> None:
         ratio = f"{lib_ms['sdpa-cudnn'] / ms:.3f}" if "sdpa-cudnn" in lib_ms else "?"
         say(f"  {point_key(d, seq, causal):>20}: {fl / ms / 1e9:6.1f} TFLOP/s   x cuDNN {ratio}   "
             f"cuDNN {rate['sdpa-cudnn']:6.1f}   flash {rate['sdpa-flash']:6.1f}")
+        rates[point_key(d, seq, causal)] = fl / ms / 1e9
+        Path(library_path).with_name(f"variant-{list(VARIANTS).index(name)}.json").write_text(json.dumps(rates))
+
+
+def summary(library_path: str) -> None:
+    """One line a timed point: cuDNN's TFLOP/s, then each variant's and its ratio to cuDNN (numbered as run)."""
+    libs = json.loads(Path(library_path).read_text()) if Path(library_path).exists() else {}
+    found = {i: json.loads(f.read_text()) for i in range(len(VARIANTS))
+             if (f := Path(library_path).with_name(f"variant-{i}.json")).exists()}
+    say("== summary: TFLOP/s (x cuDNN) of variants " + ", ".join(str(i + 1) for i in found))
+    for d, batch, heads, seq, causal in timed_shapes():
+        key = point_key(d, seq, causal)
+        cudnn = flops(batch, heads, seq, d, causal) / libs[key]["sdpa-cudnn"] / 1e9 if "sdpa-cudnn" in libs.get(
+            key, {}) else float("nan")
+        cells = [f"{i + 1}: {r[key]:5.0f} ({r[key] / cudnn:.2f})" for i, r in found.items() if key in r]
+        say(f"  {key:>18}  cuDNN {cudnn:5.0f}   " + "   ".join(cells))
 
 
 def child(args: list, budget_end: float) -> None:
@@ -234,6 +252,7 @@ def main() -> None:
         for name in VARIANTS:
             say(f"== {name}")
             child(["--variant", name, library_path], budget_end)
+        summary(library_path)
     say(f"total {time.monotonic() - started:.0f} s")
 
 
