@@ -124,7 +124,7 @@ def _producer(q_desc, k_desc, v_desc, order_ptr, num_tiles, LQ, LK, q_smem, k_ri
 
 
 # ---------------------------------------------------------------------------------------------
-# 3. The consumers: two warpgroups, each the online softmax of kernels.py for its 64 rows
+# 3. The consumers: two or three warpgroups, each the online softmax of kernels.py for its 64 rows
 # ---------------------------------------------------------------------------------------------
 @gluon.jit
 def _wait_turn(turn, turns, WG: gl.constexpr, PINGPONG: gl.constexpr):
