@@ -1,13 +1,13 @@
 """One GPU call that tells whether the Gluon FlashAttention-3 forward (labs/attention/gluon_fa3.py) works, and how
 fast it is beside cuDNN.
 
-    OUT=/some/dir python3 scripts/gluon_fa3_check.py      (under 100 s on an H100; each part in its own process)
+    OUT=/some/dir python3 scripts/gluon_fa3_check.py      (under 200 s on an H100; each part in its own process)
 
 First a child process times torch SDPA's cuDNN and FlashAttention backends at every timed shape and hands the
 times to the variants through a JSON file. Then, for each variant of the kernel (the lab's default first, then
-without ping-pong, then with deeper rings), a child process: compiles (the full traceback if it fails), checks
+the others in VARIANTS), a child process: compiles (the full traceback if it fails), checks
 against float64 on odd shapes (lengths 1000 and 333, Lq != Lk, causal and not, d 64 and 128, three programs so
-each walks several query blocks), then times seq 2048/4096/8192 at batch x heads 16 x 16 (d 128) and 32 x 16
+each walks several query blocks), then times seq 2048 and 8192 at batch x heads 16 x 16 (d 128) and 32 x 16
 (d 64), causal and not (triton's do_bench, median), and prints TFLOP/s (causal counts half the FLOPs) and the
 ratio to cuDNN. A child that hangs (an mbarrier never completing) is killed after CHILD_TIMEOUT_S and said so;
 the last is cut at TOTAL_S (none starts with less than MIN_CHILD_S left). With $OUT set, each variant's PTX is
@@ -28,18 +28,31 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-CHILD_TIMEOUT_S, TOTAL_S, MIN_CHILD_S = 40, 95, 15
-SEQS = (2048, 4096, 8192)
+CHILD_TIMEOUT_S, TOTAL_S, MIN_CHILD_S = 60, 195, 15  # a 3-consumer variant compiles 4 kernels of ~200 wgmma
+SEQS = (2048, 8192)
 BATCH_HEADS = {128: (16, 16), 64: (32, 16)}
 # (batch, heads, Lq, Lk): lengths not multiples of any tile; Lq > Lk leaves causal rows that see no key
 ODD_SHAPES = ((1, 2, 1000, 1000), (2, 1, 333, 333), (1, 2, 333, 1000), (1, 1, 1000, 333))
 CHECK_PROGRAMS = 3  # few programs: each walks several (head, query block) tiles, crossing tile boundaries
 LIBRARIES = ("sdpa-cudnn", "sdpa-flash")
-# name -> {head dim: (block_n, stages)}, ping-pong; the first is the lab's default (gluon_fa3.DEFAULT_CONFIGS)
+# name -> {head dim: FA3Config keyword arguments}; the first is the lab's default (gluon_fa3.DEFAULT_CONFIGS).
+# Each compiles for sm_90a with Triton 3.6 under 227 KiB of shared memory and without spills, except where said
+D128 = dict(block_n=128, stages=2)
+D64 = dict(block_n=128, stages=3)
+THREE = dict(consumers=3, consumer_regs=160)  # three consumer warpgroups: 192 queries a tile, 160 registers each
 VARIANTS = {
-    "default: 128x128 ping-pong (d128 s2, d64 s3)": ({128: (128, 2), 64: (128, 3)}, True),
-    "no ping-pong (d128 s2, d64 s3)": ({128: (128, 2), 64: (128, 3)}, False),
-    "deeper rings: ping-pong (d128 s3, d64 s4)": ({128: (128, 3), 64: (128, 4)}, True),
+    "default: 128x128, Q double-buffered (d128 s2, d64 s3)": {128: D128, 64: D64},
+    "tiles overlapped, O through TMA (d128 128x128 s2, d64 128x128 s3)": {
+        128: dict(D128, overlap_tiles=True, o_tma=True), 64: dict(D64, overlap_tiles=True, o_tma=True)},
+    "192 rows, P in registers (d128 192x64 s3, d64 192x64 s4 O through TMA)": {
+        128: dict(THREE, block_n=64, stages=3), 64: dict(THREE, block_n=64, stages=4, o_tma=True)},
+    "192 rows, tiles overlapped (d128 192x64 s3, d64 192x64 s4 O through TMA)": {
+        128: dict(THREE, block_n=64, stages=3, overlap_tiles=True),
+        64: dict(THREE, block_n=64, stages=4, o_tma=True, overlap_tiles=True)},
+    "P through shared memory (d128 128x128 s2; d64 192x128 s3 O through TMA: a few spills outside the key loop)": {
+        128: dict(D128, p_smem=True), 64: dict(THREE, block_n=128, stages=3, p_smem=True, o_tma=True)},
+    "O through TMA (d128 s2, d64 s3)": {128: dict(D128, o_tma=True), 64: dict(D64, o_tma=True)},
+    "Q single-buffered, as in the draft (d128 s2, d64 s3)": {128: dict(D128, q_buffers=1), 64: dict(D64, q_buffers=1)},
 }
 PTX_MARKERS = ("wgmma.mma_async", "wgmma.wait_group", "mbarrier.try_wait", "mbarrier.arrive", "setmaxnreg",
                "cp.async.bulk.tensor", "ex2.approx", "bar.sync")
@@ -157,22 +170,23 @@ def run_variant(name: str, library_path: str) -> None:
     if reason:
         say(f"  cannot run here: {reason}")
         return
-    blocks, pingpong = VARIANTS[name]
 
     def config_for(d):
-        return FA3Config(block_n=blocks[d][0], stages=blocks[d][1], pingpong=pingpong)
+        return FA3Config(**VARIANTS[name][d])
 
     if not check_odd_shapes(config_for):
         return
     libs = json.loads(Path(library_path).read_text()) if Path(library_path).exists() else {}
     slug = re.sub(r"[^a-z0-9]+", "-", name.split(":")[0].lower()).strip("-")
+    rates = {}  # point -> TFLOP/s, for the summary
     for d, batch, heads, seq, causal in timed_shapes():
         q, k, v = qkv(batch, heads, seq, seq, d)
         out = torch.empty_like(q)
         _, kernel = gluon_attention(q, k, v, causal, config_for(d), out=out, return_kernel=True)
         if seq == SEQS[0]:
-            say(f"  d {d} {'causal' if causal else 'full'}: registers {getattr(kernel, 'n_regs', '?')}, spills "
-                f"{getattr(kernel, 'n_spills', '?')}, shared {kernel.metadata.shared} B")
+            say(f"  d {d} {'causal' if causal else 'full'} {config_for(d).label}: registers "
+                f"{getattr(kernel, 'n_regs', '?')}, spills {getattr(kernel, 'n_spills', '?')}, "
+                f"shared {kernel.metadata.shared} B")
             say(f"    PTX: {ptx_counts(kernel.asm['ptx'])}")
             if os.environ.get("OUT"):
                 Path(os.environ["OUT"], f"fa3_{slug}_d{d}_{'causal' if causal else 'full'}.ptx").write_text(
@@ -184,6 +198,22 @@ def run_variant(name: str, library_path: str) -> None:
         ratio = f"{lib_ms['sdpa-cudnn'] / ms:.3f}" if "sdpa-cudnn" in lib_ms else "?"
         say(f"  {point_key(d, seq, causal):>20}: {fl / ms / 1e9:6.1f} TFLOP/s   x cuDNN {ratio}   "
             f"cuDNN {rate['sdpa-cudnn']:6.1f}   flash {rate['sdpa-flash']:6.1f}")
+        rates[point_key(d, seq, causal)] = fl / ms / 1e9
+        Path(library_path).with_name(f"variant-{list(VARIANTS).index(name)}.json").write_text(json.dumps(rates))
+
+
+def summary(library_path: str) -> None:
+    """One line a timed point: cuDNN's TFLOP/s, then each variant's and its ratio to cuDNN (numbered as run)."""
+    libs = json.loads(Path(library_path).read_text()) if Path(library_path).exists() else {}
+    found = {i: json.loads(f.read_text()) for i in range(len(VARIANTS))
+             if (f := Path(library_path).with_name(f"variant-{i}.json")).exists()}
+    say("== summary: TFLOP/s (x cuDNN) of variants " + ", ".join(str(i + 1) for i in found))
+    for d, batch, heads, seq, causal in timed_shapes():
+        key = point_key(d, seq, causal)
+        cudnn = flops(batch, heads, seq, d, causal) / libs[key]["sdpa-cudnn"] / 1e9 if "sdpa-cudnn" in libs.get(
+            key, {}) else float("nan")
+        cells = [f"{i + 1}: {r[key]:5.0f} ({r[key] / cudnn:.2f})" for i, r in found.items() if key in r]
+        say(f"  {key:>18}  cuDNN {cudnn:5.0f}   " + "   ".join(cells))
 
 
 def child(args: list, budget_end: float) -> None:
@@ -222,6 +252,7 @@ def main() -> None:
         for name in VARIANTS:
             say(f"== {name}")
             child(["--variant", name, library_path], budget_end)
+        summary(library_path)
     say(f"total {time.monotonic() - started:.0f} s")
 
 

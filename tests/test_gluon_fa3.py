@@ -6,6 +6,8 @@ GPU (marked `gpu`): the kernel against float64 on odd shapes (lengths not multip
 causal and not, d 64 and 128), on three programs so each walks several (head, query block) tiles.
 """
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -73,10 +75,16 @@ def test_register_and_shared_memory_budgets():
     fa3 = _fa3()
     # 384 threads (two consumer warpgroups, the producer's warp rounded up to a warpgroup): 168 each at launch;
     # after setmaxnreg the second consumer has 240, the producer 24, and the first what is left: 504 - 264 = 240
-    assert fa3.register_budget(240, 24) == 168
-    with pytest.raises(ValueError, match="fewer"):
-        fa3.register_budget(248, 24)
-    assert fa3.smem_bytes(128, fa3.DEFAULT_CONFIGS[128]) == 32768 + 4 * 32768 + 8 * 14  # Q, 2 x (K, V), barriers
+    assert fa3.register_budget(fa3.FA3Config(block_n=128, stages=2)) == 168
+    with pytest.raises(ValueError, match="leave the first consumer 232"):
+        fa3.register_budget(fa3.FA3Config(block_n=128, stages=2, consumer_regs=248))
+    # three consumers: 512 threads, 128 each at launch; 2 x 160 + 24 leave the first 168
+    assert fa3.register_budget(fa3.FA3Config(block_n=128, stages=3, consumers=3, consumer_regs=160)) == 128
+    with pytest.raises(ValueError, match="leave the first consumer"):
+        fa3.register_budget(fa3.FA3Config(block_n=128, stages=3, consumers=3))
+    # two sets of Q for both consumers, 2 x (K, V), barriers (Q 2 x 2, turns 2, rings 4 x 2)
+    assert fa3.smem_bytes(128, fa3.FA3Config(block_n=128, stages=2)) == 2 * 32768 + 4 * 32768 + 8 * 18
+    assert fa3.smem_bytes(128, fa3.FA3Config(block_n=128, stages=2, q_buffers=1)) == 32768 + 4 * 32768 + 8 * 14
     for d, config in fa3.DEFAULT_CONFIGS.items():
         assert fa3.smem_bytes(d, config) <= fa3.SMEM_BYTES
     assert fa3.smem_bytes(128, fa3.FA3Config(block_n=128, stages=4)) > fa3.SMEM_BYTES
@@ -100,24 +108,38 @@ def _hopper_or_skip():
 ODD_SHAPES = [(1, 2, 1000, 1000), (2, 1, 333, 333), (1, 2, 333, 1000), (1, 1, 1000, 333)]  # (B, H, Lq, Lk)
 
 
+# the schedule's switches, each on top of the lab's default config (a combination over 227 KiB is skipped)
+VARIANTS = {
+    "default": {},
+    "no-pingpong": dict(pingpong=False),
+    "Q-single-O-TMA": dict(q_buffers=1, o_tma=True),  # the output through shared memory and a TMA copy
+    "P-smem": dict(p_smem=True),  # P through shared memory
+    "192-rows": dict(consumers=3, consumer_regs=160, p_smem=True, o_tma=True),  # three consumers (d 64's tile)
+    "192x64": dict(consumers=3, consumer_regs=160, block_n=64, stages=3),  # three consumers, P in registers
+    "overlap-O-TMA": dict(overlap_tiles=True, o_tma=True),  # a tile's last P V beside the next tile's first S
+    "overlap-192x64": dict(consumers=3, consumer_regs=160, block_n=64, stages=3, overlap_tiles=True),
+}
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("pingpong", [True, False], ids=["pingpong", "no-pingpong"])
+@pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("head_dim", [64, 128])
 @pytest.mark.parametrize("shape", ODD_SHAPES, ids=lambda s: "x".join(map(str, s)))
-def test_matches_float64_on_odd_shapes(shape, head_dim, causal, pingpong):
-    """Lengths not multiples of the 128-query tile or the key block (the TMA zero-fills past the tensor, the last
+def test_matches_float64_on_odd_shapes(shape, head_dim, causal, variant):
+    """Lengths not multiples of the query tile or the key block (the TMA zero-fills past the tensor, the last
     key block is masked, rows past Lq are not stored); Lq > Lk leaves causal rows that see no key (output 0);
     three programs, so each walks several tiles and the rings' phases run on across tiles."""
     fa3 = _hopper_or_skip()
+    config = dataclasses.replace(fa3.DEFAULT_CONFIGS[head_dim], **VARIANTS[variant])
+    if fa3.smem_bytes(head_dim, config) > fa3.SMEM_BYTES:
+        pytest.skip(f"{config.label} at d {head_dim} does not fit a Hopper block's shared memory")
     batch, heads, lq, lk = shape
     q = timing.random_tensor((batch, heads, lq, head_dim), "bf16", "cuda")
     k = timing.random_tensor((batch, heads, lk, head_dim), "bf16", "cuda")
     v = timing.random_tensor((batch, heads, lk, head_dim), "bf16", "cuda")
     out = torch.full_like(q, float("nan"))  # a row the kernel forgets stays NaN and fails the check
-    default = fa3.DEFAULT_CONFIGS[head_dim]
-    config = fa3.FA3Config(block_n=default.block_n, stages=default.stages, pingpong=pingpong)
     fa3.gluon_attention(q, k, v, causal, config, out=out, programs=3)
     ref = reference(q, k, v, causal)[0]
-    timing.check_close(out, ref, "bf16", f"Gluon FA3 {shape} d {head_dim}")
+    timing.check_close(out, ref, "bf16", f"Gluon FA3 {config.label} {shape} d {head_dim}")
     assert (out.double() - ref).abs().max().item() < 0.05  # no single row far off (a norm could hide one)

@@ -1,20 +1,26 @@
 """
-FlashAttention-3's schedule in Gluon: a producer warp, two consumer warpgroups in ping-pong
+FlashAttention-3's schedule in Gluon: a producer warp, consumer warpgroups that take turns
 ==========================================================================================
 
 What you will learn:
 - how FlashAttention-3 (Shah et al., 2024) splits one program's warps by job: a *producer* warp only issues TMA
-  copies of Q, K and V into shared memory, and two *consumer* warpgroups (4 warps each) only run the two matrix
-  multiplies (`wgmma`) and the softmax, each for its own 64 rows of the program's 128 queries;
+  copies of Q, K and V into shared memory, and two or three *consumer* warpgroups (4 warps each) only run the two
+  matrix multiplies (`wgmma`) and the softmax, each for its own 64 rows of the program's 128 or 192 queries;
 - where the barriers are: every buffer has a `ready` mbarrier (armed by the producer with a byte count, completed
-  by the copy engine) and an `empty` one (both consumers arrive once their wgmma has read it), and the two
-  consumers pass a *turn* back and forth through two more mbarriers;
+  by the copy engine) and an `empty` one (every consumer arrives once its wgmma has read it), and the consumers
+  pass a *turn* round through one more mbarrier each;
 - what ping-pong buys: the tensor cores are shared by the whole SM. With the turns, warpgroup 0 issues its two
   GEMMs (S = Q K^T of the next key block and O += P V of the last one), then warpgroup 1 issues its two while
   warpgroup 0 computes its softmax (exponentials on the special-function units, which the tensor cores do not
-  wait for), then the other way round. The exponentials of one warpgroup hide under the GEMMs of the other;
+  wait for), and so on round. The exponentials of one warpgroup hide under the GEMMs of another;
 - the overlap inside one warpgroup: S_j = Q K_j^T and O += P_{j-1} V_{j-1} are issued together (`is_async`),
   the warpgroup waits for S_j only, and computes the softmax of block j while the P V product still runs;
+- the overlap between tiles: Q has two buffers, so the producer loads the next tile's Q and first K blocks while
+  the consumers finish this one; a tile's last P V can go beside the next tile's first S (the tile's epilogue and
+  the next one's prologue then leave the tensor cores no gap); the output can leave through shared memory and a
+  TMA copy that runs on while the next tile starts;
+- the register budget: P feeds the P V wgmma from registers, or from shared memory when three consumers (160
+  registers a thread each) leave too few to hold S, O and two P's at once;
 - persistence: one program per SM walks (head, query block) tiles from a table built on the host, causal tiles
   longest first, heads in groups whose K and V fit the L2 cache.
 
@@ -28,22 +34,22 @@ and a Hopper GPU: labs/hopper/gluon_support.py says whether this machine has bot
 
 from __future__ import annotations
 
-import functools
 import math
-from dataclasses import dataclass
 
 import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup_mma, warpgroup_mma_wait
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
+                                                               warpgroup_mma_wait)
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+from labs.attention.fa3_plan import (DEFAULT_CONFIGS, WG_ROWS, FA3Config, check_inputs, heads_per_group,  # noqa: F401
+                                     register_budget, smem_bytes, tile_order)
 from labs.hopper.gluon_support import GluonUnavailable, attention_unavailable_reason, device_capability
-from labs.hopper.gluon_ws import SMEM_BYTES, tma_load
+from labs.hopper.gluon_ws import SMEM_BYTES, tma_load, tma_store
 
 LOG2E = 1.4426950408889634  # exp(x) = exp2(x * log2 e)
-WG_ROWS = 64  # query rows per consumer warpgroup: one m64 wgmma; the program's tile is two of them
-FIRST, SECOND = gl.constexpr(0), gl.constexpr(1)  # the consumer warpgroups' indices
+WG0, WG1, WG2 = gl.constexpr(0), gl.constexpr(1), gl.constexpr(2)  # the consumer warpgroups' indices
 CONSUMER_WARPS = gl.constexpr(4)  # one warpgroup per consumer
 PRODUCER_WARPS = gl.constexpr(1)  # one warp issues every copy
 
@@ -56,7 +62,7 @@ def wgmma_layout(n):
 
 
 # ---------------------------------------------------------------------------------------------
-# 1. Which key blocks a tile visits (the producer and both consumers must agree)
+# 1. Which key blocks a tile visits (the producer and every consumer must agree)
 # ---------------------------------------------------------------------------------------------
 @gluon.jit
 def _key_blocks(qm0, LQ, LK, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
@@ -83,7 +89,8 @@ def _tile_at(order_ptr, tile):
 # ---------------------------------------------------------------------------------------------
 @gluon.jit
 def _producer(q_desc, k_desc, v_desc, order_ptr, num_tiles, LQ, LK, q_smem, k_ring, v_ring,
-              q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, CAUSAL: gl.constexpr):
+              q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, CAUSAL: gl.constexpr,
+              CONSUMERS: gl.constexpr, Q_BUFFERS: gl.constexpr):
     M: gl.constexpr = q_desc.block_type.shape[0]
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
     STAGES: gl.constexpr = k_ring.type.shape[0]
@@ -91,19 +98,22 @@ def _producer(q_desc, k_desc, v_desc, order_ptr, num_tiles, LQ, LK, q_smem, k_ri
     tiles_done = 0
     for tile in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
         bh, qb = _tile_at(order_ptr, tile)
-        qm0 = qb * (2 * M)
-        n_blocks, n_full = _key_blocks(qm0, LQ, LK, 2 * M, BLOCK_N, CAUSAL)
-        # each consumer's 64 query rows: wait until its last tile's S GEMMs are done with the buffer (a fresh
-        # barrier counts as having completed the phase before phase 0, so the first tile goes straight through)
-        for wg in gl.static_range(2):
-            mbarrier.wait(q_empty.index(wg), (tiles_done & 1) ^ 1)
-            mbarrier.expect(q_ready.index(wg), q_desc.block_type.nbytes)
-            tma_load(q_desc, [bh * LQ + qm0 + wg * M, 0], q_ready.index(wg), q_smem.index(wg))  # [64, d] of Q
+        qm0 = qb * (CONSUMERS * M)
+        n_blocks, _ = _key_blocks(qm0, LQ, LK, CONSUMERS * M, BLOCK_N, CAUSAL)
+        # each consumer's 64 query rows, in buffer set tiles_done % Q_BUFFERS: wait until that set's last tile has
+        # finished its S GEMMs (a fresh barrier counts as having completed the phase before phase 0). With two
+        # sets this wait is long over: the next tile's Q and K arrive while the consumers finish this one
+        q_set = tiles_done % Q_BUFFERS
+        for wg in gl.static_range(CONSUMERS):
+            q_buf = q_set * CONSUMERS + wg
+            mbarrier.wait(q_empty.index(q_buf), ((tiles_done // Q_BUFFERS) & 1) ^ 1)
+            mbarrier.expect(q_ready.index(q_buf), q_desc.block_type.nbytes)
+            tma_load(q_desc, [bh * LQ + qm0 + wg * M, 0], q_ready.index(q_buf), q_smem.index(q_buf))  # [64, d]
         # K and V in separate rings, K first: the consumers' S GEMM needs K_j before their P V GEMM needs V_j
         for j in range(n_blocks):
             slot = count % STAGES
             free_phase = ((count // STAGES) & 1) ^ 1
-            mbarrier.wait(k_empty.index(slot), free_phase)  # both consumers have finished S with this slot
+            mbarrier.wait(k_empty.index(slot), free_phase)  # every consumer has finished S with this slot
             mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
             tma_load(k_desc, [bh * LK + j * BLOCK_N, 0], k_ready.index(slot), k_ring.index(slot))  # [BLOCK_N, d]
             mbarrier.wait(v_empty.index(slot), free_phase)  # ... and P V
@@ -114,22 +124,27 @@ def _producer(q_desc, k_desc, v_desc, order_ptr, num_tiles, LQ, LK, q_smem, k_ri
 
 
 # ---------------------------------------------------------------------------------------------
-# 3. The consumers: two warpgroups, each the online softmax of kernels.py for its 64 rows
+# 3. The consumers: two or three warpgroups, each the online softmax of kernels.py for its 64 rows
 # ---------------------------------------------------------------------------------------------
 @gluon.jit
 def _wait_turn(turn, turns, WG: gl.constexpr, PINGPONG: gl.constexpr):
-    """Wait until the other warpgroup has issued its GEMMs. Warpgroup 0 goes first: its first wait asks for the
-    phase before phase 0, which a fresh barrier has completed; warpgroup 1 waits for warpgroup 0's first pass."""
+    """Wait until the warpgroup before us (in a round: 0, 1, then 2 if there is one) has issued its GEMMs.
+    Warpgroup 0 goes first: its first wait asks for the phase before phase 0, which a fresh barrier has completed;
+    the others' n-th wait is for the n-th pass of the one before them."""
     if PINGPONG:
-        mbarrier.wait(turn.index(WG), (turns + 1 - WG) & 1)
+        if WG == 0:
+            mbarrier.wait(turn.index(WG), (turns + 1) & 1)
+        else:
+            mbarrier.wait(turn.index(WG), turns & 1)
     return turns + 1
 
 
 @gluon.jit
 def _pass_turn(turn, WG: gl.constexpr, PINGPONG: gl.constexpr):
-    """Our GEMMs are issued (they run on, asynchronously): the other warpgroup may issue its own."""
+    """Our GEMMs are issued (they run on, asynchronously): the next warpgroup may issue its own."""
     if PINGPONG:
-        mbarrier.arrive(turn.index(1 - WG))
+        CONSUMERS: gl.constexpr = turn.type.shape[0]
+        mbarrier.arrive(turn.index((WG + 1) % CONSUMERS))
 
 
 @gluon.jit
@@ -140,35 +155,79 @@ def _softmax(s, m_i, l_i, start_n, row0, qk_scale, LQ, LK, s_layout: gl.constexp
     if MASKED:  # the causal diagonal or the keys' ragged end: masked scores are -inf
         M: gl.constexpr = s.shape[0]
         BLOCK_N: gl.constexpr = s.shape[1]
-        cols = gl.expand_dims(start_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout)), 0)  # [1, N]
-        rows = gl.expand_dims(row0 + gl.arange(0, M, layout=gl.SliceLayout(1, s_layout)), 1)  # [M, 1]
-        keep = cols < LK
+        # one compare a score: the row's first key it may not see, counted from the block's first key
+        ends = gl.full([M], LK - start_n, gl.int32, gl.SliceLayout(1, s_layout))  # [M]
         if CAUSAL:
-            keep = keep & (cols <= rows + (LK - LQ))
-        s = gl.where(keep, s * qk_scale, float("-inf"))
-        m_new = gl.maximum(m_i, gl.max(s, 1))
+            rows = row0 + gl.arange(0, M, layout=gl.SliceLayout(1, s_layout))
+            ends = gl.minimum(ends, rows + (LK - LQ) + 1 - start_n)
+        cols = gl.expand_dims(gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout)), 0)  # [1, N]
+        s = gl.where(cols < gl.expand_dims(ends, 1), s, float("-inf"))
+    m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)  # the scale is positive: the max commutes with it
+    if MASKED:
         m_use = gl.where(m_new == float("-inf"), 0.0, m_new)  # a row that has seen no key yet: no NaN
-        p = gl.exp2(s - gl.expand_dims(m_use, 1))
-    else:  # every score is valid: one fused multiply-add and one exp2 (MUFU.EX2) per score
-        m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
+    else:
         m_use = m_new
-        p = gl.exp2(s * qk_scale - gl.expand_dims(m_new, 1))
+    p = gl.exp2(s * qk_scale - gl.expand_dims(m_use, 1))  # one fused multiply-add and one exp2 (MUFU.EX2) a score
     alpha = gl.exp2(m_i - m_use)
     l_i = l_i * alpha + gl.sum(p, 1)
     return p, m_new, l_i, alpha
 
 
 @gluon.jit
-def _key_block(q_tile, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty, turn, acc, p, m_i, l_i, count, turns,
-               start_n, row0, qk_scale, LQ, LK, WG: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
-               MASKED: gl.constexpr):
+def _stage_p(p, p_slot, o_layout: gl.constexpr, P_SMEM: gl.constexpr):
+    """P (FP32, the S accumulator's layout) as the A operand of the P V wgmma: bf16 registers in the layout wgmma
+    reads A from (no data moves: the accumulator's and the operand's layouts hold the same elements per thread),
+    or, with P_SMEM, written to the consumer's [64, BLOCK_N] slot of shared memory, which frees its registers."""
+    if P_SMEM:
+        p_slot.store(p.to(gl.bfloat16))
+        fence_async_shared()  # the generic-proxy writes before the wgmma (async proxy) reads them
+        return p_slot
+    else:
+        # one cvt.rn.bf16x2 a pair of neighbouring scores, packed as wgmma reads them; p.to(gl.bfloat16) converted
+        # each score alone and ptxas packed the pairs with one byte permute (PRMT) more each: 8% of the key loop
+        packed = gl.inline_asm_elementwise("cvt.rn.bf16x2.f32 $0, $2, $1;", "=r,r,r", [p], dtype=gl.bfloat16,
+                                           is_pure=True, pack=2)
+        return gl.convert_layout(packed, gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2))
+
+
+@gluon.jit
+def _wait_pv(acc, p, P_SMEM: gl.constexpr):
+    """Wait for every wgmma we issued (the P V product last): then acc is final and P's registers are free."""
+    if P_SMEM:
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+    else:
+        acc, p = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p))
+    return acc, p
+
+
+@gluon.jit
+def _no_p(p_slot, M: gl.constexpr, BLOCK_N: gl.constexpr, o_layout: gl.constexpr, P_SMEM: gl.constexpr):
+    """P before any block (loops carry P from tile to tile): never multiplied."""
+    if P_SMEM:
+        return p_slot
+    else:
+        return gl.zeros([M, BLOCK_N], gl.bfloat16, gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2))
+
+
+@gluon.jit
+def _rescale(acc, alpha):
+    """The output so far, shrunk to the new running max."""
+    return acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, acc.type.layout)), 1)
+
+
+@gluon.jit
+def _key_block(q_tile, rings, turn, p_slot, acc, p, m_i, l_i, count, turns, start_n, row0, qk_scale, LQ, LK,
+               WG: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, MASKED: gl.constexpr,
+               P_SMEM: gl.constexpr):
     """Key block j (its K in ring slot `count + 1`): issue S_j = Q K_j^T beside O += P_{j-1} V_{j-1}, then the
-    softmax of S_j while the P V product still runs. `count` is block j-1's place in the rings."""
+    softmax of S_j while the P V product still runs. `count` is block j-1's place in the rings. Block j-1 may be
+    the previous tile's last (then m_i and l_i are fresh and acc is that tile's finished output). Returns acc
+    not yet rescaled, and alpha to rescale it by."""
+    k_ring, v_ring, k_ready, k_empty, v_ready, v_empty = rings
     STAGES: gl.constexpr = k_ring.type.shape[0]
     M: gl.constexpr = q_tile.type.shape[0]
     BLOCK_N: gl.constexpr = k_ring.type.shape[1]
     s_layout: gl.constexpr = wgmma_layout(BLOCK_N)
-    o_layout: gl.constexpr = wgmma_layout(acc.shape[1])
     k_count = count + 1
     k_slot = k_count % STAGES
     v_slot = count % STAGES
@@ -177,126 +236,265 @@ def _key_block(q_tile, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty, turn,
     s = warpgroup_mma(q_tile, k_ring.index(k_slot).permute((1, 0)), gl.zeros([M, BLOCK_N], gl.float32, s_layout),
                       use_acc=False, is_async=True)  # S_j = Q K_j^T, [64, BLOCK_N] FP32, both from shared memory
     mbarrier.wait(v_ready.index(v_slot), (count // STAGES) & 1)  # V_{j-1} has landed
-    acc = warpgroup_mma(p, v_ring.index(v_slot), acc, is_async=True)  # O += P_{j-1} V_{j-1}, P from registers
+    acc = warpgroup_mma(p, v_ring.index(v_slot), acc, is_async=True)  # O += P_{j-1} V_{j-1}
     _pass_turn(turn, WG, PINGPONG)  # ---- the other warpgroup's GEMMs queue behind ours; we go on to the softmax
     s = warpgroup_mma_wait(num_outstanding=1, deps=(s, ))  # S_j is done (the older P V may still run)
     mbarrier.arrive(k_empty.index(k_slot))  # our S no longer reads K_j
     p_new, m_i, l_i, alpha = _softmax(s, m_i, l_i, start_n, row0, qk_scale, LQ, LK, s_layout, CAUSAL, MASKED)
-    acc, p = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p))  # P V is done: P_{j-1}'s registers are free
+    acc, p = _wait_pv(acc, p, P_SMEM)  # P V is done: P_{j-1}'s registers (or shared memory) are free
     mbarrier.arrive(v_empty.index(v_slot))
-    acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)  # rescale to the new max
-    p = gl.convert_layout(p_new.to(gl.bfloat16), gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2))
-    return acc, p, m_i, l_i, k_count, turns
+    p = _stage_p(p_new, p_slot, wgmma_layout(acc.shape[1]), P_SMEM)
+    return acc, p, m_i, l_i, alpha, k_count, turns
 
 
 @gluon.jit
-def _consumer(q_desc, k_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem, k_ring, v_ring,
-              q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, turn,
-              WG: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr):
+def _key_blocks_from(first, q_tile, rings, turn, p_slot, acc, p, m_i, l_i, count, turns, n_full, n_blocks, row0,
+                     qk_scale, LQ, LK, WG: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
+                     P_SMEM: gl.constexpr):
+    """Blocks [first, n_blocks) of a tile: those every row of ours sees whole without a mask, then the causal
+    diagonal and the ragged end with one."""
+    BLOCK_N: gl.constexpr = rings[0].type.shape[1]
+    for start_n in range(first * BLOCK_N, n_full * BLOCK_N, BLOCK_N):
+        acc, p, m_i, l_i, alpha, count, turns = _key_block(q_tile, rings, turn, p_slot, acc, p, m_i, l_i, count,
+                                                           turns, start_n, row0, qk_scale, LQ, LK, WG, CAUSAL,
+                                                           PINGPONG, False, P_SMEM)
+        acc = _rescale(acc, alpha)
+    for start_n in range(gl.maximum(n_full, first) * BLOCK_N, n_blocks * BLOCK_N, BLOCK_N):
+        acc, p, m_i, l_i, alpha, count, turns = _key_block(q_tile, rings, turn, p_slot, acc, p, m_i, l_i, count,
+                                                           turns, start_n, row0, qk_scale, LQ, LK, WG, CAUSAL,
+                                                           PINGPONG, True, P_SMEM)
+        acc = _rescale(acc, alpha)
+    return acc, p, m_i, l_i, count, turns
+
+
+@gluon.jit
+def _first_block(q_tile, rings, turn, p_slot, m_i, l_i, count, turns, n_full, row0, qk_scale, LQ, LK,
+                 WG: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, P_SMEM: gl.constexpr):
+    """A tile's prologue with nothing before it: S_0 alone, then its softmax (masked unless every row of ours
+    sees the whole block). Returns P_0 staged for the P V wgmma."""
+    k_ring, v_ring, k_ready, k_empty, v_ready, v_empty = rings
+    STAGES: gl.constexpr = k_ring.type.shape[0]
+    M: gl.constexpr = q_tile.type.shape[0]
+    BLOCK_N: gl.constexpr = k_ring.type.shape[1]
+    s_layout: gl.constexpr = wgmma_layout(BLOCK_N)
+    turns = _wait_turn(turn, turns, WG, PINGPONG)
+    slot = count % STAGES
+    mbarrier.wait(k_ready.index(slot), (count // STAGES) & 1)
+    s = warpgroup_mma(q_tile, k_ring.index(slot).permute((1, 0)), gl.zeros([M, BLOCK_N], gl.float32, s_layout),
+                      use_acc=False, is_async=True)
+    _pass_turn(turn, WG, PINGPONG)
+    s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
+    mbarrier.arrive(k_empty.index(slot))
+    if n_full > 0:
+        p, m_i, l_i, alpha = _softmax(s, m_i, l_i, 0, row0, qk_scale, LQ, LK, s_layout, CAUSAL, False)
+    else:
+        p, m_i, l_i, alpha = _softmax(s, m_i, l_i, 0, row0, qk_scale, LQ, LK, s_layout, CAUSAL, True)
+    return _stage_p(p, p_slot, wgmma_layout(q_tile.type.shape[1]), P_SMEM), m_i, l_i, turns
+
+
+@gluon.jit
+def _last_pv(rings, turn, acc, p, count, turns, WG: gl.constexpr, PINGPONG: gl.constexpr, P_SMEM: gl.constexpr):
+    """A tile's last GEMM when no next tile's S_0 goes beside it: the last P V alone."""
+    k_ring, v_ring, k_ready, k_empty, v_ready, v_empty = rings
+    STAGES: gl.constexpr = v_ring.type.shape[0]
+    turns = _wait_turn(turn, turns, WG, PINGPONG)
+    slot = count % STAGES
+    mbarrier.wait(v_ready.index(slot), (count // STAGES) & 1)
+    acc = warpgroup_mma(p, v_ring.index(slot), acc, is_async=True)
+    _pass_turn(turn, WG, PINGPONG)
+    acc, p = _wait_pv(acc, p, P_SMEM)
+    mbarrier.arrive(v_empty.index(slot))
+    return acc, count + 1, turns
+
+
+@gluon.jit
+def _store_masked(o_ptr, out, bh, row0, LQ):
+    """Our rows straight from registers to global memory; rows past Lq (the next head's, or past the end) not."""
+    M: gl.constexpr = out.shape[0]
+    HEAD_DIM: gl.constexpr = out.shape[1]
+    o_layout: gl.constexpr = out.type.layout
+    rows = gl.expand_dims(row0 + gl.arange(0, M, layout=gl.SliceLayout(1, o_layout)), 1)  # [M, 1]
+    cols = gl.expand_dims(gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout)), 0)  # [1, d]
+    ptrs = o_ptr + (bh.to(gl.int64) * LQ + rows) * HEAD_DIM + cols
+    gl.store(ptrs, out, mask=(rows < LQ) & (cols < HEAD_DIM))
+
+
+@gluon.jit
+def _store_rows(o_desc, o_ptr, o_slot, acc, l_i, bh, row0, LQ, O_TMA: gl.constexpr):
+    """Normalise once and store our 64 rows. With O_TMA, through shared memory and one TMA copy that runs on while
+    the next tile starts (a ragged last block still goes the masked way: the copy would write the next head's
+    rows)."""
+    M: gl.constexpr = acc.shape[0]
+    l_o = gl.convert_layout(l_i, gl.SliceLayout(1, acc.type.layout))
+    out = (acc / gl.expand_dims(gl.where(l_o == 0.0, 1.0, l_o), 1)).to(gl.bfloat16)  # a row that saw no key: 0
+    if O_TMA:
+        if row0 + M <= LQ:
+            tma.store_wait(pendings=0)  # our last tile's copy has finished reading the slot
+            o_slot.store(out)
+            fence_async_shared()  # the generic-proxy writes before the TMA (async proxy) reads them
+            tma_store(o_desc, [bh * LQ + row0, 0], o_slot)
+        else:
+            _store_masked(o_ptr, out, bh, row0, LQ)
+    else:
+        _store_masked(o_ptr, out, bh, row0, LQ)
+
+
+@gluon.jit
+def _open_tile(q_tile, rings, turn, p_slot, o_desc, o_ptr, o_slot, acc, p, l_prev, bh_prev, row0_prev, pending, count,
+               turns, n_full, row0, qk_scale, LQ, LK, WG: gl.constexpr, CAUSAL: gl.constexpr,
+               PINGPONG: gl.constexpr, P_SMEM: gl.constexpr, O_TMA: gl.constexpr, OVERLAP: gl.constexpr):
+    """A tile's first key block. With OVERLAP and a previous tile pending, its S_0 goes beside that tile's last
+    P V (the tensor cores never wait for a tile's prologue or epilogue), and that tile's rows are stored."""
+    M: gl.constexpr = q_tile.type.shape[0]
+    s_layout: gl.constexpr = wgmma_layout(rings[0].type.shape[1])
+    m_i = gl.full([M], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))  # running max (base 2)
+    l_i = gl.zeros([M], gl.float32, gl.SliceLayout(1, s_layout))  # running sum of exp2(score - max)
+    if OVERLAP and pending:
+        if n_full > 0:
+            acc, p, m_i, l_i, alpha, count, turns = _key_block(q_tile, rings, turn, p_slot, acc, p, m_i, l_i, count,
+                                                               turns, 0, row0, qk_scale, LQ, LK, WG, CAUSAL,
+                                                               PINGPONG, False, P_SMEM)
+        else:
+            acc, p, m_i, l_i, alpha, count, turns = _key_block(q_tile, rings, turn, p_slot, acc, p, m_i, l_i, count,
+                                                               turns, 0, row0, qk_scale, LQ, LK, WG, CAUSAL,
+                                                               PINGPONG, True, P_SMEM)
+        _store_rows(o_desc, o_ptr, o_slot, acc, l_prev, bh_prev, row0_prev, LQ, O_TMA)
+    else:
+        p, m_i, l_i, turns = _first_block(q_tile, rings, turn, p_slot, m_i, l_i, count, turns, n_full, row0,
+                                          qk_scale, LQ, LK, WG, CAUSAL, PINGPONG, P_SMEM)
+    return p, m_i, l_i, count, turns
+
+
+@gluon.jit
+def _consumer(q_desc, k_desc, o_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem, rings, p_smem, o_smem,
+              q_ready, q_empty, turn, WG: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
+              Q_BUFFERS: gl.constexpr, P_SMEM: gl.constexpr, O_TMA: gl.constexpr, OVERLAP: gl.constexpr):
     M: gl.constexpr = q_desc.block_type.shape[0]
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
-    STAGES: gl.constexpr = k_ring.type.shape[0]
-    s_layout: gl.constexpr = wgmma_layout(BLOCK_N)
     o_layout: gl.constexpr = wgmma_layout(HEAD_DIM)
-    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)  # P as wgmma's A
-    q_tile = q_smem.index(WG)  # our 64 rows of Q stay in shared memory for the whole tile
+    CONSUMERS: gl.constexpr = turn.type.shape[0]
+    p_slot = p_smem.index(WG)  # used only with P_SMEM
+    o_slot = o_smem.index(WG)  # used only with O_TMA
     count = 0  # key blocks consumed over every tile: the producer's sequence
-    turns = 0  # GEMM turns taken: both warpgroups take the same number, alternating
+    turns = 0  # GEMM turns taken: every consumer takes the same number, in turn
     tiles_done = 0
+    acc = gl.zeros([M, HEAD_DIM], gl.float32, o_layout)  # running unnormalised output, 64 x d FP32
+    p = _no_p(p_slot, M, BLOCK_N, o_layout, P_SMEM)
+    # with OVERLAP, the tile whose last P V is still to issue: its row sums and where its rows go
+    pending = False
+    l_prev = gl.zeros([M], gl.float32, gl.SliceLayout(1, wgmma_layout(BLOCK_N)))
+    bh_prev = 0
+    row0_prev = 0
     for tile in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
         bh, qb = _tile_at(order_ptr, tile)
-        qm0 = qb * (2 * M)
+        qm0 = qb * (CONSUMERS * M)
         row0 = qm0 + WG * M  # our first query row in the head
-        n_blocks, n_full = _key_blocks(qm0, LQ, LK, 2 * M, BLOCK_N, CAUSAL)
-        m_i = gl.full([M], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))  # running max (base 2)
-        l_i = gl.zeros([M], gl.float32, gl.SliceLayout(1, s_layout))  # running sum of exp2(score - max)
-        acc = gl.zeros([M, HEAD_DIM], gl.float32, o_layout)  # running unnormalised output, 64 x d FP32
-        mbarrier.wait(q_ready.index(WG), tiles_done & 1)  # our Q rows have landed
+        n_blocks, _ = _key_blocks(qm0, LQ, LK, CONSUMERS * M, BLOCK_N, CAUSAL)  # the tile's: every consumer's turns
+        _, n_full = _key_blocks(row0, LQ, LK, M, BLOCK_N, CAUSAL)  # ours: our later rows see more blocks whole
+        q_buf = (tiles_done % Q_BUFFERS) * CONSUMERS + WG
+        q_tile = q_smem.index(q_buf)  # our 64 rows of Q stay in shared memory for the whole tile
+        mbarrier.wait(q_ready.index(q_buf), (tiles_done // Q_BUFFERS) & 1)  # ... once they have landed
         if n_blocks > 0:
-            # prologue: S_0 alone (there is no P V yet), then its softmax
-            turns = _wait_turn(turn, turns, WG, PINGPONG)
-            slot = count % STAGES
-            mbarrier.wait(k_ready.index(slot), (count // STAGES) & 1)
-            s = warpgroup_mma(q_tile, k_ring.index(slot).permute((1, 0)), gl.zeros([M, BLOCK_N], gl.float32,
-                                                                                   s_layout), use_acc=False,
-                              is_async=True)
-            _pass_turn(turn, WG, PINGPONG)
-            s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
-            mbarrier.arrive(k_empty.index(slot))
-            if n_full > 0:
-                p, m_i, l_i, alpha = _softmax(s, m_i, l_i, 0, row0, qk_scale, LQ, LK, s_layout, CAUSAL, False)
+            p, m_i, l_i, count, turns = _open_tile(q_tile, rings, turn, p_slot, o_desc, o_ptr, o_slot, acc, p, l_prev,
+                                                   bh_prev, row0_prev, pending, count, turns, n_full, row0, qk_scale,
+                                                   LQ, LK, WG, CAUSAL, PINGPONG, P_SMEM, O_TMA, OVERLAP)
+            acc = gl.zeros([M, HEAD_DIM], gl.float32, o_layout)
+            acc, p, m_i, l_i, count, turns = _key_blocks_from(1, q_tile, rings, turn, p_slot, acc, p, m_i, l_i, count,
+                                                              turns, n_full, n_blocks, row0, qk_scale, LQ, LK, WG,
+                                                              CAUSAL, PINGPONG, P_SMEM)
+            mbarrier.arrive(q_empty.index(q_buf))  # every S GEMM of this tile is done: the producer may reuse Q
+            if OVERLAP:  # the last P V goes beside the next tile's S_0
+                pending = True
+                l_prev = l_i
+                bh_prev = bh
+                row0_prev = row0
             else:
-                p, m_i, l_i, alpha = _softmax(s, m_i, l_i, 0, row0, qk_scale, LQ, LK, s_layout, CAUSAL, True)
-            p = gl.convert_layout(p.to(gl.bfloat16), p_layout)
-            # the steady state: blocks every row sees whole run without a mask, the diagonal and the end with one
-            for start_n in range(BLOCK_N, n_full * BLOCK_N, BLOCK_N):
-                acc, p, m_i, l_i, count, turns = _key_block(q_tile, k_ring, v_ring, k_ready, k_empty, v_ready,
-                                                            v_empty, turn, acc, p, m_i, l_i, count, turns, start_n,
-                                                            row0, qk_scale, LQ, LK, WG, CAUSAL, PINGPONG, False)
-            for start_n in range(gl.maximum(n_full, 1) * BLOCK_N, n_blocks * BLOCK_N, BLOCK_N):
-                acc, p, m_i, l_i, count, turns = _key_block(q_tile, k_ring, v_ring, k_ready, k_empty, v_ready,
-                                                            v_empty, turn, acc, p, m_i, l_i, count, turns, start_n,
-                                                            row0, qk_scale, LQ, LK, WG, CAUSAL, PINGPONG, True)
-            # epilogue: the last P V alone
-            turns = _wait_turn(turn, turns, WG, PINGPONG)
-            slot = count % STAGES
-            mbarrier.wait(v_ready.index(slot), (count // STAGES) & 1)
-            acc = warpgroup_mma(p, v_ring.index(slot), acc, is_async=True)
-            _pass_turn(turn, WG, PINGPONG)
-            acc, p = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p))
-            mbarrier.arrive(v_empty.index(slot))
-            count += 1
-        mbarrier.arrive(q_empty.index(WG))  # every S GEMM of this tile is done: the producer may load the next Q
-        # normalise once and store our rows (rows past Lq are the next head's or zeros: not stored)
-        l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
-        out = acc / gl.expand_dims(gl.where(l_o == 0.0, 1.0, l_o), 1)  # a row that saw no key: 0
-        rows = gl.expand_dims(row0 + gl.arange(0, M, layout=gl.SliceLayout(1, o_layout)), 1)  # [M, 1]
-        cols = gl.expand_dims(gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout)), 0)  # [1, d]
-        ptrs = o_ptr + (bh.to(gl.int64) * LQ + rows) * HEAD_DIM + cols
-        gl.store(ptrs, out.to(gl.bfloat16), mask=(rows < LQ) & (cols < HEAD_DIM))
+                acc, count, turns = _last_pv(rings, turn, acc, p, count, turns, WG, PINGPONG, P_SMEM)
+                _store_rows(o_desc, o_ptr, o_slot, acc, l_i, bh, row0, LQ, O_TMA)
+        else:  # a tile that sees no key (causal, Lq > Lk): Q is never read, its rows are 0
+            mbarrier.arrive(q_empty.index(q_buf))
+            if OVERLAP and pending:
+                acc, count, turns = _last_pv(rings, turn, acc, p, count, turns, WG, PINGPONG, P_SMEM)
+                _store_rows(o_desc, o_ptr, o_slot, acc, l_prev, bh_prev, row0_prev, LQ, O_TMA)
+                pending = False
+            zeros = gl.zeros([M, HEAD_DIM], gl.float32, o_layout)
+            _store_rows(o_desc, o_ptr, o_slot, zeros, gl.zeros_like(l_prev), bh, row0, LQ, O_TMA)
         tiles_done += 1
+    if OVERLAP and pending:
+        acc, count, turns = _last_pv(rings, turn, acc, p, count, turns, WG, PINGPONG, P_SMEM)
+        _store_rows(o_desc, o_ptr, o_slot, acc, l_prev, bh_prev, row0_prev, LQ, O_TMA)
+    if O_TMA:
+        tma.store_wait(pendings=0)
 
 
 # ---------------------------------------------------------------------------------------------
-# 4. The kernel: allocate the buffers and barriers, then fork into the three partitions
+# 4. The kernel: allocate the buffers and barriers, then fork into the consumers and the producer
 # ---------------------------------------------------------------------------------------------
 @gluon.jit(do_not_specialize=["num_tiles", "LQ", "LK"])
-def fa3_forward_kernel(q_desc, k_desc, v_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_scale,
+def fa3_forward_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_scale,
                        CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, STAGES: gl.constexpr,
+                       CONSUMERS: gl.constexpr, Q_BUFFERS: gl.constexpr, P_SMEM: gl.constexpr, O_TMA: gl.constexpr,
+                       OVERLAP: gl.constexpr,
                        CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr):
     dtype: gl.constexpr = q_desc.dtype
-    q_smem = gl.allocate_shared_memory(dtype, [2] + q_desc.block_type.shape, q_desc.layout)  # [2, 64, d]
+    Q_SLOTS: gl.constexpr = Q_BUFFERS * CONSUMERS  # one [64, d] block of Q per consumer per buffer set
+    q_smem = gl.allocate_shared_memory(dtype, [Q_SLOTS] + q_desc.block_type.shape, q_desc.layout)  # [., 64, d]
     k_ring = gl.allocate_shared_memory(dtype, [STAGES] + k_desc.block_type.shape, k_desc.layout)  # [S, N, d]
     v_ring = gl.allocate_shared_memory(dtype, [STAGES] + v_desc.block_type.shape, v_desc.layout)  # [S, N, d]
-    q_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    q_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    if P_SMEM:  # each consumer's P, [64, BLOCK_N], for the P V wgmma to read from shared memory
+        P_BLOCK: gl.constexpr = [q_desc.block_type.shape[0], k_desc.block_type.shape[0]]
+        p_smem = gl.allocate_shared_memory(dtype, [CONSUMERS] + P_BLOCK,
+                                           gl.NVMMASharedLayout.get_default_for(P_BLOCK, dtype))
+    else:
+        p_smem = q_smem  # never read or written: P stays in registers
+    if O_TMA:  # each consumer's output rows on their way to global memory
+        o_smem = gl.allocate_shared_memory(dtype, [CONSUMERS] + o_desc.block_type.shape, o_desc.layout)
+    else:
+        o_smem = q_smem  # never read or written: the output goes straight from registers
+    q_ready = gl.allocate_shared_memory(gl.int64, [Q_SLOTS, 1], mbarrier.MBarrierLayout())
+    q_empty = gl.allocate_shared_memory(gl.int64, [Q_SLOTS, 1], mbarrier.MBarrierLayout())
     k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())  # turn[w]: w may issue GEMMs
-    for i in gl.static_range(2):
+    turn = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())  # turn[w]: w may issue
+    for i in gl.static_range(Q_SLOTS):
         mbarrier.init(q_ready.index(i), count=1)  # the producer's expect, then the bytes
         mbarrier.init(q_empty.index(i), count=1)  # its consumer, after the tile's last S GEMM
-        mbarrier.init(turn.index(i), count=1)  # the other consumer, once it has issued its GEMMs
+    for i in gl.static_range(CONSUMERS):
+        mbarrier.init(turn.index(i), count=1)  # the consumer before it, once it has issued its GEMMs
     for i in gl.static_range(STAGES):
         mbarrier.init(k_ready.index(i), count=1)
-        mbarrier.init(k_empty.index(i), count=2)  # both consumers read every K and V block
+        mbarrier.init(k_empty.index(i), count=CONSUMERS)  # every consumer reads every K and V block
         mbarrier.init(v_ready.index(i), count=1)
-        mbarrier.init(v_empty.index(i), count=2)
+        mbarrier.init(v_empty.index(i), count=CONSUMERS)
     # the default partition (first) runs on the kernel's 4 warps: consumer 0; the workers get their own warps
-    gl.warp_specialize([
-        (_consumer, (q_desc, k_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem, k_ring, v_ring, q_ready,
-                     q_empty, k_ready, k_empty, v_ready, v_empty, turn, FIRST, CAUSAL, PINGPONG)),
-        (_consumer, (q_desc, k_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem, k_ring, v_ring, q_ready,
-                     q_empty, k_ready, k_empty, v_ready, v_empty, turn, SECOND, CAUSAL, PINGPONG)),
-        (_producer, (q_desc, k_desc, v_desc, order_ptr, num_tiles, LQ, LK, q_smem, k_ring, v_ring, q_ready, q_empty,
-                     k_ready, k_empty, v_ready, v_empty, CAUSAL)),
-    ], [CONSUMER_WARPS, PRODUCER_WARPS], [CONSUMER_REGS, PRODUCER_REGS])
-    for i in gl.static_range(2):
+    rings = (k_ring, v_ring, k_ready, k_empty, v_ready, v_empty)  # the K and V rings with their barriers
+    if CONSUMERS == 3:
+        gl.warp_specialize([
+            (_consumer, (q_desc, k_desc, o_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem, rings, p_smem,
+                         o_smem, q_ready, q_empty, turn, WG0, CAUSAL, PINGPONG, Q_BUFFERS, P_SMEM, O_TMA, OVERLAP)),
+            (_consumer, (q_desc, k_desc, o_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem, rings, p_smem,
+                         o_smem, q_ready, q_empty, turn, WG1, CAUSAL, PINGPONG, Q_BUFFERS, P_SMEM, O_TMA, OVERLAP)),
+            (_consumer, (q_desc, k_desc, o_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem, rings, p_smem,
+                         o_smem, q_ready, q_empty, turn, WG2, CAUSAL, PINGPONG, Q_BUFFERS, P_SMEM, O_TMA, OVERLAP)),
+            (_producer, (q_desc, k_desc, v_desc, order_ptr, num_tiles, LQ, LK, q_smem, k_ring, v_ring, q_ready, q_empty,
+                         k_ready, k_empty, v_ready, v_empty, CAUSAL, CONSUMERS, Q_BUFFERS)),
+        ], [CONSUMER_WARPS, CONSUMER_WARPS, PRODUCER_WARPS], [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS])
+    else:
+        gl.warp_specialize([
+            (_consumer, (q_desc, k_desc, o_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem, rings, p_smem,
+                         o_smem, q_ready, q_empty, turn, WG0, CAUSAL, PINGPONG, Q_BUFFERS, P_SMEM, O_TMA, OVERLAP)),
+            (_consumer, (q_desc, k_desc, o_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem, rings, p_smem,
+                         o_smem, q_ready, q_empty, turn, WG1, CAUSAL, PINGPONG, Q_BUFFERS, P_SMEM, O_TMA, OVERLAP)),
+            (_producer, (q_desc, k_desc, v_desc, order_ptr, num_tiles, LQ, LK, q_smem, k_ring, v_ring, q_ready, q_empty,
+                         k_ready, k_empty, v_ready, v_empty, CAUSAL, CONSUMERS, Q_BUFFERS)),
+        ], [CONSUMER_WARPS, PRODUCER_WARPS], [CONSUMER_REGS, PRODUCER_REGS])
+    for i in gl.static_range(Q_SLOTS):
         mbarrier.invalidate(q_ready.index(i))
         mbarrier.invalidate(q_empty.index(i))
+    for i in gl.static_range(CONSUMERS):
         mbarrier.invalidate(turn.index(i))
     for i in gl.static_range(STAGES):
         mbarrier.invalidate(k_ready.index(i))
@@ -306,73 +504,8 @@ def fa3_forward_kernel(q_desc, k_desc, v_desc, o_ptr, order_ptr, num_tiles, LQ, 
 
 
 # ---------------------------------------------------------------------------------------------
-# 5. The launcher: descriptors, the tile order, the register budget
+# 5. The launcher: descriptors, the tile order (fa3_plan.py), the register budget
 # ---------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class FA3Config:
-    block_n: int  # keys per block (a power of two: 64 or 128)
-    stages: int  # K and V blocks the producer may run ahead (each ring has this many slots)
-    pingpong: bool = True  # the two consumers take turns on the tensor cores
-    consumer_regs: int = 240  # registers per consumer thread after setmaxnreg (S, O, two P's live at once)
-    producer_regs: int = 24  # the least Hopper allows: the producer only computes addresses
-
-    @property
-    def label(self) -> str:
-        return f"{2 * WG_ROWS}x{self.block_n} s{self.stages}{'' if self.pingpong else ' no-pingpong'}"
-
-
-# d = 128: 2 x 32 KiB of K and V a stage and 32 KiB of Q: two stages (160 KiB; three would take 224 of 227 KiB)
-DEFAULT_CONFIGS = {64: FA3Config(block_n=128, stages=3), 128: FA3Config(block_n=128, stages=2)}
-L2_SHARE = 0.5  # of the L2 the K and V of one group of heads may fill (the rest: Q, O, other traffic)
-
-
-def smem_bytes(head_dim: int, config: FA3Config, element_bytes: int = 2) -> int:
-    """Q for both consumers, the K and V rings, and the mbarriers (8 bytes each)."""
-    q = 2 * WG_ROWS * head_dim * element_bytes
-    ring = 2 * config.stages * config.block_n * head_dim * element_bytes
-    return q + ring + 8 * (6 + 4 * config.stages)
-
-
-def register_budget(consumer_regs: int, producer_regs: int) -> int:
-    """maxnreg for the launch: every thread starts with this many registers, and the SM's 65,536 must cover three
-    warpgroups (the producer's one warp is rounded up to four). setmaxnreg then moves registers from the producer
-    to the consumers: the second consumer and the producer get what they ask for, the first (the default
-    partition) what they leave: 168 x 3 - 240 - 24 = 240 a thread."""
-    budget = min(256, (65536 // (3 * 128)) // 8 * 8)
-    if 3 * budget - consumer_regs - producer_regs < consumer_regs:
-        raise ValueError(f"{consumer_regs} + {producer_regs} registers a thread leave the first consumer fewer than "
-                         f"the second")
-    return budget
-
-
-@functools.lru_cache(maxsize=64)
-def tile_order(heads: int, q_blocks: int, causal: bool, group: int, device: str) -> torch.Tensor:
-    """int32 [heads * q_blocks, 2] of (flattened batch*head, query block), in the order the programs take them:
-    heads in groups of `group` (their K and V fit the L2 while the group runs), within a group query blocks in
-    turn, all the group's heads at each; causal tiles from the last query block (the most keys) to the first."""
-    h = torch.arange(heads).repeat_interleave(q_blocks)  # [tiles]
-    rank = torch.arange(q_blocks).repeat(heads)  # the query block's place in the order
-    key = (h // group) * (q_blocks * heads) + rank * heads + h
-    order = torch.argsort(key)
-    qb = (q_blocks - 1 - rank) if causal else rank
-    return torch.stack([h[order], qb[order]], dim=1).to(torch.int32).contiguous().to(device)
-
-
-def heads_per_group(lk: int, head_dim: int, device) -> int:
-    l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 50 * 2**20)
-    return max(1, int(L2_SHARE * l2) // (2 * lk * head_dim * 2))
-
-
-def check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-    if q.dim() != 4 or k.shape != v.shape or q.shape[:2] != k.shape[:2] or q.shape[3] != k.shape[3]:
-        raise ValueError(f"want q (B, H, Lq, d) and k, v (B, H, Lk, d); got {tuple(q.shape)}, {tuple(k.shape)}, "
-                         f"{tuple(v.shape)}")
-    if q.shape[3] not in DEFAULT_CONFIGS:
-        raise ValueError(f"head dim {q.shape[3]}: this kernel takes {sorted(DEFAULT_CONFIGS)}")
-    if any(t.dtype != torch.bfloat16 for t in (q, k, v)):
-        raise ValueError("this kernel takes bf16 q, k and v")
-
-
 def gluon_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, config: FA3Config = None,
                     out: torch.Tensor = None, programs: int = None, return_kernel: bool = False):
     """softmax(q k^T / sqrt(d)) v with FlashAttention-3's schedule: q (B, H, Lq, d), k and v (B, H, Lk, d), bf16.
@@ -397,12 +530,15 @@ def gluon_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
         layout = gl.NVMMASharedLayout.get_default_for([rows, d], gl.bfloat16)
         return TensorDescriptor.from_tensor(t.view(-1, d), [rows, d], layout)
 
-    q_blocks = -(-lq // (2 * WG_ROWS))
+    q_blocks = -(-lq // config.block_m)
     order = tile_order(batch * heads, q_blocks, bool(causal), heads_per_group(lk, d, q.device), str(q.device))
     programs = min(order.shape[0], programs or torch.cuda.get_device_properties(q.device).multi_processor_count)
     kernel = fa3_forward_kernel[(programs, )](
-        descriptor(q, WG_ROWS), descriptor(k, config.block_n), descriptor(v, config.block_n), out, order,
+        descriptor(q, WG_ROWS), descriptor(k, config.block_n), descriptor(v, config.block_n),
+        descriptor(out, WG_ROWS), out, order,
         order.shape[0], lq, lk, LOG2E / math.sqrt(d), CAUSAL=bool(causal), PINGPONG=config.pingpong,
-        STAGES=config.stages, CONSUMER_REGS=config.consumer_regs, PRODUCER_REGS=config.producer_regs,
-        num_warps=CONSUMER_WARPS.value, maxnreg=register_budget(config.consumer_regs, config.producer_regs))
+        STAGES=config.stages, CONSUMERS=config.consumers, Q_BUFFERS=config.q_buffers, P_SMEM=config.p_smem,
+        O_TMA=config.o_tma, OVERLAP=config.overlap_tiles,
+        CONSUMER_REGS=config.consumer_regs, PRODUCER_REGS=config.producer_regs, num_warps=CONSUMER_WARPS.value,
+        maxnreg=register_budget(config))
     return (out, kernel) if return_kernel else out

@@ -34,7 +34,7 @@ REQUIRED = {
 ATTENTION_REQUIRED = {
     "triton.experimental.gluon.language": ("DotOperandLayout", "SliceLayout", "convert_layout", "expand_dims",
                                            "arange", "full", "where", "maximum", "minimum", "exp2", "max", "sum",
-                                           "load", "store"),
+                                           "load", "store", "inline_asm_elementwise"),
 }
 WARP_SPECIALIZE_ARGS = ("functions_and_args", "worker_num_warps", "worker_num_regs")
 

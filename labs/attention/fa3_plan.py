@@ -1,0 +1,96 @@
+"""The host's side of the Gluon FlashAttention-3 forward (gluon_fa3.py): its configurations, what each needs of a
+Hopper SM (shared memory, registers), and the order in which the persistent programs take the (head, query block)
+tiles. Pure Python and torch: it imports no Triton, so the budgets can be checked anywhere."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import torch
+
+WG_ROWS = 64  # query rows per consumer warpgroup: one m64 wgmma; a tile is 2 or 3 of them (128 or 192 rows)
+
+
+@dataclass(frozen=True)
+class FA3Config:
+    block_n: int  # keys per block: a power of two (64, 128 or 256), as every register tensor's shape must be
+    stages: int  # K and V blocks the producer may run ahead (each ring has this many slots)
+    pingpong: bool = True  # the consumers take turns on the tensor cores
+    consumer_regs: int = 240  # registers per consumer thread after setmaxnreg (S, O, two P's live at once)
+    producer_regs: int = 24  # the least Hopper allows: the producer only computes addresses
+    consumers: int = 2  # consumer warpgroups, 64 query rows each: a tile of 128 or 192 queries
+    q_buffers: int = 2  # sets of Q blocks: with two, the next tile's Q loads while this one runs
+    p_smem: bool = False  # P goes to the P V wgmma through shared memory (frees registers) instead of registers
+    o_tma: bool = False  # the output rows go out through shared memory and a TMA copy that overlaps the next tile
+    overlap_tiles: bool = False  # a tile's last P V goes beside the next tile's first S (no prologue, no epilogue)
+
+    @property
+    def block_m(self) -> int:
+        return self.consumers * WG_ROWS
+
+    @property
+    def label(self) -> str:
+        return (f"{self.block_m}x{self.block_n} s{self.stages} q{self.q_buffers}"
+                f"{' P-smem' if self.p_smem else ''}{' O-TMA' if self.o_tma else ''}"
+                f"{' overlap' if self.overlap_tiles else ''}{'' if self.pingpong else ' no-pingpong'}")
+
+
+# d = 128: 2 x 32 KiB of K and V a stage, 2 x 32 KiB of Q: two stages (192 KiB of 227). The alternatives
+# (scripts/gluon_fa3_check.py's VARIANTS) are timed beside these on an H100 before one replaces them
+DEFAULT_CONFIGS = {64: FA3Config(block_n=128, stages=3), 128: FA3Config(block_n=128, stages=2)}
+L2_SHARE = 0.5  # of the L2 the K and V of one group of heads may fill (the rest: Q, O, other traffic)
+
+
+def smem_bytes(head_dim: int, config: FA3Config, element_bytes: int = 2) -> int:
+    """Q for every consumer in every buffer set, the K and V rings, P and the output rows when they go through
+    shared memory, and the mbarriers (8 bytes each)."""
+    q = config.q_buffers * config.block_m * head_dim * element_bytes
+    ring = 2 * config.stages * config.block_n * head_dim * element_bytes
+    p = config.block_m * config.block_n * element_bytes if config.p_smem else 0
+    o = config.block_m * head_dim * element_bytes if config.o_tma else 0
+    barriers = 2 * config.q_buffers * config.consumers + config.consumers + 4 * config.stages
+    return q + ring + p + o + 8 * barriers
+
+
+def register_budget(config: FA3Config) -> int:
+    """maxnreg for the launch: every thread starts with this many registers, and the SM's 65,536 must cover the
+    consumers' warpgroups and the producer's (its one warp is rounded up to four). setmaxnreg then moves registers
+    from the producer to the consumers: the workers get what they ask for, the first consumer (the default
+    partition) what they leave: 168 x 3 - 240 - 24 = 240 a thread with two consumers, 128 x 4 - 2 x 160 - 24 =
+    168 with three."""
+    groups = config.consumers + 1
+    budget = min(256, (65536 // (groups * 128)) // 8 * 8)
+    left = groups * budget - (config.consumers - 1) * config.consumer_regs - config.producer_regs
+    if left < config.consumer_regs:
+        raise ValueError(f"{config.consumer_regs} registers for each of {config.consumers} consumers and "
+                         f"{config.producer_regs} for the producer leave the first consumer {left}")
+    return budget
+
+
+@functools.lru_cache(maxsize=64)
+def tile_order(heads: int, q_blocks: int, causal: bool, group: int, device: str) -> torch.Tensor:
+    """int32 [heads * q_blocks, 2] of (flattened batch*head, query block), in the order the programs take them:
+    heads in groups of `group` (their K and V fit the L2 while the group runs), within a group query blocks in
+    turn, all the group's heads at each; causal tiles from the last query block (the most keys) to the first."""
+    h = torch.arange(heads).repeat_interleave(q_blocks)  # [tiles]
+    rank = torch.arange(q_blocks).repeat(heads)  # the query block's place in the order
+    key = (h // group) * (q_blocks * heads) + rank * heads + h
+    order = torch.argsort(key)
+    qb = (q_blocks - 1 - rank) if causal else rank
+    return torch.stack([h[order], qb[order]], dim=1).to(torch.int32).contiguous().to(device)
+
+
+def heads_per_group(lk: int, head_dim: int, device) -> int:
+    l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 50 * 2**20)
+    return max(1, int(L2_SHARE * l2) // (2 * lk * head_dim * 2))
+
+
+def check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    if q.dim() != 4 or k.shape != v.shape or q.shape[:2] != k.shape[:2] or q.shape[3] != k.shape[3]:
+        raise ValueError(f"want q (B, H, Lq, d) and k, v (B, H, Lk, d); got {tuple(q.shape)}, {tuple(k.shape)}, "
+                         f"{tuple(v.shape)}")
+    if q.shape[3] not in DEFAULT_CONFIGS:
+        raise ValueError(f"head dim {q.shape[3]}: this kernel takes {sorted(DEFAULT_CONFIGS)}")
+    if any(t.dtype != torch.bfloat16 for t in (q, k, v)):
+        raise ValueError("this kernel takes bf16 q, k and v")
