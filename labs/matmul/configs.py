@@ -159,7 +159,7 @@ def streamk_plan(tiles: int, k_steps: int, slots: int, extra_wave: Optional[bool
 # round on the SMs (tail_rounds), else half of it (tail_choice). A round of quarter tiles takes a quarter of a big
 # tile's time, a round of halves half; past one round, the hardware stacks the extra programs of a small tile on the
 # SMs that free first (up to 3 of 128x64 or 64x64 an SM), while a 128x128 one (128 KiB) takes an SM to itself, so a
-# second round of halves still spreads one to an SM. Measured on an H100 (the candidate script, 2026-11-27, retired; its output
+# second round of halves still spreads one to an SM. Measured on an H100 (a candidate script, since retired, 2026-11-27:
 # docs/matmul-every128/candidates-h100-2026-11-27.txt; x cuBLAS, tail tiles counted for 132 SMs), after 128x256 tiles:
 # - 128x64 in one round beat 128x128 and 64x64: 2176 (102 tiles: 0.980 against 0.826 and 0.935), 2304 (144, 6 SMs
 #   idle in the last full wave: 1.100, 0.920, 1.028), 2944 (46: 0.934, 0.863, 0.895), 3072 (96: 0.954, 0.866,
