@@ -42,13 +42,8 @@ D64 = dict(block_n=128, stages=3)
 THREE = dict(consumers=3, consumer_regs=160)  # three consumer warpgroups: 192 queries a tile, 160 registers each
 VARIANTS = {
     "default: 128x128, Q double-buffered (d128 s2, d64 s3)": {128: D128, 64: D64},
-    "tiles overlapped, O through TMA (d128 128x128 s2, d64 128x128 s3)": {
-        128: dict(D128, overlap_tiles=True, o_tma=True), 64: dict(D64, overlap_tiles=True, o_tma=True)},
     "192 rows, P in registers (d128 192x64 s3, d64 192x64 s4 O through TMA)": {
         128: dict(THREE, block_n=64, stages=3), 64: dict(THREE, block_n=64, stages=4, o_tma=True)},
-    "192 rows, tiles overlapped (d128 192x64 s3, d64 192x64 s4 O through TMA)": {
-        128: dict(THREE, block_n=64, stages=3, overlap_tiles=True),
-        64: dict(THREE, block_n=64, stages=4, o_tma=True, overlap_tiles=True)},
     "P through shared memory (d128 128x128 s2; d64 192x128 s3 O through TMA: a few spills outside the key loop)": {
         128: dict(D128, p_smem=True), 64: dict(THREE, block_n=128, stages=3, p_smem=True, o_tma=True)},
     "O through TMA (d128 s2, d64 s3)": {128: dict(D128, o_tma=True), 64: dict(D64, o_tma=True)},

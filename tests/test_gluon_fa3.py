@@ -116,8 +116,6 @@ VARIANTS = {
     "P-smem": dict(p_smem=True),  # P through shared memory
     "192-rows": dict(consumers=3, consumer_regs=160, p_smem=True, o_tma=True),  # three consumers (d 64's tile)
     "192x64": dict(consumers=3, consumer_regs=160, block_n=64, stages=3),  # three consumers, P in registers
-    "overlap-O-TMA": dict(overlap_tiles=True, o_tma=True),  # a tile's last P V beside the next tile's first S
-    "overlap-192x64": dict(consumers=3, consumer_regs=160, block_n=64, stages=3, overlap_tiles=True),
 }
 
 

@@ -23,7 +23,6 @@ class FA3Config:
     q_buffers: int = 2  # sets of Q blocks: with two, the next tile's Q loads while this one runs
     p_smem: bool = False  # P goes to the P V wgmma through shared memory (frees registers) instead of registers
     o_tma: bool = False  # the output rows go out through shared memory and a TMA copy that overlaps the next tile
-    overlap_tiles: bool = False  # a tile's last P V goes beside the next tile's first S (no prologue, no epilogue)
 
     @property
     def block_m(self) -> int:
@@ -33,7 +32,7 @@ class FA3Config:
     def label(self) -> str:
         return (f"{self.block_m}x{self.block_n} s{self.stages} q{self.q_buffers}"
                 f"{' P-smem' if self.p_smem else ''}{' O-TMA' if self.o_tma else ''}"
-                f"{' overlap' if self.overlap_tiles else ''}{'' if self.pingpong else ' no-pingpong'}")
+                f"{'' if self.pingpong else ' no-pingpong'}")
 
 
 # d = 128: 2 x 32 KiB of K and V a stage, 2 x 32 KiB of Q: two stages (192 KiB of 227). The alternatives

@@ -72,10 +72,11 @@ def launch(kernel, grid: tuple, *args, key, plan=None, owner=None, **meta) -> No
     key: what Triton specializes these arguments on (see the module's docstring). plan: a key (plan_key) under which
     to record this launch in PLANS, given only where every tensor is 16-byte aligned and every other argument's
     specialization follows from the key; owner: the configuration it names (kept alive with the plan)."""
-    if not args[0].is_cuda:  # Triton's CPU interpreter: nothing to save
+    first = next(a for a in args if isinstance(a, torch.Tensor))  # a kernel may take descriptors first
+    if not first.is_cuda:  # Triton's CPU interpreter: nothing to save
         kernel[grid](*args, **meta)
         return
-    device = args[0].get_device()
+    device = first.get_device()
     key = (kernel, device, key, tuple(meta.items()))
     grid3 = (grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1)
     hit = _COMPILED.get(key)
