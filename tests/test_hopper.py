@@ -189,9 +189,34 @@ def test_one_stage_waits_the_probed_latency_and_its_idle_tensor_cores_clock_up(m
     assert model.load_latency(t)[0] == pytest.approx(model.HBM_LATENCY_CYCLES * 1e-9)  # nothing probed: published
 
 
-def test_load_latency_comes_from_the_run_then_the_matmul_recording():
-    """A recorded Hopper run is re-predicted with the latency its own probe measured; one that did not probe it
-    (older runs) with the one the Matmul lab's recording of the GPU kind holds."""
+def test_load_latency_comes_from_the_runs_passes_then_the_matmul_probe_then_one_reading(monkeypatch):
+    """A run's latency is its own where the rows carry the median of its passes' probes; a run that probed once
+    (one difference of two ~6 us timings) yields to the Matmul lab's probe of the GPU kind, and is used only where
+    that lab never probed it; with nothing probed, the published cycles."""
+    t = toy_target()
+    monkeypatch.setattr(matmul_model, "_LATENCY_PROBED", {})
+    monkeypatch.setattr(model, "recorded_load_latency_us", lambda key: 0.8 if key == t.key else None)
+
+    def latency_us(run_latency):
+        token = model._RUN_LATENCY_US.set(run_latency)
+        try:
+            return model.load_latency(t)[0] * 1e6
+        finally:
+            model._RUN_LATENCY_US.reset(token)
+
+    assert latency_us((0.5, True)) == pytest.approx(0.5)  # the median of the run's passes: the run's own
+    assert latency_us((0.3, False)) == pytest.approx(0.8)  # one reading: the Matmul lab's recorded probe
+    monkeypatch.setitem(matmul_model._LATENCY_PROBED, t.key, 0.7)
+    assert latency_us((0.3, False)) == pytest.approx(0.7)  # ... or its probe in this process
+    monkeypatch.setattr(matmul_model, "_LATENCY_PROBED", {})
+    monkeypatch.setattr(model, "recorded_load_latency_us", lambda key: None)
+    assert latency_us((0.3, False)) == pytest.approx(0.3)  # never probed by the Matmul lab: the one reading
+    assert latency_us(None) == pytest.approx(model.HBM_LATENCY_CYCLES / 1e3)  # toy clock 1 GHz: 480 cycles
+
+
+def test_repredict_reads_whether_the_runs_latency_is_a_median_of_passes():
+    """A recording whose rows say their latency is the median of the passes' probes is re-predicted with it; the
+    same figure without that mark (one reading) is not, and the probe is not left behind for the next run."""
     from labs.matmul.rates import recorded_load_latency_us
 
     h200 = json.loads((ROOT / "content" / "recorded" / "nvidia-h200" / "hopper.json").read_text())
@@ -199,34 +224,49 @@ def test_load_latency_comes_from_the_run_then_the_matmul_recording():
     recorded = recorded_load_latency_us(target.key)
     if recorded is None:
         pytest.skip("no H200 matmul recording with a probed load latency")
-    assert model.load_latency(target)[0] == pytest.approx(recorded * 1e-6)
     params = repredict.recorded_params(hp.LAB, h200["params"])
-    step1 = lambda rows: next(r for r in rows if r["step"] == "1 baseline" and r["n"] == 8192)  # noqa: E731
-    older = step1(model.repredict(h200, target, params))
-    probed = {**h200, "rows": [{**r, "load_latency_us": 2 * recorded} for r in h200["rows"]]}
-    slower = step1(model.repredict(probed, target, params))
-    assert slower["predicted_ms"] > older["predicted_ms"]  # the run's own probe wins
+    step1 = lambda rec: next(r for r in model.repredict(rec, target, params)  # noqa: E731
+                             if r["step"] == "1 baseline" and r["n"] == 8192)
+    rows_with = lambda **kw: {**h200, "rows": [{**r, **kw} for r in h200["rows"]]}  # noqa: E731
+    matmul_probe = step1(rows_with(load_latency_us=recorded, load_latency_each_pass=True))
+    once = step1(rows_with(load_latency_us=2 * recorded, load_latency_each_pass=False))
+    passes = step1(rows_with(load_latency_us=2 * recorded, load_latency_each_pass=True))
+    assert once["predicted_ms"] == pytest.approx(matmul_probe["predicted_ms"])  # one reading yields
+    assert passes["predicted_ms"] > matmul_probe["predicted_ms"]  # a median of passes is the run's own
     assert model.load_latency(target)[0] == pytest.approx(recorded * 1e-6)  # and is not left behind
 
 
-def test_measure_probes_the_latency_once_and_keeps_its_timings_off_the_rows(monkeypatch):
-    """The run probes the load latency (the Matmul lab's probe) once per process and GPU; the probe's own timings
-    must not land on the first row (its spread would mix the probe's kernels with cuBLAS's)."""
+def test_measure_probes_the_latency_every_pass_and_keeps_its_timings_off_the_rows(monkeypatch):
+    """The run probes the load latency (the Matmul lab's probe) in every pass, so that the merged rows carry the
+    median of the passes' readings; the probe's own timings must not land on the first row (its spread would mix
+    the probe's kernels with cuBLAS's)."""
     t = toy_target()
+    readings = iter([0.75, 0.3])
     calls = []
 
     def fake_probe(target):
         calls.append(target.key)
         timing.record_samples([0.01, 0.02, 0.03])  # what the real probe's timers hand the collector
-        matmul_model._LATENCY_PROBED[target.key] = 0.75
+        matmul_model._LATENCY_PROBED[target.key] = next(readings)
         return 5.0
 
     monkeypatch.setattr(measure, "probe_floor_us", fake_probe)
     monkeypatch.setattr(matmul_model, "_LATENCY_PROBED", {})
     with timing.collecting() as rows_timed:
         assert measure.probed_load_latency_us(t) == 0.75
-        assert measure.probed_load_latency_us(t) == 0.75  # already probed in this process: not again
-    assert calls == ["toy"] and rows_timed.take() == []
+        assert measure.probed_load_latency_us(t) == 0.3  # probed again: each pass reads its own
+    assert calls == ["toy", "toy"] and rows_timed.take() == []
+
+
+def test_passes_merge_the_latency_readings_into_their_median():
+    """Five passes' rows, each with its own probe reading, merge into one row whose latency is their median:
+    a reading 2.4 times low in one pass does not move it."""
+    from labs.engine import passes
+
+    readings = [0.80, 0.32, 0.79, 0.82, 0.78]
+    merged = passes.merge_values(readings)
+    assert merged == pytest.approx(0.79)  # sorted 0.32 0.78 [0.79] 0.80 0.82
+    assert passes.merge_values([True] * 5) is True  # the mark every pass sets stays as it is
 
 
 @pytest.mark.parametrize("gpu_key", ["nvidia-h100-80gb-hbm3", "nvidia-h200"])

@@ -188,12 +188,13 @@ def fastest_config(configs, a, b, out, dtype: str, n: int) -> tuple:
 
 
 def probed_load_latency_us(target: Target) -> float:
-    """How long a slice asked of memory takes to land, measured by the Matmul lab's probe once in this process (the
-    one-stage step waits it on every slice: labs/hopper/model.py load_latency). The probe's timings are its own, not
-    a row's: they are kept out of the rows' spreads."""
-    if not load_latency_us(target):
-        with timing.collecting():
-            probe_floor_us(target)
+    """How long a slice asked of memory takes to land, measured by the Matmul lab's probe in this pass (the
+    one-stage step waits it on every slice: labs/hopper/model.py load_latency). The probe is the difference of two
+    ~6 us timings, so one reading can be far off (an H100 run read 0.32 us where the Matmul lab's probes of both
+    GPU kinds read 0.66-0.83 us): probed in every pass, the rows carry the median of the passes' readings
+    (labs/engine/passes.py). The probe's timings are its own, not a row's: they are kept out of the rows' spreads."""
+    with timing.collecting():
+        probe_floor_us(target)
     return load_latency_us(target)
 
 
@@ -252,7 +253,8 @@ def measure(params, target: Target, progress):
                 row["measured_pct_of_cublas_beside"] = 100.0 * beside_ms / ms
             row = {"step": step, "n": n, "dtype": dtype, "measured_ms": ms, "measured_tflops": tflops,
                    "measured_pct_of_cublas": 100.0 * tflops / cublas_tflops, "check_rel_error": err,
-                   "measured_l2_request_tbps": timing.tbps(l2_bytes, ms), "load_latency_us": latency_us} | row
+                   "measured_l2_request_tbps": timing.tbps(l2_bytes, ms), "load_latency_us": latency_us,
+                   "load_latency_each_pass": True} | row  # the latency is a median of passes, not one reading
             row |= instruction_summary(compiled)
             row |= compiled_resources(compiled)
             ptx = compiled.asm.get("ptx", "")

@@ -131,7 +131,8 @@ _ORDER_TABLES: dict = {}
 # Load-to-use latency of device memory on Hopper from published microbenchmarks, the figure the
 # glossary quotes (labs/glossary/facts.py): the model's last resort, where no probe on this GPU kind measured it.
 HBM_LATENCY_CYCLES = LATENCY_CYCLES["hbm"]
-# The load latency (us) the probe measured in the run being re-predicted (see repredict); None outside one
+# The load latency the probe measured in the run being re-predicted (see repredict): (us, whether it is the median
+# of the passes' probes rather than one reading); None outside one
 _RUN_LATENCY_US: contextvars.ContextVar = contextvars.ContextVar("hopper_run_latency_us", default=None)
 
 
@@ -139,19 +140,23 @@ def load_latency(target: Target) -> tuple:
     """(seconds, where it comes from): how long a slice asked of memory takes to land in shared memory.
 
     Measured where it can be: the Matmul lab's probe (a 64 x 64 tile with more K steps, L2 flushed, timed like
-    the products: labs/matmul/measure.py probe_floor_us), in this run, else in this process, else in the Matmul
-    lab's recording of this GPU kind. It includes what a real load pays besides the DRAM's own latency (the
-    request's trip, the copy's completion on a barrier): on an H100 and an H200 it is ~0.8 us, three times the
-    published 480 cycles, which are the fallback."""
-    in_run = _RUN_LATENCY_US.get()
-    if in_run:
-        return in_run * 1e-6, "probed in the same run"
+    the products: labs/matmul/measure.py probe_floor_us). It includes what a real load pays besides the DRAM's own
+    latency (the request's trip, the copy's completion on a barrier): on an H100 and an H200 it is ~0.8 us, three
+    times the published 480 cycles, which are the fallback. The probe is the difference of two ~6 us timings, so
+    one reading can be far off: a run's own figure comes first where it is the median of its passes' probes; a run
+    that probed once (before 2026-11-28) comes after the Matmul lab's probe of this GPU kind, in this process or
+    recorded. Its one reading on an H100 (0.32 us) was 2.4 times below every one of the Matmul lab's on either kind."""
+    in_run_us, median_of_passes = _RUN_LATENCY_US.get() or (None, False)
+    if in_run_us and median_of_passes:
+        return in_run_us * 1e-6, "the median of the probes of the same run's passes"
     here = load_latency_us(target)
     if here:
         return here * 1e-6, "probed on this GPU by the Matmul lab's probe"
     recorded = recorded_load_latency_us(target.key)
     if recorded:
         return recorded * 1e-6, "probed by the Matmul lab on this GPU kind"
+    if in_run_us:
+        return in_run_us * 1e-6, "probed once in the same run"
     return HBM_LATENCY_CYCLES / clock_hz(target), f"never probed on this GPU kind: the published figure, {LATENCY_SOURCE}"
 
 
@@ -339,14 +344,15 @@ def predict(params, target: Target) -> list[dict]:
 
 def repredict(recording: dict, target: Target, params) -> list[dict]:
     """The model of a recorded run (its Params given) at the tensor-core rate of that run's own cuBLAS rows (timed
-    beside the steps at each N) and with the load latency its probe measured (older runs did not probe it: the
-    Matmul lab's recording of the GPU kind then gives it), not at whatever the Matmul lab's newest recording
-    holds: a new matmul recording then cannot move this run's predictions (the engine's re-predictions, and the
-    pages' recorded overlays)."""
+    beside the steps at each N), not at whatever the Matmul lab's newest recording holds: a new matmul recording
+    then cannot move these predictions (the engine's re-predictions, and the pages' recorded overlays). The load
+    latency is the run's own where it is the median of its passes' probes; a run that probed once, or not at all,
+    takes the Matmul lab's probe of the GPU kind first (load_latency says why)."""
     rates = {(r.get("dtype"), r.get("n")): r["measured_tflops"] for r in recording["rows"]
              if r.get("step") == "cuBLAS" and isinstance(r.get("measured_tflops"), (int, float))}
-    latency = next((float(r["load_latency_us"]) for r in recording["rows"]
-                    if isinstance(r.get("load_latency_us"), (int, float)) and r["load_latency_us"] > 0), None)
+    probed = next((r for r in recording["rows"]
+                   if isinstance(r.get("load_latency_us"), (int, float)) and r["load_latency_us"] > 0), None)
+    latency = (float(probed["load_latency_us"]), bool(probed.get("load_latency_each_pass"))) if probed else None
     tokens = _RUN_CUBLAS.set(rates), _RUN_LATENCY_US.set(latency)
     try:
         return predict(params, target)
