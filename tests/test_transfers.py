@@ -183,6 +183,27 @@ def test_d2h_staging_writes_the_buffer_without_reading_it():
     assert rows[("h2d", 2**24)]["model_bandwidth_gbps"] == 7.0  # h2d reads the buffer: its write rate is no term
 
 
+def test_h2d_staging_goes_no_faster_than_the_probes_slower_copy():
+    # 256 MiB, as on the H100 host: the probe reads the buffer at 7.6 GB/s but copies out into it at 6.5
+    # (each line fetched before it is overwritten). The staging buffer the engine just read is outside the
+    # core's cache too, so the copy stages at 6.5; at 4 MiB the read (9) is the slower and is kept.
+    rates = {("h2d", 2**22): {"cpu_read_gbps": 9.0, "cpu_copy_out_gbps": 10.0, "cpu_l2_bytes": 2**21},
+             ("h2d", 2**28): {"cpu_read_gbps": 7.6, "cpu_copy_out_gbps": 6.5, "cpu_l2_bytes": 2**21},
+             ("hand", 2**28): {"cpu_read_gbps": 7.6, "cpu_copy_out_gbps": 6.5, "cpu_l2_bytes": 2**21}}
+    p = t.Params(experiments=("copies", "staging"), directions=("h2d",), memories=("pageable",),
+                 sizes_kib=(4096, 262144), staging_mib=(256,))
+    no_latency = {("h2d", "pinned"): 0.0}  # the hand-made copy's pinned pieces: bytes over the link alone
+    rows = {(r["experiment"], r["size_bytes"]): r for r in model.predict_with(p, H100, no_latency, rates)}
+    assert rows[("copies", 2**22)]["model_bandwidth_gbps"] == 9.0
+    assert rows[("copies", 2**28)]["model_bandwidth_gbps"] == 6.5
+    latency_ms = model.ASSUMED_LATENCY_US * 1e-3
+    assert rows[("copies", 2**28)]["predicted_ms"] == pytest.approx(latency_ms + 2**28 / 6.5e9 * 1e3)
+    # by hand: 128 pieces of 2 MiB at 6.5 GB/s (each slower than the link's), then the last piece over the link
+    link = model.link_for(H100)["pcie_gbps"]
+    hand_ms = 128 * 2**21 / 6.5e9 * 1e3 + 2**21 / (link * 1e9) * 1e3
+    assert rows[("staging", 2**28)]["predicted_ms"] == pytest.approx(hand_ms)
+
+
 def test_only_the_first_staging_buffer_of_a_d2h_copy_is_exposed():
     link = 50.0
     assert model.first_piece_ms("d2h", 2**20, link) == pytest.approx(2**20 / 50e9 * 1e3)

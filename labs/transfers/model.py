@@ -67,8 +67,19 @@ def effective_gbps(memory: str, link_gbps: float, host_copy_gbps: float) -> floa
     return link_gbps if memory == "pinned" else min(link_gbps, host_copy_gbps)
 
 
-def staging_key(direction: str) -> str:
-    return "cpu_read_gbps" if direction == "h2d" else "cpu_copy_out_gbps"
+def staging_rate(direction: str, rates: dict):
+    """The probe's rate for one direction's staging copy on one buffer (None where not measured).
+
+    h2d: the CPU reads your buffer (the probe's read) and writes a staging buffer that the copy engine has
+    just read. The engine's reads leave those lines outside the core's cache, so the CPU writes them as it
+    writes any buffer outside its cache: as the probe's copy-out does, which must fetch each line before
+    it overwrites it. With both halves out of cache, the copy goes no faster than the slower of the two
+    measured copies (on the H100 host at 64 and 256 MiB the copy-out was the slower, 6.5 against 7.6 GB/s,
+    and the pageable copies ran at 6.4 to 7.1). d2h: the probe's copy-out (see staging_gbps)."""
+    if direction == "d2h":
+        return rates.get("cpu_copy_out_gbps")
+    measured = [rates[k] for k in ("cpu_read_gbps", "cpu_copy_out_gbps") if rates.get(k)]
+    return min(measured) if measured else None
 
 
 def staging_gbps(direction: str, rates: dict) -> float:
@@ -87,7 +98,7 @@ def staging_gbps(direction: str, rates: dict) -> float:
     do not read a line before writing it). Beyond the CPU's caches the two differ: the memcpy reads every
     line of the destination before it writes it (on the H100 host of 12:20 UTC: memcpy 7.2 to 7.7 GB/s,
     write 9.8 to 10.9, the driver's copy-out 9.7 to 10.1, for 12 to 32 MiB buffers)."""
-    own = rates.get(staging_key(direction)) or rates.get("host_copy_gbps") or ASSUMED_HOST_COPY_GBPS
+    own = staging_rate(direction, rates) or rates.get("host_copy_gbps") or ASSUMED_HOST_COPY_GBPS
     if direction == "d2h":
         own = max(own, rates.get("cpu_write_gbps") or own)
     return min(own, rates.get("out_of_cache_gbps") or own)
@@ -104,8 +115,8 @@ def out_of_cache_rates(host_rates: dict, l2_bytes: int) -> dict:
     """Per direction: the staging probe's rate at the smallest measured size larger than one core's cache."""
     out = {}
     for (direction, size), rates in sorted((k, v) for k, v in host_rates.items() if isinstance(k, tuple)):
-        if size > l2_bytes and direction not in out and rates.get(staging_key(direction)):
-            out[direction] = rates[staging_key(direction)]
+        if size > l2_bytes and direction not in out and staging_rate(direction, rates):
+            out[direction] = staging_rate(direction, rates)
     return out
 
 
