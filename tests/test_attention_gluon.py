@@ -98,7 +98,7 @@ def test_model_by_hand_one_head_two_tiles():
     g = 2 * 2 * 128 * (64 * 128) / (mma / sms)
     s = 64 * 128 / (exp / sms)
     assert s < g  # at d = 128 the exponentials hide whole
-    got = F.fa3_forward(shape, mma, exp, 3e12, sms)
+    got = F.fa3_forward(shape, mma, exp, 3e12, sms, 1.9e9)
     launch = gpu.KERNEL_LAUNCH_US * 1e-6
     assert got["s"] == pytest.approx(2 * (g + g) + 2 * launch)
     assert got["mma_s"] == pytest.approx(4 * 2 * g / sms) and got["exp_s"] == pytest.approx(4 * 2 * s / sms)
@@ -107,14 +107,35 @@ def test_model_by_hand_one_head_two_tiles():
 
 
 def test_where_the_exponentials_outlast_the_gemms_they_show():
-    """An SFU rate so low that s > g: the block costs g + s, and (s - g) of every block is exposed."""
+    """An SFU rate so low that s > g: the block costs 2s (both warpgroups' exponentials share the SM's lanes), and
+    2 (s - g) of every block leaves the tensor cores idle."""
     shape = M.Shape(1, 1, 256, 256, 64, False, "bf16")
     mma, exp, sms = 700e12, 1e12, 132
     g, s = F.block_seconds(64, 128, mma, exp, sms)
     assert s > g
-    got = F.fa3_forward(shape, mma, exp, 3e12, sms)
-    assert got["s"] == pytest.approx(2 * (g + s) + 2 * gpu.KERNEL_LAUNCH_US * 1e-6)  # two blocks a program
-    assert got["exp_s"] - got["hidden_s"] == pytest.approx(4 * (s - g) / sms)
+    got = F.fa3_forward(shape, mma, exp, 3e12, sms, 1.9e9)
+    assert got["s"] == pytest.approx(2 * (2 * s) + 2 * gpu.KERNEL_LAUNCH_US * 1e-6)  # two blocks a program
+    assert got["exp_s"] - got["hidden_s"] == pytest.approx(4 * 2 * (s - g) / sms)
+
+
+def test_instruction_issue_by_hand_at_d64():
+    """One consumer warp, one unmasked 64 x 128 block at d = 64: 64 scores a thread at 4.5 instructions, 2 rows at
+    14, 32 output elements at 1, 24 for the barriers and fences, 4 + 8 wgmma = 384; both consumers' warps share a
+    scheduler, so 768 clocks a block. On an H100 (1.915 GHz, 679 TFLOP/s) that is below the GEMMs' 2g."""
+    from labs.attention import fa3_issue as I
+
+    assert I.warp_instructions(64, 64, 128, masked=False) == 64 * 4.5 + 2 * 14 + 32 + 24 + 12 == 384
+    assert I.warp_instructions(64, 64, 128, masked=True) == 384 + 64 * 2
+    assert I.issue_seconds(2, 64, 64, 128, False, 1.915e9) == pytest.approx(768 / 1.915e9)
+    g, s = F.block_seconds(64, 128, 679e12, 4.04e12, 132)
+    assert F.block_period(64, 128, g, s, False, 1.915e9) == pytest.approx(2 * g)  # the tensor cores still limit
+
+
+def test_issue_limits_a_block_where_the_clock_is_slow():
+    """A clock so slow that the schedulers take longer than the GEMMs: the block lasts as long as the issue."""
+    g, s = F.block_seconds(64, 128, 679e12, 4.04e12, 132)
+    slow = 384 * 2 / (3 * g)  # issue takes 3g
+    assert F.block_period(64, 128, g, s, False, slow) == pytest.approx(3 * g)
 
 
 def test_causal_tiles_and_the_persistent_round_robin_by_hand():
@@ -135,7 +156,7 @@ def test_many_tiles_are_spread_over_the_programs_without_playing_them_out():
     mma, exp, sms = 700e12, 4e12, 132
     g, s = F.block_seconds(64, 128, mma, exp, sms)
     played = F.persistent_span([n * (g + max(g, s)) for n in F.tile_blocks(16384, 16384, 128, True, 640)], sms)
-    spread = F.fa3_forward(shape, mma, exp, 3e12, sms)["s"] - 2 * gpu.KERNEL_LAUNCH_US * 1e-6
+    spread = F.fa3_forward(shape, mma, exp, 3e12, sms, 1.9e9)["s"] - 2 * gpu.KERNEL_LAUNCH_US * 1e-6
     assert spread == pytest.approx(played, rel=0.01)
     huge = M.Shape(1024, 1024, 262144, 262144, 128, True, "bf16")
     assert M.gluon_model(huge, H100)["predicted_ms"] > 0

@@ -16,7 +16,7 @@ from labs.attention.compare import library_ratios  # noqa: F401 (the scorecard's
 from labs.attention.fa3_model import fa3_forward, fa3_supports, hbm_bytes as fa3_hbm_bytes
 from labs.attention.schedule import dkdv_tiles, forward_tiles, kernel_seconds, programs_per_sm, tile_seconds
 from labs.attention.tiles import HEAD_DIMS, FlashConfig, Tiles, lq_pad, tile_counts, tiles_for
-from labs.engine.gpu import Target, sm_shape
+from labs.engine.gpu import Target, clock_hz, sm_shape
 from labs.engine.params import param
 from labs.engine.results import recorded_rows
 
@@ -186,7 +186,7 @@ def gluon_model(shape: Shape, target: Target) -> dict:
     """Predicted time, HBM bytes and peak memory of the Gluon FlashAttention-3 forward (fa3_model.py): the
     tensor cores and the exponentials overlapped by two consumer warpgroups in turn, on one program per SM."""
     k = fa3_forward(shape, matmul_rate(target, shape.dtype), exp_rate(target), target.ceilings.copy_tbps * 1e12,
-                    target.sm_count)
+                    target.sm_count, clock_hz(target))
     return {"predicted_ms": k["s"] * 1e3, "predicted_hbm_bytes": fa3_hbm_bytes(shape),
             "predicted_l2_request_bytes": fa3_hbm_bytes(shape), "predicted_peak_bytes": shape.q_bytes,  # O alone
             **{f"predicted_{part}_ms": k[f"{part}_s"] * 1e3 for part in ("mma", "exp", "hidden", "schedule", "mem")}}
