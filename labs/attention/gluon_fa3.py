@@ -44,6 +44,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from labs.attention.launch import aligned, launch
+from labs.engine.gpu import device_sm_count
 from labs.attention.fa3_plan import (DEFAULT_CONFIGS, WG_ROWS, FA3Config, check_inputs, heads_per_group,  # noqa: F401
                                      register_budget, smem_bytes, tile_order)
 from labs.hopper.gluon_support import GluonUnavailable, attention_unavailable_reason, device_capability
@@ -489,7 +490,7 @@ def gluon_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
 
     q_blocks = -(-lq // config.block_m)
     order = tile_order(batch * heads, q_blocks, bool(causal), heads_per_group(lk, d, q.device), str(q.device))
-    programs = min(order.shape[0], programs or _sm_count(q.device))
+    programs = min(order.shape[0], programs or device_sm_count(q.device, 1))
     args = (descriptor(q, WG_ROWS), descriptor(k, config.block_n), descriptor(v, config.block_n),
             descriptor(out, WG_ROWS), out, order, order.shape[0], lq, lk, LOG2E / math.sqrt(d))
     meta = dict(CAUSAL=bool(causal), PINGPONG=config.pingpong, STAGES=config.stages, CONSUMERS=config.consumers,
@@ -511,7 +512,3 @@ def gluon_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
 def _smem_layout(rows: int, d: int):
     return gl.NVMMASharedLayout.get_default_for([rows, d], gl.bfloat16)
 
-
-@functools.lru_cache(maxsize=8)
-def _sm_count(device) -> int:
-    return torch.cuda.get_device_properties(device).multi_processor_count

@@ -230,6 +230,16 @@ def record_samples(samples_ms: list) -> Timing:
     return record(Timing(list(samples_ms)))
 
 
+def record_own(*figures_ms: float) -> None:
+    """Hand the rule, as their own timings, the figures (ms) that the row about to be yielded reports. A lab that times
+    its points in turns and yields the rows afterwards calls this just before each row: the runner gives a row the
+    timings made since the row before it, so left to the timers every timing of the sweep would fall on the first
+    row (one row with a huge spread, flagged unsteady, and no spread on the others). Over the passes, the row's
+    spread is then the spread of its own figures."""
+    for ms in figures_ms:
+        record_samples([ms])
+
+
 def repeated(once: Callable[[], object], repeats: int = REPEATS) -> Timing:
     """The rule: `once()` gives one independent timing (ms, or (ms, what else it measured)). Inside a pass: one
     of them (the passes are the repeats). In one window: REPEATS of them, measured again while unsteady, the

@@ -101,13 +101,10 @@ def paired_us(point, probe, probe_ops: int, budget_ms: float = 24.0) -> tuple:
 
 
 def own_time(*us: float) -> None:
-    """Hand the timing rule the figures the row about to be yielded reports (us), and nothing else, so its spread over
-    the passes is the spread of those figures. Left to the timers, a row's spread was the widest of its probe's and
-    its point's single rounds (16 of them, each a few ms, on a host that switches between a fast and a slow state),
-    and the probes' rows all fell on the first probe: on an H200, 73 of 89 rows flagged unsteady with a median
-    spread of 64 % while their medians met the model within 6 %."""
-    for figure in us:
-        timing.record_samples([figure * 1e-3])
+    """The row about to be yielded reports these figures (us): they are its timings (timing.record_own). Left to the
+    timers, a row's spread was the widest of its probe's and its point's 16 short rounds, and the probes' rows all
+    fell on the first probe: on an H200, 73 of 89 rows flagged unsteady while their medians met the model within 6 %."""
+    timing.record_own(*(figure * 1e-3 for figure in us))
 
 
 def run_probes(step, target: Target, n: int = 4096) -> dict:

@@ -133,15 +133,12 @@ def timed_in_turns(pairs: dict, rounds: int = ROUNDS, timer=None, progress=None)
 
 
 def own_timing(row: dict) -> dict:
-    """Hand the row's own time to the timing rule just before the row is yielded, so the runner gives this row
-    (and no other) this pass's timing of it: its spread is then the spread of its own time over the passes.
-
-    The experiments time all their points in turns and yield the rows afterwards; left to the timers, every
-    timing of the sweep went to the first row yielded (one row with a spread of 105 %, flagged unsteady, which
-    cost two extra passes, and no spread on any other row)."""
+    """The row, its own time handed to the timing rule just before it is yielded (timing.record_own): the experiments
+    time all their points in turns and yield the rows afterwards (left to the timers, one row took every timing of
+    the sweep: a spread of 105 %, two extra passes, and no spread on any other row)."""
     ms = row.get("measured_ms", row.get("driver_ms"))
     if ms is not None:
-        timing.record_samples([ms])
+        timing.record_own(ms)
     return row
 
 
