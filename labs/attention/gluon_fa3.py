@@ -43,10 +43,10 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                                warpgroup_mma_wait)
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from labs.attention.launch import aligned, launch
-from labs.engine.gpu import device_sm_count
 from labs.attention.fa3_plan import (DEFAULT_CONFIGS, WG_ROWS, FA3Config, check_inputs, heads_per_group,  # noqa: F401
                                      register_budget, smem_bytes, tile_order)
+from labs.attention.launch import aligned, launch
+from labs.engine.gpu import device_sm_count
 from labs.hopper.gluon_support import GluonUnavailable, attention_unavailable_reason, device_capability
 from labs.hopper.gluon_ws import SMEM_BYTES, tma_load, tma_store
 
@@ -511,4 +511,3 @@ def gluon_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
 @functools.lru_cache(maxsize=16)
 def _smem_layout(rows: int, d: int):
     return gl.NVMMASharedLayout.get_default_for([rows, d], gl.bfloat16)
-
