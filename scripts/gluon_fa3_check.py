@@ -46,6 +46,7 @@ VARIANTS = {
         128: dict(THREE, block_n=64, stages=3), 64: dict(THREE, block_n=64, stages=4, o_tma=True)},
     "P through shared memory (d128 128x128 s2; d64 192x128 s3 O through TMA: a few spills outside the key loop)": {
         128: dict(D128, p_smem=True), 64: dict(THREE, block_n=128, stages=3, p_smem=True, o_tma=True)},
+    "no ping-pong (d128 s2, d64 s3)": {128: dict(D128, pingpong=False), 64: dict(D64, pingpong=False)},
     "O through TMA (d128 s2, d64 s3)": {128: dict(D128, o_tma=True), 64: dict(D64, o_tma=True)},
     "Q single-buffered, as in the draft (d128 s2, d64 s3)": {128: dict(D128, q_buffers=1), 64: dict(D64, q_buffers=1)},
 }

@@ -1,19 +1,24 @@
-"""What a key block of the Gluon FlashAttention-3 forward asks of an SM's warp schedulers: the consumer warps'
-instructions.
+"""How long one warpgroup's softmax of a key block of the Gluon FlashAttention-3 forward takes to issue: the
+consumer warps' instructions, one after another.
 
-Pure arithmetic on the GPU's facts. An SM has 4 warp schedulers, each issuing one warp-instruction a clock. The
-ping-pong overlaps one warpgroup's softmax with the other's GEMMs, but both warpgroups' instructions go through the
-same 4 schedulers, so a key block lasts at least as long as they take to issue.
+Pure arithmetic on the GPU's facts. An SM has 4 warp schedulers; a warpgroup has one warp on each. While one
+warpgroup runs its softmax, the other's warp on the same scheduler waits on its GEMMs (that is the ping-pong), so
+no other warp fills the gaps between the softmax's instructions. Most of the softmax is a chain (the row max, then
+the exponentials, then the row sum, then P), and a warp issues an instruction that needs the one before only once
+that one has its result: 4 clocks for the FP32 pipes since Volta (NVIDIA's Volta tuning guide; Hopper kept it).
+So the softmax lasts about 4 clocks an instruction, twice what both warpgroups' instructions take to issue through
+the schedulers at one a clock, and the issue itself never binds. Nsight Compute on an H200 (N = 8192, d = 64 and
+128) found a key block at 3.8 to 3.9 clocks per instruction of the loop beyond the warpgroup's GEMMs
+(docs/gluon-fa3-h200-2026-11-27).
 
 The instruction count comes from the kernel's loop (gluon_fa3._key_block, _softmax, _stage_p, _rescale), per
-consumer thread; every warp of a warpgroup does the same. ptxas's SASS for the d = 64 loop on an H100 counted
-about 420 a warp unmasked and 564 masked: this count, the work the code asks for, is below that (the compiler
-adds moves, predicates and loop bookkeeping it does not show).
+consumer thread; every warp of a warpgroup does the same. ptxas's SASS for the d = 64 loop counted 423 a warp
+unmasked (H200) and 564 masked (H100): this count, the work the code asks for, is a little below that (the
+compiler adds moves, predicates and loop bookkeeping it does not show).
 """
 
 from __future__ import annotations
 
-WARP_SCHEDULERS = 4  # per SM on every GPU since Volta, each issuing one warp-instruction a clock
 WARP = 32
 WARPGROUP_THREADS = 4 * WARP
 
@@ -45,7 +50,10 @@ def warp_instructions(rows: int, head_dim: int, block_n: int, masked: bool) -> f
             + wgmma_instructions(head_dim, block_n))
 
 
-def issue_seconds(consumers: int, rows: int, head_dim: int, block_n: int, masked: bool, clock_hz: float) -> float:
-    """Both (all) consumers' instructions for one key block through the SM's schedulers: every warpgroup has one
-    warp on each scheduler, so each scheduler issues `consumers` warps' worth."""
-    return consumers * warp_instructions(rows, head_dim, block_n, masked) / clock_hz
+DEPENDENT_ISSUE_CLOCKS = 4  # a warp's next dependent FP32 instruction issues this many clocks later (Volta onward)
+
+
+def softmax_chain_seconds(rows: int, head_dim: int, block_n: int, masked: bool, clock_hz: float) -> float:
+    """One warpgroup's softmax of one key block as a chain: its warp on each scheduler issues its instructions one
+    result after another, nothing else to fill the gaps."""
+    return warp_instructions(rows, head_dim, block_n, masked) * DEPENDENT_ISSUE_CLOCKS / clock_hz

@@ -8,19 +8,30 @@ the half of the shorter one that the SM's second program hides. FlashAttention-3
 purpose. Each program (one per SM, persistent) has two consumer warpgroups of 64 query rows each; they take turns
 on the tensor cores. While one warpgroup's two GEMMs (S = Q K^T of the next key block, O += P V of the last) run,
 the other computes its softmax. For one key block of the program's 128 queries, with g one warpgroup's GEMM time
-and s its softmax (exponential) time:
+and c its softmax time:
 
-    period = g + max(g, s)
+    period = g + max(g, c)
 
-warpgroup 0's GEMMs (g), then warpgroup 1's (g) while warpgroup 0 runs its softmax (s); warpgroup 0 may issue its
-next GEMMs once both are done. Where s <= g the exponentials hide whole and the tensor cores never wait. A key block
-also lasts at least 2s, both warpgroups' exponentials through the same special-function lanes, and at least as long
-as both warpgroups' instructions take through the SM's 4 warp schedulers (fa3_issue.py).
+warpgroup 0's GEMMs (g), then warpgroup 1's (g) while warpgroup 0 runs its softmax (c); warpgroup 0 may issue its
+next GEMMs once both are done. Where c <= g the softmax hides whole and the tensor cores never wait.
+
+c is the longer of the warpgroup's exponentials through the special-function lanes (s) and its softmax as a chain
+of dependent instructions (fa3_issue.softmax_chain_seconds). The chain is what binds on a Hopper GPU: about 1,500
+clocks a block against 512 for the exponentials. At d = 128 the other warpgroup's GEMMs last about as long, and
+the tensor cores barely wait; at d = 64 they last half as long, and the tensor cores idle a third of the time. The
+code means the softmax to overlap the warpgroup's own P V product too (it waits for S alone), but ptxas puts a wait
+for every GEMM before the softmax (WARPGROUP.DEPBAR.LE gsb0, 0x0 in the sm_90a SASS, read on an H200), so the
+softmax follows both of the warpgroup's GEMMs, g whole.
+A key block also lasts at least 2s, both warpgroups' exponentials through the same lanes.
+
+The programs take the tiles in the kernel's order (tile_sequence): heads in groups whose K and V fit the L2. Under
+the causal mask that order decides the mix of long and short tiles each program gets, and the slowest program
+ends the call.
 """
 
 from __future__ import annotations
 
-from labs.attention.fa3_issue import issue_seconds
+from labs.attention.fa3_issue import softmax_chain_seconds
 from labs.attention.schedule import SIMULATED_PROGRAMS
 from labs.engine.gpu import KERNEL_LAUNCH_US
 
@@ -51,6 +62,26 @@ def masked_blocks(qm0: int, lq: int, lk: int, block_n: int, causal: bool) -> int
     return key_blocks(qm0, lq, lk, block_n, causal) - full_end // block_n
 
 
+L2_SHARE = 0.5  # of the L2 the K and V of one group of heads may fill (the rest: Q, O, other traffic)
+
+
+def heads_per_group(lk: int, head_dim: int, l2_bytes: int) -> int:
+    """Heads whose K and V (bf16) fit the L2's share together: the programs walk the heads in groups this large."""
+    return max(1, int(L2_SHARE * l2_bytes) // (2 * lk * head_dim * 2))
+
+
+def tile_sequence(heads: int, q_blocks: int, causal: bool, group: int) -> list[tuple[int, int]]:
+    """(head, query block) of every tile in the order the programs take them (the kernel's table, fa3_plan.tile_order):
+    heads in groups of `group`, within a group query blocks in turn, all the group's heads at each; causal tiles
+    from the last query block (the most keys) to the first."""
+    def place(tile: int) -> tuple[int, int, int]:
+        head, rank = divmod(tile, q_blocks)
+        return head // group, rank, head
+
+    tiles = sorted(range(heads * q_blocks), key=place)
+    return [(t // q_blocks, q_blocks - 1 - t % q_blocks if causal else t % q_blocks) for t in tiles]
+
+
 def query_tile_starts(lq: int, causal: bool) -> list[int]:
     """The first query of each query tile of one head, in the order the programs take them: causal tiles from the
     last (the most keys) to the first."""
@@ -62,13 +93,6 @@ def query_tile_starts(lq: int, causal: bool) -> list[int]:
 def query_tile_blocks(lq: int, lk: int, block_n: int, causal: bool) -> list[int]:
     """Key blocks of each query tile of one head, in the order the programs take them."""
     return [key_blocks(qm0, lq, lk, block_n, causal) for qm0 in query_tile_starts(lq, causal)]
-
-
-def tile_blocks(lq: int, lk: int, block_n: int, causal: bool, heads: int) -> list[int]:
-    """Key blocks of every (head, query tile) in the order the programs take them: query tiles in turn, every head
-    at each. (The kernel walks heads in groups whose K and V fit the L2; that changes which head a tile belongs
-    to, not the mix of lengths each program gets.)"""
-    return [n for n in query_tile_blocks(lq, lk, block_n, causal) for _ in range(heads)]
 
 
 def persistent_span(durations: list[float], programs: int) -> float:
@@ -94,42 +118,64 @@ def hbm_bytes(shape) -> int:
 
 
 def block_period(d: int, block_n: int, g: float, s: float, masked: bool, clock_hz: float) -> float:
-    """Seconds one SM spends on one key block of its 2 x 64 queries: the ping-pong's g + max(g, s), unless both
-    warpgroups' exponentials (2s: they share the SM's special-function lanes) or instructions (through its 4
-    schedulers) take longer."""
-    return max(g + max(g, s), 2 * s, issue_seconds(2, FA3_WG_ROWS, d, block_n, masked, clock_hz))
+    """Seconds one SM spends on one key block of its 2 x 64 queries: the ping-pong's g + max(g, c), c the
+    softmax's time (softmax_seconds), unless both warpgroups' exponentials (2s: they share the SM's special-function
+    lanes) take longer."""
+    return max(g + max(g, softmax_seconds(d, block_n, s, masked, clock_hz)), 2 * s)
 
 
-def tile_durations(shape, block_n: int, periods: tuple[float, float]) -> list[float]:
-    """Seconds of every (head, query tile) in the order the programs take them (tile_blocks' order), from the
-    (unmasked, masked) key block periods."""
+def softmax_seconds(d: int, block_n: int, s: float, masked: bool, clock_hz: float) -> float:
+    """One warpgroup's softmax of one key block: its exponentials through the lanes (s) or its chain of dependent
+    instructions, whichever is longer."""
+    return max(s, softmax_chain_seconds(FA3_WG_ROWS, d, block_n, masked, clock_hz))
+
+
+def tile_blocks(lq: int, lk: int, block_n: int, causal: bool, heads: int, group: int) -> list[int]:
+    """Key blocks of every (head, query tile) in the order the programs take them (tile_sequence)."""
+    q_blocks = max(1, -(-lq // FA3_BLOCK_M))
+    return [key_blocks(qb * FA3_BLOCK_M, lq, lk, block_n, causal)
+            for _, qb in tile_sequence(heads, q_blocks, causal, group)]
+
+
+def query_tile_seconds(shape, block_n: int, periods: tuple[float, float]) -> list[float]:
+    """Seconds of each query tile of one head (query block 0 first), from the (unmasked, masked) key block
+    periods."""
     plain, masked = periods
-    one_head = []
-    for qm0 in query_tile_starts(shape.lq, shape.causal):
-        n = key_blocks(qm0, shape.lq, shape.lk, block_n, shape.causal)
-        m = masked_blocks(qm0, shape.lq, shape.lk, block_n, shape.causal)
-        one_head.append((n - m) * plain + m * masked)
-    return [seconds for seconds in one_head for _ in range(shape.b * shape.h)]
+    seconds = []
+    for qb in range(max(1, -(-shape.lq // FA3_BLOCK_M))):
+        n = key_blocks(qb * FA3_BLOCK_M, shape.lq, shape.lk, block_n, shape.causal)
+        m = masked_blocks(qb * FA3_BLOCK_M, shape.lq, shape.lk, block_n, shape.causal)
+        seconds.append((n - m) * plain + m * masked)
+    return seconds
 
 
-def fa3_forward(shape, mma_rate: float, exp_rate: float, copy_bps: float, sm_count: int, clock_hz: float) -> dict:
+def work_seconds(shape, one_head: list[float], sm_count: int, l2_bytes: int) -> float:
+    """When the last program ends: the kernel's tile order played out over the programs (static round robin), or,
+    with more tiles than SIMULATED_PROGRAMS, each program's share of the work (its tail is under 1 %)."""
+    heads = shape.b * shape.h
+    if heads * len(one_head) > SIMULATED_PROGRAMS:
+        return heads * sum(one_head) / sm_count
+    order = tile_sequence(heads, len(one_head), shape.causal, heads_per_group(shape.lk, shape.d, l2_bytes))
+    return persistent_span([one_head[qb] for _, qb in order], sm_count)
+
+
+def fa3_forward(shape, mma_rate: float, exp_rate: float, copy_bps: float, sm_count: int, clock_hz: float,
+                l2_bytes: int) -> dict:
     """Predicted seconds of one forward call, with its parts: the tensor cores' work spread over the SMs (mma_s),
-    the exponentials' (exp_s), how much of them the ping-pong hides (hidden_s), the persistent schedule's waves
-    and starts, and any block the schedulers' issue or the MUFU lanes hold up (schedule_s), and the HBM time
-    (mem_s: Q, K, V read once, O written, nothing else). clock_hz: the SM's clock, for the schedulers' issue."""
+    the softmax's (exp_s: both warpgroups' softmax_seconds a block), how much of it the ping-pong hides (hidden_s),
+    the persistent schedule's waves and starts and the masked blocks' extra (schedule_s), and the HBM time (mem_s:
+    Q, K, V read once, O written, nothing else). clock_hz: the SM's clock, for the softmax's chain; l2_bytes: the
+    L2's size, which sets the kernel's groups of heads."""
     block_n = FA3_BLOCK_N[shape.d]
     g, s = block_seconds(shape.d, block_n, mma_rate, exp_rate, sm_count)
     periods = tuple(block_period(shape.d, block_n, g, s, m, clock_hz) for m in (False, True))
-    durations = tile_durations(shape, block_n, periods)
-    total_blocks = shape.b * shape.h * sum(query_tile_blocks(shape.lq, shape.lk, block_n, shape.causal))
-    if len(durations) <= SIMULATED_PROGRAMS:
-        work_s = persistent_span(durations, sm_count)
-    else:  # many more tiles than programs: each program's share of the work (its tail is under 1 %)
-        work_s = sum(durations) / sm_count
+    work_s = work_seconds(shape, query_tile_seconds(shape, block_n, periods), sm_count, l2_bytes)
     start_s = KERNEL_LAUNCH_US * 1e-6  # the program's first loads and last store (and the kernel's own start)
     span = work_s + 2 * start_s
-    mma_s, exp_s = total_blocks * 2 * g / sm_count, total_blocks * 2 * s / sm_count
-    exposed = total_blocks * 2 * max(0.0, s - g) / sm_count  # the exponentials' part that leaves the tensor cores idle
+    blocks = shape.b * shape.h * sum(query_tile_blocks(shape.lq, shape.lk, block_n, shape.causal)) / sm_count
+    c = softmax_seconds(shape.d, block_n, s, False, clock_hz)
+    mma_s, exp_s = blocks * 2 * g, blocks * 2 * c
+    exposed = blocks * (periods[0] - 2 * g)  # the softmax's part that leaves the tensor cores idle
     mem_s = hbm_bytes(shape) / copy_bps
     return {"s": max(span, mem_s), "mma_s": mma_s, "exp_s": exp_s, "hidden_s": exp_s - exposed,
             "schedule_s": span - (mma_s + exposed), "mem_s": mem_s}

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 import torch
 
+from labs.attention.fa3_model import heads_per_group as model_heads_per_group, tile_sequence
+
 WG_ROWS = 64  # query rows per consumer warpgroup: one m64 wgmma; a tile is 2 or 3 of them (128 or 192 rows)
 
 
@@ -38,9 +40,6 @@ class FA3Config:
 # d = 128: 2 x 32 KiB of K and V a stage, 2 x 32 KiB of Q: two stages (192 KiB of 227). The alternatives
 # (scripts/gluon_fa3_check.py's VARIANTS) are timed beside these on an H100 before one replaces them
 DEFAULT_CONFIGS = {64: FA3Config(block_n=128, stages=3), 128: FA3Config(block_n=128, stages=2)}
-L2_SHARE = 0.5  # of the L2 the K and V of one group of heads may fill (the rest: Q, O, other traffic)
-
-
 def smem_bytes(head_dim: int, config: FA3Config, element_bytes: int = 2) -> int:
     """Q for every consumer in every buffer set, the K and V rings, P and the output rows when they go through
     shared memory, and the mbarriers (8 bytes each)."""
@@ -70,19 +69,14 @@ def register_budget(config: FA3Config) -> int:
 @functools.lru_cache(maxsize=64)
 def tile_order(heads: int, q_blocks: int, causal: bool, group: int, device: str) -> torch.Tensor:
     """int32 [heads * q_blocks, 2] of (flattened batch*head, query block), in the order the programs take them:
-    heads in groups of `group` (their K and V fit the L2 while the group runs), within a group query blocks in
-    turn, all the group's heads at each; causal tiles from the last query block (the most keys) to the first."""
-    h = torch.arange(heads).repeat_interleave(q_blocks)  # [tiles]
-    rank = torch.arange(q_blocks).repeat(heads)  # the query block's place in the order
-    key = (h // group) * (q_blocks * heads) + rank * heads + h
-    order = torch.argsort(key)
-    qb = (q_blocks - 1 - rank) if causal else rank
-    return torch.stack([h[order], qb[order]], dim=1).to(torch.int32).contiguous().to(device)
+    fa3_model.tile_sequence, the order the model plays out too."""
+    return torch.tensor(tile_sequence(heads, q_blocks, causal, group), dtype=torch.int32, device=device)
 
 
 def heads_per_group(lk: int, head_dim: int, device) -> int:
+    """Heads whose K and V fit this GPU's L2 share (fa3_model.heads_per_group)."""
     l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 50 * 2**20)
-    return max(1, int(L2_SHARE * l2) // (2 * lk * head_dim * 2))
+    return model_heads_per_group(lk, head_dim, l2)
 
 
 def check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:

@@ -186,7 +186,7 @@ def gluon_model(shape: Shape, target: Target) -> dict:
     """Predicted time, HBM bytes and peak memory of the Gluon FlashAttention-3 forward (fa3_model.py): the
     tensor cores and the exponentials overlapped by two consumer warpgroups in turn, on one program per SM."""
     k = fa3_forward(shape, matmul_rate(target, shape.dtype), exp_rate(target), target.ceilings.copy_tbps * 1e12,
-                    target.sm_count, clock_hz(target))
+                    target.sm_count, clock_hz(target), target.l2_bytes)
     return {"predicted_ms": k["s"] * 1e3, "predicted_hbm_bytes": fa3_hbm_bytes(shape),
             "predicted_l2_request_bytes": fa3_hbm_bytes(shape), "predicted_peak_bytes": shape.q_bytes,  # O alone
             **{f"predicted_{part}_ms": k[f"{part}_s"] * 1e3 for part in ("mma", "exp", "hidden", "schedule", "mem")}}
@@ -516,7 +516,6 @@ def lesson_numbers(target: Target) -> dict:
         "predicted_d128_tflops": f"{_tflops(shape128, f128):.0f}",
         "fa3_d64_tflops": f"{_tflops(shape64, g64):.0f}",
         "fa3_d128_tflops": f"{_tflops(shape128, g128):.0f}",
-        "fa3_hidden_d64_pct": f"{100 * g64['predicted_hidden_ms'] / g64['predicted_exp_ms']:.0f}",
         "s_gb_16k": f"{big.s_bytes / 1e9:.1f}",
         "naive_fwd_gb_16k": f"{naive_peak_bytes(big, 'fwd') / 1e9:.1f}",
         "naive_train_gb_16k": f"{naive_peak_bytes(big, 'fwd+bwd') / 1e9:.1f}",
