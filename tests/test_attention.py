@@ -696,3 +696,34 @@ def test_a_skipped_point_says_why_it_does_not_fit():
     note = M.skip_note("naive", need, free)
     assert note.startswith("skipped: naive would need 137.8 GB")
     assert f"{100 * M.FREE_SHARE:.0f} %" in note and f"{M.FREE_SHARE * free / 1e9:.1f} GB" in note
+
+
+def test_a_one_kernel_calls_floor_by_hand():
+    """A forward call of ours is one kernel (k), launched at the end of the CPU's time (host). The timer's L2 write
+    (flush) hides the start of the CPU's time; the rest of its loop (cycle - host) decides whether the kernel
+    ends the call or the next call's write waits for it."""
+    target = H200
+    shape = M.Shape(4, 16, 1024, 1024, 64, False, "bf16")
+    k = M.gpu_model("ours", shape, "fwd", target)["predicted_ms"]
+    flush = M.timer_flush_ms(target)
+
+    def predicted(host, cycle, mode="fwd", impl="ours"):
+        return M.host_floor_row({}, shape, mode, host, target, impl, cycle)["predicted_ms"]
+
+    assert predicted(flush / 2, 1.0) == pytest.approx(k)  # the write hides the CPU's whole time
+    assert predicted(flush + 0.05, flush + 0.05 + k + 0.2) == pytest.approx(k + 0.05)  # a long rest: host + k - flush
+    assert predicted(flush + 0.05, flush + 0.06) == pytest.approx(max(k, 0.06))  # a short rest: cycle - flush
+    assert M.host_floor_row({}, shape, "fwd", 0.5, target, "ours", 0.9)["host_cycle_ms"] == 0.9
+    # without a cycle (older recordings), and for calls of many kernels: the CPU's whole time
+    assert predicted(flush + 0.05, None) == pytest.approx(max(k, flush + 0.05))
+    kb = M.gpu_model("ours", shape, "fwd+bwd", target)["predicted_ms"]
+    assert predicted(kb + 0.3, kb + 1.0, "fwd+bwd") == pytest.approx(kb + 0.3)
+
+
+def test_repredict_takes_the_recorded_cycle():
+    params = M.Params(seq_lens=(1024,), head_dims=(64,), masks=("full",), impls=("ours",), modes=("fwd",))
+    flush = M.timer_flush_ms(H200)
+    row = {"impl": "ours", "mode": "fwd", "causal": False, "dtype": "bf16", "head_dim": 64, "seq_len": 1024,
+           "measured_ms": 1.0, "host_ms": flush + 0.05, "host_cycle_ms": flush + 5.0}
+    again = M.repredict({"params": dataclasses.asdict(params), "rows": [row]}, H200)[0]
+    assert again["predicted_ms"] == pytest.approx(again["gpu_model_ms"] + 0.05)

@@ -178,6 +178,7 @@ def test_step_timer_reads_the_marks_and_its_cpu_window_holds_the_events():
     forward_ms, backward_ms = timed["marks_ms"]
     assert 0.3 <= forward_ms < backward_ms < timed["host_ms"]
     assert timed["gpu_ms"] <= timed["host_ms"] + 0.01  # the CPU's window covers what the events see
+    assert timed["cycle_ms"] >= timed["host_ms"]  # a cycle of the timer's loop holds the call and the timer's work
     kernels_ms = [0.002, 0.002]  # each tiny kernel a few microseconds: the model is the CPU's time
     step_ms = model.step_ms(kernels_ms, [forward_ms, backward_ms], timed["host_ms"])
     assert step_ms == pytest.approx(timed["host_ms"], rel=0.05) and timed["gpu_ms"] == pytest.approx(step_ms, rel=0.15)

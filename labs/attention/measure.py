@@ -236,21 +236,23 @@ def _peak_and_ms(run) -> tuple[int, float]:
 
 
 def _time_point(run, with_host: bool = False):
-    """(peak bytes, median ms, CPU ms per call or None) of one point, or None if it ran out of memory: a point
-    the prediction let through must not end the sweep (the allocator's fragmentation and the libraries'
-    workspaces are not in the model), so its tensors are released and the next point runs. with_host: the
-    CPU's time is measured inside the timed calls themselves (timing.time_with_host_ms)."""
+    """(peak bytes, median ms, CPU ms per call or None, CPU ms per timer cycle or None) of one point, or None if it
+    ran out of memory: a point the prediction let through must not end the sweep (the allocator's fragmentation and
+    the libraries' workspaces are not in the model), so its tensors are released and the next point runs.
+    with_host: the CPU's time is measured inside the timed calls themselves, and the CPU's time from one timed
+    call to the next (timing.time_step, do_bench's way: the CPU prepares a call while the L2 flush runs)."""
     try:
         if timing.first_pass():  # compile, cuDNN plans, cuBLAS workspace: before the memory baseline (once a run)
             run()
         peak, first_ms = _peak_and_ms(run)
         if with_host:
-            return (peak, *timing.time_with_host_ms(run, warmup_ms=SHORT_WARMUP_MS, rep_ms=SHORT_REP_MS))
+            timed = timing.time_step(lambda mark: run(), SHORT_WARMUP_MS, SHORT_REP_MS, wait_for_flush=False)
+            return peak, timed["gpu_ms"], timed["host_ms"], timed["cycle_ms"]
         if first_ms >= LONG_CALL_MS:
             times = sorted([first_ms] + [_event_ms(run) for _ in range(min(LONG_CALL_REPS, timing.repeats_now()) - 1)])
             timing.record_samples(times)  # each long call is one independent repeat
-            return peak, times[len(times) // 2], None
-        return peak, timing.time_ms(run, warmup_ms=SHORT_WARMUP_MS, rep_ms=SHORT_REP_MS), None
+            return peak, times[len(times) // 2], None, None
+        return peak, timing.time_ms(run, warmup_ms=SHORT_WARMUP_MS, rep_ms=SHORT_REP_MS), None, None
     except torch.cuda.OutOfMemoryError:
         pass  # leaving the handler drops the traceback, and with it the frames holding the N x N matrices
     torch.cuda.synchronize()
@@ -454,7 +456,7 @@ def measure(params: Params, target: Target, progress):
                                              "note": f"skipped: predicted to need {need / 1e9:.1f} GB of the "
                                                      f"{free / 1e9:.1f} GB free, but ran out of memory"}
                                 continue
-                            peak, ms, host_ms = timed
+                            peak, ms, host_ms, cycle_ms = timed
                             flops = attention_flops(mode, shape.b, shape.h, n, n, d, causal)
                             row |= {"measured_ms": ms, "measured_tflops": timing.tflops(flops, ms),
                                     "measured_peak_bytes": peak,
@@ -464,7 +466,7 @@ def measure(params: Params, target: Target, progress):
                                     point_peak_bytes(impl, shape, mode)
                                 row["memory_error_pct"] = 100.0 * (peak - predicted) / predicted
                             if host_floor and impl != "naive":  # short sequences: the GPU can wait for our launches
-                                row = host_floor_row(row, shape, mode, host_ms, target, impl)
+                                row = host_floor_row(row, shape, mode, host_ms, target, impl, cycle_ms)
                             if impl == "naive":  # with the rates this run probed
                                 row = naive_prediction(shape, mode, target, rates) | row
                                 if host_floor:  # and torch's launches, op by op

@@ -350,8 +350,9 @@ def time_with_host_ms(fn, warmup_ms: float = 25, rep_ms: float = 100, max_reps: 
 def time_step(step, warmup_ms: float = 25, rep_ms: float = 100, max_reps: int = 2000,
               wait_for_flush: bool = True) -> dict:
     """The GPU's and the CPU's time of one call of `step(mark)`, medians over the same calls:
-    {"gpu_ms": between the CUDA events around each call, "host_ms": the CPU's time, "marks_ms": [the CPU's time
-    from the start of its window to each mark() the step made, in order]}.
+    {"gpu_ms": between the CUDA events around each call, "host_ms": the CPU's time, "cycle_ms": the CPU's time
+    from one call's L2-clearing write to the next's (the whole loop, the timer's own work included), "marks_ms":
+    [the CPU's time from the start of its window to each mark() the step made, in order]}.
 
     With `wait_for_flush`, the CPU waits for the L2-clearing write to finish before each call, so the GPU is idle
     when the clock starts and the CPU gets no head start on any GPU. The GPU then sees all of the CPU's lead-in,
@@ -379,9 +380,10 @@ def time_step(step, warmup_ms: float = 25, rep_ms: float = 100, max_reps: int = 
     def once():  # one repeat: n calls, the GPU's and the CPU's medians over them
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
-        host, marks = [], []
+        host, marks, cycle_starts = [], [], []
         for i in range(n):
             stamps = []
+            cycle_starts.append(time.perf_counter())
             flush.zero_()
             if wait_for_flush:
                 torch.cuda.synchronize()  # the GPU is idle when the clock starts: no head start for the CPU
@@ -397,16 +399,19 @@ def time_step(step, warmup_ms: float = 25, rep_ms: float = 100, max_reps: int = 
             if wait_for_flush:
                 host.append(time.perf_counter() - t0)
             marks.append([t - t0 for t in stamps])
+        cycle_starts.append(time.perf_counter())  # the loop's end: the last call's cycle
         torch.cuda.synchronize()
         gpu_ms = statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
         per_mark = [statistics.median(m[j] for m in marks) * 1e3 for j in range(min(len(m) for m in marks))]
-        return float(gpu_ms), (statistics.median(host) * 1e3, per_mark)
+        cycle = statistics.median(b - a for a, b in zip(cycle_starts, cycle_starts[1:]))
+        return float(gpu_ms), (statistics.median(host) * 1e3, per_mark, cycle * 1e3)
 
     timing = repeated(once)
-    host_ms = statistics.median(host for host, _ in timing.payloads)
-    marks = [marks for _, marks in timing.payloads]
+    host_ms = statistics.median(host for host, _, _ in timing.payloads)
+    cycle_ms = statistics.median(cycle for _, _, cycle in timing.payloads)
+    marks = [marks for _, marks, _ in timing.payloads]
     per_mark = [statistics.median(m[j] for m in marks) for j in range(min(len(m) for m in marks))]
-    return {"gpu_ms": timing.median_ms, "host_ms": host_ms, "marks_ms": per_mark}
+    return {"gpu_ms": timing.median_ms, "host_ms": host_ms, "cycle_ms": cycle_ms, "marks_ms": per_mark}
 
 
 def graph_time_ms(fn: Callable[[], object], timer: Callable = time_ms) -> float:
