@@ -192,6 +192,23 @@ def test_probed_rates_are_read_from_rows_and_the_nearest_row_length_serves_the_o
     assert with_rates > M.predict(params, H200, {})[0]["predicted_ms"]  # a 2 TB/s softmax is slower than the copy
 
 
+def test_naive_products_run_at_their_probed_rate_per_head_dim():
+    """S = Q K^T and dP = dO V^T write an N x N matrix ("scores"); P V and the three gradients that read one
+    ("values"). A probe at one head dim does not serve the other; without one, the copy rate."""
+    shape = M.Shape(4, 16, 4096, 4096, 64, False, "bf16")
+    kernels = [o["kernel"] for o in M.naive_ops(shape, "fwd+bwd")]
+    assert kernels.count("bmm-scores-d64") == 2 and kernels.count("bmm-values-d64") == 4
+    copy = H200.ceilings.copy_tbps
+    slow = {("bmm-scores-d64", 4096, "bf16"): copy / 2, ("bmm-values-d64", 4096, "bf16"): copy / 2}
+    plain = M.naive_model(shape, "fwd", H200)["predicted_ms"]
+    probed = M.naive_model(shape, "fwd", H200, M.naive_rates_for(slow, 4096, "bf16"))["predicted_ms"]
+    moved_ms = (shape.s_bytes + shape.q_bytes + shape.kv_bytes) / (copy * 1e12) * 1e3  # each product's bytes
+    assert probed - plain == pytest.approx(2 * moved_ms)  # two products, each twice as long
+    other = M.Shape(4, 16, 4096, 4096, 128, False, "bf16")
+    assert M.naive_model(other, "fwd", H200, M.naive_rates_for(slow, 4096, "bf16"))["predicted_ms"] == \
+        pytest.approx(M.naive_model(other, "fwd", H200)["predicted_ms"])
+
+
 def test_predict_has_the_headline_row_and_positive_numbers():
     rows = M.predict(M.Params(), H200)
     head = [r for r in rows if all(r.get(k) == v for k, v in A.LAB.headline.row.items())]
@@ -564,6 +581,9 @@ def test_gpu_probes_of_torchs_softmax_and_masked_fill():
     assert set(rates) == {(k, 1024, "bf16") for k in M.NAIVE_PROBES}
     copy = gpu.live_target().ceilings.copy_tbps
     assert all(0.05 * copy < r < 1.2 * copy for r in rates.values())
+    products = M.probed_naive_rates(list(Me.probe_naive_matmuls(1024, 64, "bf16", 64)))
+    assert set(products) == {(M.naive_matmul_kernel(kind, 64), 1024, "bf16") for kind in ("scores", "values")}
+    assert all(0.05 * copy < r < 1.2 * copy for r in products.values())
 
 
 @pytest.mark.gpu

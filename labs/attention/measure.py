@@ -21,8 +21,8 @@ from labs.attention.gluon_rung import (check_gluon, gluon_attention_fn, gluon_ca
                                        gluon_notes)
 from labs.attention.model import (GLUON_IMPL, HOST_FLOOR_IMPLS, NAIVE_PROBE_BYTES, PROBE_IMPL, Params, Shape,
                                   _needs_host_floor, _nbytes, _row_key, _shape, attention_flops, fits, flash_peak_bytes,
-                                  host_floor_row, naive_host_floor_row, naive_peak_bytes, naive_prediction,
-                                  point_peak_bytes, skip_note)
+                                  host_floor_row, naive_host_floor_row, naive_matmul_kernel, naive_peak_bytes,
+                                  naive_prediction, point_peak_bytes, skip_note)
 from labs.attention.naive import SDPA_BACKENDS, causal_visible, naive_attention, reference, sdpa
 from labs.attention.tiles import FlashConfig, lq_pad
 from labs.engine import timing
@@ -89,6 +89,23 @@ def probe_naive_kernels(n: int, dtype: str, heads: int, causal: bool):
         ms = timing.time_ms_clean_l2(fn, warmup_ms=5, rep_ms=25)
         moved = 2 * h * n * n * e
         yield {"impl": PROBE_IMPL, "mode": kernel, "causal": None, "dtype": dtype, "head_dim": None,
+               "seq_len": n, "probe_bytes": moved, "measured_ms": ms, "measured_tbps": timing.tbps(moved, ms)}
+
+
+def probe_naive_matmuls(n: int, d: int, dtype: str, heads: int):
+    """Rows (as probe_naive_kernels') with the rate (TB/s, bytes read + written) of naive attention's batched
+    products at row length n and head dim d, timed on the same slice of heads: S = Q K^T (an N x N matrix written
+    from two N x d) and P V (one read, an N x d written). See model.naive_matmul_kernel."""
+    h = naive_probe_heads(n, dtype, heads)
+    e = _nbytes(dtype)
+    a, b = (timing.random_tensor((h, n, d), dtype) for _ in range(2))
+    p = timing.random_tensor((h, n, n), dtype)
+    products = {naive_matmul_kernel("scores", d): (lambda: torch.matmul(a, b.transpose(1, 2)), h * (2 * n * d + n * n)),
+                naive_matmul_kernel("values", d): (lambda: torch.matmul(p, b), h * (n * n + 2 * n * d))}
+    for kernel, (fn, elements) in products.items():
+        ms = timing.time_ms_clean_l2(fn, warmup_ms=5, rep_ms=25)
+        moved = elements * e
+        yield {"impl": PROBE_IMPL, "mode": kernel, "causal": None, "dtype": dtype, "head_dim": d,
                "seq_len": n, "probe_bytes": moved, "measured_ms": ms, "measured_tbps": timing.tbps(moved, ms)}
 
 
@@ -410,6 +427,13 @@ def measure(params: Params, target: Target, progress):
                         and fits(4 * probe_bytes + n * n, _available_bytes()):
                     progress(done / total, f"N={n}, {dtype}: probing the rates of torch's softmax and masked_fill")
                     for probe_row in probe_naive_kernels(n, dtype, params.batch * params.heads, "causal" in params.masks):
+                        rates[(probe_row["mode"], n, dtype)] = probe_row["measured_tbps"]
+                        yield probe_row
+                    torch.cuda.empty_cache()
+                if "naive" in params.impls and (naive_matmul_kernel("scores", d), n, dtype) not in rates \
+                        and fits(4 * probe_bytes + n * n, _available_bytes()):
+                    progress(done / total, f"N={n}, d={d}, {dtype}: probing the rates of torch's batched products")
+                    for probe_row in probe_naive_matmuls(n, d, dtype, params.batch * params.heads):
                         rates[(probe_row["mode"], n, dtype)] = probe_row["measured_tbps"]
                         yield probe_row
                     torch.cuda.empty_cache()

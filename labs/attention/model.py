@@ -214,30 +214,39 @@ NAIVE_PROBES = ("softmax", "softmax-causal", "masked-fill")
 NAIVE_PROBE_BYTES = 512 * 2**20  # each probe streams a (heads', N, N) slice of about this many bytes
 
 
+def naive_matmul_kernel(kind: str, d: int) -> str:
+    """The probe name of naive attention's batched products at head dim d: "scores" (an N x d by a d x N: S = Q K^T
+    and dP = dO V^T write an N x N matrix) or "values" (an N x N by an N x d: P V and the gradients that read one).
+    At d = 64 or 128 they move far more bytes than they compute, and cuBLAS's rate on those bytes is below the copy
+    rate; it is probed in every run beside the softmax's, per head dim, and falls back to the copy rate."""
+    return f"bmm-{kind}-d{d}"
+
+
 def naive_ops(shape: Shape, mode: str) -> list[dict]:
     """The kernels of naive attention with their FLOPs, bytes (read + written) and the kernel class whose rate
-    they run at: "matmul" (the roofline), "copy", or one of NAIVE_PROBES."""
+    they run at: "copy", one of NAIVE_PROBES, or a batched product's (naive_matmul_kernel), each on its roofline."""
     q, kv, s, mm = shape.q_bytes, shape.kv_bytes, shape.s_bytes, 2.0 * shape.b * shape.h * shape.lq * shape.lk * shape.d
     mask = shape.lq * shape.lk  # one bool per (query, key)
     softmax = "softmax-causal" if shape.causal else "softmax"  # rows that end in -inf run slower (measured)
+    scores, values = naive_matmul_kernel("scores", shape.d), naive_matmul_kernel("values", shape.d)
     ops = [{"op": "q * scale", "flops": 0, "bytes": 2 * q, "kernel": "copy"},
-           {"op": "S = Q K^T", "flops": mm, "bytes": q + kv + s, "kernel": "matmul"}]
+           {"op": "S = Q K^T", "flops": mm, "bytes": q + kv + s, "kernel": scores}]
     if shape.causal:
         ops += [{"op": "mask = ~(j <= i)", "flops": 0, "bytes": 3 * mask, "kernel": "copy"},
                 {"op": "S.masked_fill_(mask, -inf)", "flops": 0, "bytes": 2 * s, "kernel": "masked-fill"}]
     ops += [{"op": "P = softmax(S)", "flops": 0, "bytes": 2 * s, "kernel": softmax},
-            {"op": "O = P V", "flops": mm, "bytes": s + kv + q, "kernel": "matmul"}]
+            {"op": "O = P V", "flops": mm, "bytes": s + kv + q, "kernel": values}]
     if mode == "fwd":
         return ops
-    ops += [{"op": "dP = dO V^T", "flops": mm, "bytes": q + kv + s, "kernel": "matmul"},
-            {"op": "dV = P^T dO", "flops": mm, "bytes": s + q + kv, "kernel": "matmul"},
+    ops += [{"op": "dP = dO V^T", "flops": mm, "bytes": q + kv + s, "kernel": scores},
+            {"op": "dV = P^T dO", "flops": mm, "bytes": s + q + kv, "kernel": values},
             {"op": "dP * P", "flops": 0, "bytes": 3 * s, "kernel": "copy"},  # torch's softmax backward forms it first
             {"op": "dS = dP * P - P * rowsum(dP * P)", "flops": 0, "bytes": 3 * s, "kernel": "copy"}]
     if shape.causal:  # masked_fill's backward is out of place: a copy of dS, then masked_fill_ on the copy
         ops += [{"op": "dS.clone()", "flops": 0, "bytes": 2 * s, "kernel": "copy"},
                 {"op": "dS.masked_fill_(mask, 0)", "flops": 0, "bytes": 2 * s, "kernel": "masked-fill"}]
-    ops += [{"op": "dQ = dS K", "flops": mm, "bytes": s + kv + q, "kernel": "matmul"},
-            {"op": "dK = dS^T Q", "flops": mm, "bytes": s + q + kv, "kernel": "matmul"},
+    ops += [{"op": "dQ = dS K", "flops": mm, "bytes": s + kv + q, "kernel": values},
+            {"op": "dK = dS^T Q", "flops": mm, "bytes": s + q + kv, "kernel": values},
             {"op": "dq * scale", "flops": 0, "bytes": 2 * q, "kernel": "copy"}]
     return ops
 
@@ -260,7 +269,7 @@ def naive_rates_for(rates: Optional[dict], n: int, dtype: str) -> dict:
     """{probe kernel: TB/s} for row length n from probed rates keyed (kernel, n, dtype); a row length the run did
     not probe takes the nearest one probed (the kernel torch picks changes with the row length)."""
     out = {}
-    for kernel in NAIVE_PROBES:
+    for kernel in {k for k, _, _ in (rates or {})}:
         known = [(abs(math.log(m / n)), tbps) for (k, m, t), tbps in (rates or {}).items()
                  if k == kernel and t == dtype and tbps]
         if known:
