@@ -82,17 +82,14 @@ def tile_sequence(heads: int, q_blocks: int, causal: bool, group: int) -> list[t
     return [(t // q_blocks, q_blocks - 1 - t % q_blocks if causal else t % q_blocks) for t in tiles]
 
 
-def query_tile_starts(lq: int, causal: bool) -> list[int]:
-    """The first query of each query tile of one head, in the order the programs take them: causal tiles from the
-    last (the most keys) to the first."""
-    q_tiles = max(1, -(-lq // FA3_BLOCK_M))
-    order = range(q_tiles - 1, -1, -1) if causal else range(q_tiles)
-    return [qb * FA3_BLOCK_M for qb in order]
+def query_tiles(lq: int) -> int:
+    """Query tiles of one head (the last one ragged where Lq is not a multiple of the tile)."""
+    return max(1, -(-lq // FA3_BLOCK_M))
 
 
 def query_tile_blocks(lq: int, lk: int, block_n: int, causal: bool) -> list[int]:
-    """Key blocks of each query tile of one head, in the order the programs take them."""
-    return [key_blocks(qm0, lq, lk, block_n, causal) for qm0 in query_tile_starts(lq, causal)]
+    """Key blocks of each query tile of one head, query block 0 first."""
+    return [key_blocks(qb * FA3_BLOCK_M, lq, lk, block_n, causal) for qb in range(query_tiles(lq))]
 
 
 def persistent_span(durations: list[float], programs: int) -> float:
@@ -132,9 +129,8 @@ def softmax_seconds(d: int, block_n: int, s: float, masked: bool, clock_hz: floa
 
 def tile_blocks(lq: int, lk: int, block_n: int, causal: bool, heads: int, group: int) -> list[int]:
     """Key blocks of every (head, query tile) in the order the programs take them (tile_sequence)."""
-    q_blocks = max(1, -(-lq // FA3_BLOCK_M))
-    return [key_blocks(qb * FA3_BLOCK_M, lq, lk, block_n, causal)
-            for _, qb in tile_sequence(heads, q_blocks, causal, group)]
+    one_head = query_tile_blocks(lq, lk, block_n, causal)
+    return [one_head[qb] for _, qb in tile_sequence(heads, len(one_head), causal, group)]
 
 
 def query_tile_seconds(shape, block_n: int, periods: tuple[float, float]) -> list[float]:
@@ -142,7 +138,7 @@ def query_tile_seconds(shape, block_n: int, periods: tuple[float, float]) -> lis
     periods."""
     plain, masked = periods
     seconds = []
-    for qb in range(max(1, -(-shape.lq // FA3_BLOCK_M))):
+    for qb in range(query_tiles(shape.lq)):
         n = key_blocks(qb * FA3_BLOCK_M, shape.lq, shape.lk, block_n, shape.causal)
         m = masked_blocks(qb * FA3_BLOCK_M, shape.lq, shape.lk, block_n, shape.causal)
         seconds.append((n - m) * plain + m * masked)

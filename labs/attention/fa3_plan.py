@@ -40,6 +40,8 @@ class FA3Config:
 # d = 128: 2 x 32 KiB of K and V a stage, 2 x 32 KiB of Q: two stages (192 KiB of 227). The alternatives
 # (scripts/gluon_fa3_check.py's VARIANTS) are timed beside these on an H100 before one replaces them
 DEFAULT_CONFIGS = {64: FA3Config(block_n=128, stages=3), 128: FA3Config(block_n=128, stages=2)}
+
+
 def smem_bytes(head_dim: int, config: FA3Config, element_bytes: int = 2) -> int:
     """Q for every consumer in every buffer set, the K and V rings, P and the output rows when they go through
     shared memory, and the mbarriers (8 bytes each)."""
