@@ -103,11 +103,13 @@ def check(p, target: Target) -> None:
     if "tp" in p.layer_steps and p.d_ff % n:
         raise ParamError(f"d_ff = {p.d_ff} does not split evenly over {n} GPUs (tensor parallelism); "
                          f"choose a multiple of {n}.")
-    largest = max(message_bytes(s, n, p.dtype) for s in p.sizes_kib)
+    # every message size is held at once (they are timed in turns), plus a share of each for the gathers
+    held = sum(message_bytes(s, n, p.dtype) for s in p.sizes_kib)
+    need = 1.5 * held + max(message_bytes(s, n, p.dtype) for s in p.sizes_kib)
     free = torch.cuda.mem_get_info()[0]
-    if 2.5 * largest > free:
-        raise ParamError(f"The largest message ({largest / GB:.1f} GB) needs about {2.5 * largest / GB:.1f} GB per "
-                         f"GPU; {free / GB:.1f} GB are free. Choose smaller sizes.")
+    if need > free:
+        raise ParamError(f"The messages ({held / GB:.1f} GB in all, timed in turns) need about {need / GB:.1f} GB "
+                         f"per GPU; {free / GB:.1f} GB are free. Choose fewer or smaller sizes.")
 
 
 def with_rates(row: dict, datasheet_gbps: float) -> dict:

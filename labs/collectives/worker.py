@@ -102,14 +102,28 @@ def batch_ms(fn, calls: int, device) -> float:
 def timed_ms(fn, calls: int, device, batches: int = BATCHES) -> float:
     """Time of one call: the median over `batches` batches of `calls` back-to-back calls after a warm-up, each
     batch the slowest rank's, in ms. Every rank makes the same number of calls."""
-    for _ in range(WARMUP_CALLS):
-        fn()
+    [(ms, samples)] = timed_in_turns([(fn, calls)], device, batches)
+    _LAST_SAMPLES[:] = samples
+    return ms
+
+
+def timed_in_turns(loops: list, device, batches: int = BATCHES) -> list:
+    """[(median ms of one call, the batches' times)] for several (fn, calls) loops timed in turns: one batch of
+    each loop, then one of each again, `batches` times; each batch the slowest rank's.
+
+    The host's cost of issuing a call drifts within seconds on a shared machine, and a small message's loop
+    is that cost: timed one size after the other, the smallest message (which sets the model's host term)
+    and the next sizes could catch different moments. In turns they sample the same ones."""
+    for fn, _ in loops:
+        for _ in range(WARMUP_CALLS):
+            fn()
     sync(device)
     dist.barrier()
-    times = torch.tensor([batch_ms(fn, calls, device) for _ in range(batches)], dtype=torch.float64, device=device)
+    times = torch.tensor([[batch_ms(fn, calls, device) for fn, calls in loops] for _ in range(batches)],
+                         dtype=torch.float64, device=device)
     dist.all_reduce(times, op=dist.ReduceOp.MAX)  # each batch: the slowest rank's (the others wait for it)
-    _LAST_SAMPLES[:] = times.tolist()
-    return sorted(_LAST_SAMPLES)[batches // 2]
+    per_loop = times.T.tolist()
+    return [(sorted(samples)[batches // 2], samples) for samples in per_loop]
 
 
 def rank_data(rank: int, numel: int, dtype, device, salt: int = 0) -> torch.Tensor:
@@ -194,31 +208,38 @@ def graph_ms(fn, device) -> float:
 
 
 def measure_collectives(ops, sizes, dtype: str, rank: int, n: int, device, done: int, total: int) -> int:
+    """Per collective: checked on an odd size, then every message size timed in turns (timed_in_turns), then
+    the smallest message replayed from a CUDA graph (the GPUs' own latency)."""
     elem = DTYPES[dtype].itemsize
     for op in ops:
         err = check_collective(op, dtype, rank, n, device)
+        buffers, loops = [], []
         for size in sorted(sizes):
             numel = max(n, size // elem // n * n)  # a whole number of elements per rank
             full = torch.randn(numel, device=device).to(DTYPES[dtype])
             part = full[rank * (numel // n):(rank + 1) * (numel // n)].clone()
-            progress(done / total, f"{op}, {numel * elem:,} bytes: timing")
-            fn = collective(op, full, part)
-            ms = timed_ms(fn, calls_for(numel * elem), device)
-            report("ROW", {"experiment": "collective", "op": op, "size_bytes": numel * elem, "gpus": n,
+            buffers.append((numel * elem, full, part))
+            loops.append((collective(op, full, part), calls_for(numel * elem)))
+        progress(done / total, f"{op}: {len(loops)} message sizes, timed in turns")
+        for (nbytes, _, _), (ms, samples) in zip(buffers, timed_in_turns(loops, device)):
+            _LAST_SAMPLES[:] = samples
+            report("ROW", {"experiment": "collective", "op": op, "size_bytes": nbytes, "gpus": n,
                            "step": "-", "tokens": 0, "measured_ms": ms, "check_rel_error": err})
-            if size == min(sizes) and device.type == "cuda":  # the smallest message, replayed from a graph
-                try:
-                    gpu_ms = graph_ms(fn, device)
-                except RuntimeError as exc:  # no capture here: the model then assumes the GPU latency
-                    progress(done / total, f"{op}: no CUDA graph capture ({exc}); GPU latency not measured")
-                    gpu_ms = None
-                if gpu_ms is not None:
-                    report("ROW", {"experiment": "collective_gpu", "op": op, "size_bytes": numel * elem,
-                                   "gpus": n, "step": "-", "tokens": 0, "measured_ms": gpu_ms,
-                                   "check_rel_error": err})
             done += 1
-            del full, part, fn
+        if device.type == "cuda":  # the smallest message, replayed from a graph
+            report_graph_latency(op, loops[0][0], buffers[0][0], err, n, device, done, total)
+        del buffers, loops
     return done
+
+
+def report_graph_latency(op: str, fn, nbytes: int, err: float, n: int, device, done: int, total: int) -> None:
+    try:
+        gpu_ms = graph_ms(fn, device)
+    except RuntimeError as exc:  # no capture here: the model then assumes the GPU latency
+        progress(done / total, f"{op}: no CUDA graph capture ({exc}); GPU latency not measured")
+        return
+    report("ROW", {"experiment": "collective_gpu", "op": op, "size_bytes": nbytes, "gpus": n, "step": "-",
+                   "tokens": 0, "measured_ms": gpu_ms, "check_rel_error": err})
 
 
 # ---------------------------------------------------------------------------------------------
