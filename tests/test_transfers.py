@@ -245,11 +245,16 @@ def test_hand_staging_is_a_two_stage_pipeline_by_hand():
     assert model.hand_staging_ms(mib, 10.0, 50.0, 10.0) == pytest.approx(mib / 10e9 * 1e3 + 0.010 + mib / 50e9 * 1e3)
     slow_link = model.hand_staging_ms(8 * mib, 100.0, 5.0, 0.0, piece=2 * mib)
     assert slow_link == pytest.approx(2 * mib / 100e9 * 1e3 + 4 * (2 * mib / 5e9 * 1e3))
+    # queueing each piece costs the CPU 25 us: every CPU step grows by it, the engine's do not
+    queued = [c + 0.025 for c in cpu]
+    expected = queued[0] + max(queued[1], engine[0]) + max(queued[2], engine[1]) + engine[2]
+    assert model.hand_staging_ms(5 * mib, 10.0, 50.0, 10.0, piece=2 * mib, queue_us=25.0) == pytest.approx(expected)
 
 
 def test_hand_staging_model_uses_the_probe_measured_beside_it():
     rows = [{"experiment": "staging", "direction": "h2d", "memory": "pageable", "size_bytes": 16 * 2**20,
-             "schedule": "by hand", "measured_ms": 1.5, "cpu_read_gbps": 11.0, "cpu_l2_bytes": 2**21},
+             "schedule": "by hand", "measured_ms": 1.5, "cpu_read_gbps": 11.0, "cpu_l2_bytes": 2**21,
+             "queue_us": 20.0},
             {"experiment": "staging", "direction": "h2d", "memory": "pageable", "size_bytes": 16 * 2**20,
              "schedule": "driver", "driver_ms": 1.2}]
     rates = model.measured_host_rates(rows)
@@ -258,10 +263,11 @@ def test_hand_staging_model_uses_the_probe_measured_beside_it():
     (row,) = model.predict_with(p, H100, {("h2d", "pinned"): 12.0}, {"host_copy_gbps": 9.0, **rates})
     assert row["schedule"] == "by hand" and row["model_bandwidth_gbps"] == 11.0
     link = model.link_for(H100)["pcie_gbps"]
-    assert row["predicted_ms"] == pytest.approx(model.hand_staging_ms(16 * 2**20, 11.0, link, 12.0))
-    # before any run of this size: the one host memcpy rate
+    assert row["model_queue_us"] == 20.0
+    assert row["predicted_ms"] == pytest.approx(model.hand_staging_ms(16 * 2**20, 11.0, link, 12.0, queue_us=20.0))
+    # before any run of this size: the one host memcpy rate, and no queueing cost measured
     (row,) = model.predict_with(p, H100, {}, {"host_copy_gbps": 9.0})
-    assert row["model_bandwidth_gbps"] == 9.0
+    assert row["model_bandwidth_gbps"] == 9.0 and row["model_queue_us"] == 0.0
 
 
 def test_staging_sizes_that_do_not_fit_are_refused():
@@ -291,7 +297,8 @@ def test_real_copies_are_checked_and_timed():
     assert all(r["check_rel_error"] == 0 for r in rows if r["experiment"] in ("copies", "staging"))
     assert all(r["check_rel_error"] <= 2e-2 for r in rows)
     hand = [r for r in rows if r["experiment"] == "staging"]
-    assert all(r["predicted_ms"] > 0 and r["cpu_read_gbps"] > 0 for r in hand)
+    assert all(r["predicted_ms"] > 0 and r["cpu_read_gbps"] > 0 and 0 < r["queue_us"] < 1e3 for r in hand)
+    assert all(r["model_queue_us"] == r["queue_us"] for r in hand)  # the model uses the run's own probe
     drivers = [r for r in result.rows if r["experiment"] == "staging" and r["schedule"] == "driver"]
     assert len(drivers) == 2 and all(r["driver_gbps"] > 0 for r in drivers)
 

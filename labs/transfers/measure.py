@@ -334,7 +334,7 @@ def measure_staging(p, progress, done: int, total: int):
             src, dst = host[:n], device[:n]
             errors[mib] = timing.once_per_run(("staging check", mib),
                                               functools.partial(check_hand_staging, stager, dst, src, mib))
-            pairs[(mib, "by hand")] = (functools.partial(stager.copy, dst, src), staging_probe(src))
+            pairs[(mib, "by hand")] = (functools.partial(stager.copy, dst, src), hand_probe(stager, dst, src))
             pairs[(mib, "driver")] = (functools.partial(dst.copy_, src), None)
 
         def step(key, round_):
@@ -353,6 +353,12 @@ def measure_staging(p, progress, done: int, total: int):
             yield row
     finally:
         stager.close()
+
+
+def hand_probe(stager: HandStager, dst: torch.Tensor, src: torch.Tensor):
+    """The staging probe on the source buffer, and what queueing one piece costs the CPU (HandStager.queue_us)."""
+    rates = staging_probe(src)
+    return lambda: rates() | {"queue_us": stager.queue_us(dst)}
 
 
 def check_hand_staging(stager: HandStager, dst: torch.Tensor, src: torch.Tensor, mib: int) -> float:

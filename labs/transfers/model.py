@@ -148,13 +148,13 @@ def copy_row(direction: str, memory: str, nbytes: int, link: dict, latency_us: f
 
 
 def hand_staging_ms(nbytes: int, cpu_gbps: float, link_gbps: float, pinned_latency_us: float,
-                    piece: int = HAND_PIECE_BYTES) -> float:
+                    piece: int = HAND_PIECE_BYTES, queue_us: float = 0.0) -> float:
     """A pageable h2d copy staged by hand through two pinned buffers, as a two-stage pipeline: the CPU copies
-    piece i into a free buffer (bytes / cpu rate) while the engine moves piece i - 1 (a pinned copy: latency +
-    bytes over the link). Each step takes the longer of the two; the first CPU copy and the last engine copy
-    stick out at the ends."""
+    piece i into a free buffer (bytes / cpu rate) and queues its copy (queue_us: the runtime calls' own CPU
+    time) while the engine moves piece i - 1 (a pinned copy: latency + bytes over the link). Each step takes
+    the longer of the two; the first CPU copy and the last engine copy stick out at the ends."""
     sizes = [min(piece, nbytes - off) for off in range(0, nbytes, piece)]
-    cpu = [b / (cpu_gbps * 1e9) * 1e3 for b in sizes]
+    cpu = [b / (cpu_gbps * 1e9) * 1e3 + queue_us * 1e-3 for b in sizes]
     engine = [copy_ms(b, pinned_latency_us, link_gbps) for b in sizes]
     steps = [max(cpu[i + 1], engine[i]) for i in range(len(sizes) - 1)]  # CPU on piece i + 1, engine on piece i
     return cpu[0] + sum(steps) + engine[-1]
@@ -162,10 +162,12 @@ def hand_staging_ms(nbytes: int, cpu_gbps: float, link_gbps: float, pinned_laten
 
 def hand_staging_row(nbytes: int, link: dict, pinned_latency_us: float, rates: dict) -> dict:
     cpu = staging_gbps("h2d", rates)
-    ms = hand_staging_ms(nbytes, cpu, link["pcie_gbps"], pinned_latency_us)
+    queue_us = rates.get("queue_us") or 0.0  # recordings made before the probe measured it: none
+    ms = hand_staging_ms(nbytes, cpu, link["pcie_gbps"], pinned_latency_us, queue_us=queue_us)
     return {"experiment": "staging", "direction": "h2d", "memory": "pageable", "size_bytes": nbytes,
             "schedule": "by hand", "predicted_ms": ms, "predicted_gbps": nbytes / (ms * 1e-3) / 1e9,
             "model_bandwidth_gbps": min(cpu, link["pcie_gbps"]), "model_latency_us": pinned_latency_us,
+            "model_queue_us": queue_us,
             "model_route": f"{HAND_BUFFERS} x {HAND_PIECE_BYTES // MiB} MiB pinned buffers"}
 
 
@@ -298,7 +300,7 @@ def fitted_latency_us(target: Target, rows: list, host_rates: dict) -> dict:
 def measured_host_rates(rows: list) -> dict:
     """The CPU staging rates measured beside each pageable copy, by (direction, size_bytes), and beside each
     copy staged by hand, by ("hand", size_bytes)."""
-    keys = ("cpu_read_gbps", "cpu_copy_out_gbps", "cpu_write_gbps", "pin_ms", "unpin_ms", "cpu_l2_bytes")
+    keys = ("cpu_read_gbps", "cpu_copy_out_gbps", "cpu_write_gbps", "pin_ms", "unpin_ms", "cpu_l2_bytes", "queue_us")
     found = {}
     for r in rows:
         kind = r["direction"] if r.get("experiment") == "copies" else \
