@@ -358,7 +358,7 @@ def measure_staging(p, progress, done: int, total: int):
 def hand_probe(stager: HandStager, dst: torch.Tensor, src: torch.Tensor):
     """The staging probe on the source buffer, and what queueing one piece costs the CPU (HandStager.queue_us)."""
     rates = staging_probe(src)
-    return lambda: rates() | {"queue_us": stager.queue_us(dst)}
+    return lambda: rates() | {"queue_us": stager.queue_us(dst, src)}
 
 
 def check_hand_staging(stager: HandStager, dst: torch.Tensor, src: torch.Tensor, mib: int) -> float:
