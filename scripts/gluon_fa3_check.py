@@ -2,7 +2,6 @@
 fast it is beside cuDNN.
 
     OUT=/some/dir python3 scripts/gluon_fa3_check.py      (under 200 s on an H100; each part in its own process)
-    ONLY=1,2 python3 scripts/gluon_fa3_check.py           (only those variants, numbered from 1 as in VARIANTS)
 
 First a child process times torch SDPA's cuDNN and FlashAttention backends at every timed shape and hands the
 times to the variants through a JSON file. Then, for each variant of the kernel (the lab's default first, then
@@ -43,8 +42,6 @@ D64 = dict(block_n=128, stages=3)
 THREE = dict(consumers=3, consumer_regs=160)  # three consumer warpgroups: 192 queries a tile, 160 registers each
 VARIANTS = {
     "default: 128x128, Q double-buffered (d128 s2, d64 s3)": {128: D128, 64: D64},
-    "tree row max and sum (the softmax's in-thread chains 5 deep, not 31; d128 s2, d64 s3)": {
-        128: dict(D128, tree_rows=True), 64: dict(D64, tree_rows=True)},
     "192 rows, P in registers (d128 192x64 s3, d64 192x64 s4 O through TMA)": {
         128: dict(THREE, block_n=64, stages=3), 64: dict(THREE, block_n=64, stages=4, o_tma=True)},
     "P through shared memory (d128 128x128 s2; d64 192x128 s3 O through TMA: a few spills outside the key loop)": {
@@ -248,11 +245,8 @@ def main() -> None:
         library_path = str(Path(tmp, "libraries.json"))
         say("== libraries (torch SDPA backends)")
         child(["--libraries", library_path], budget_end)
-        only = {int(i) for i in os.environ.get("ONLY", "").split(",") if i.strip()}
-        for number, name in enumerate(VARIANTS, 1):
-            if only and number not in only:
-                continue
-            say(f"== {number}. {name}")
+        for name in VARIANTS:
+            say(f"== {name}")
             child(["--variant", name, library_path], budget_end)
         summary(library_path)
     say(f"total {time.monotonic() - started:.0f} s")

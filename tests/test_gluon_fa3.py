@@ -114,7 +114,6 @@ VARIANTS = {
     "no-pingpong": dict(pingpong=False),
     "Q-single-O-TMA": dict(q_buffers=1, o_tma=True),  # the output through shared memory and a TMA copy
     "P-smem": dict(p_smem=True),  # P through shared memory
-    "tree-rows": dict(tree_rows=True),  # the softmax's row max and sum folded as a tree in each thread
     "192-rows": dict(consumers=3, consumer_regs=160, p_smem=True, o_tma=True),  # three consumers (d 64's tile)
     "192x64": dict(consumers=3, consumer_regs=160, block_n=64, stages=3),  # three consumers, P in registers
 }

@@ -25,7 +25,6 @@ class FA3Config:
     q_buffers: int = 2  # sets of Q blocks: with two, the next tile's Q loads while this one runs
     p_smem: bool = False  # P goes to the P V wgmma through shared memory (frees registers) instead of registers
     o_tma: bool = False  # the output rows go out through shared memory and a TMA copy that overlaps the next tile
-    tree_rows: bool = False  # the softmax's row max and sum fold each thread's scores as a tree, not one by one
 
     @property
     def block_m(self) -> int:
@@ -35,7 +34,6 @@ class FA3Config:
     def label(self) -> str:
         return (f"{self.block_m}x{self.block_n} s{self.stages} q{self.q_buffers}"
                 f"{' P-smem' if self.p_smem else ''}{' O-TMA' if self.o_tma else ''}"
-                f"{' tree-rows' if self.tree_rows else ''}"
                 f"{'' if self.pingpong else ' no-pingpong'}")
 
 

@@ -149,53 +149,9 @@ def _pass_turn(turn, WG: gl.constexpr, PINGPONG: gl.constexpr):
         mbarrier.arrive(turn.index((WG + 1) % CONSUMERS))
 
 
-@gluon.constexpr_function
-def _log2(n):
-    """n = 2^k: k."""
-    return n.bit_length() - 1
-
-
-@gluon.jit
-def _combine(a, b, MAX: gl.constexpr):
-    """The reduction's step: the larger of the two, or their sum."""
-    if MAX:
-        return gl.maximum(a, b)
-    else:
-        return a + b
-
-
-@gluon.jit
-def _row_reduce(x, MAX: gl.constexpr, TREE: gl.constexpr):
-    """Each row's max (MAX) or sum of x, in x's row layout. gl.max and gl.sum fold a thread's BLOCK_N / 4 values
-    of a row one after the other (31 dependent instructions at BLOCK_N = 128) before the shuffles; TREE folds
-    them as a tree (5 deep) by halving the columns inside each thread, which moves no data between threads."""
-    if TREE:
-        M: gl.constexpr = x.shape[0]
-        row_layout: gl.constexpr = gl.SliceLayout(1, x.type.layout)
-        HALVINGS: gl.constexpr = _log2(x.shape[1] // 8)
-        # the wgmma accumulator: a thread holds columns 8j + 2t and 8j + 2t + 1 (t = lane % 4) of its rows, so
-        # columns c and c + n / 2 are the same thread's while n / 2 >= 8: fold the halves, 128 -> 64 -> 32 -> 16 -> 8
-        for _ in gl.static_range(HALVINGS):
-            a, b = gl.split(gl.permute(gl.reshape(x, [M, 2, x.shape[1] // 2]), (0, 2, 1)))  # c and c + n / 2
-            x = _combine(a, b, MAX)
-        a, b = gl.split(gl.reshape(x, [M, 4, 2]))  # the thread's neighbouring pair: columns 2t and 2t + 1
-        x = _combine(a, b, MAX)
-        # the 4 threads of a row: shuffles, as before; then back to the row layout (the same registers: no code)
-        if MAX:
-            r = gl.max(x, 1)
-        else:
-            r = gl.sum(x, 1)
-        return gl.convert_layout(r, row_layout, assert_trivial=True)
-    else:
-        if MAX:
-            return gl.max(x, 1)
-        else:
-            return gl.sum(x, 1)
-
-
 @gluon.jit
 def _softmax(s, m_i, l_i, start_n, row0, qk_scale, LQ, LK, s_layout: gl.constexpr,
-             CAUSAL: gl.constexpr, MASKED: gl.constexpr, TREE_ROWS: gl.constexpr):
+             CAUSAL: gl.constexpr, MASKED: gl.constexpr):
     """Fold one block of scores into the running max and sum; returns P (FP32), the new max, the new sum and
     alpha, the factor the output accumulated so far shrinks by under the new max. All in base-2 units."""
     if MASKED:  # the causal diagonal or the keys' ragged end: masked scores are -inf
@@ -208,14 +164,14 @@ def _softmax(s, m_i, l_i, start_n, row0, qk_scale, LQ, LK, s_layout: gl.constexp
             ends = gl.minimum(ends, rows + (LK - LQ) + 1 - start_n)
         cols = gl.expand_dims(gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout)), 0)  # [1, N]
         s = gl.where(cols < gl.expand_dims(ends, 1), s, float("-inf"))
-    m_new = gl.maximum(m_i, _row_reduce(s, True, TREE_ROWS) * qk_scale)  # the scale is positive: it commutes
+    m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)  # the scale is positive: the max commutes with it
     if MASKED:
         m_use = gl.where(m_new == float("-inf"), 0.0, m_new)  # a row that has seen no key yet: no NaN
     else:
         m_use = m_new
     p = gl.exp2(s * qk_scale - gl.expand_dims(m_use, 1))  # one fused multiply-add and one exp2 (MUFU.EX2) a score
     alpha = gl.exp2(m_i - m_use)
-    l_i = l_i * alpha + _row_reduce(p, False, TREE_ROWS)
+    l_i = l_i * alpha + gl.sum(p, 1)
     return p, m_new, l_i, alpha
 
 
@@ -264,7 +220,7 @@ def _rescale(acc, alpha):
 @gluon.jit
 def _key_block(q_tile, rings, turn, p_slot, acc, p, m_i, l_i, count, turns, start_n, row0, qk_scale, LQ, LK,
                WG: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, MASKED: gl.constexpr,
-               P_SMEM: gl.constexpr, TREE_ROWS: gl.constexpr):
+               P_SMEM: gl.constexpr):
     """Key block j (its K in ring slot `count + 1`): issue S_j = Q K_j^T beside O += P_{j-1} V_{j-1}, then the
     softmax of S_j while the P V product still runs. `count` is block j-1's place in the rings. Block j-1 may be
     the previous tile's last (then m_i and l_i are fresh and acc is that tile's finished output). Returns acc
@@ -286,8 +242,7 @@ def _key_block(q_tile, rings, turn, p_slot, acc, p, m_i, l_i, count, turns, star
     _pass_turn(turn, WG, PINGPONG)  # ---- the other warpgroup's GEMMs queue behind ours; we go on to the softmax
     s = warpgroup_mma_wait(num_outstanding=1, deps=(s, ))  # S_j is done (the older P V may still run)
     mbarrier.arrive(k_empty.index(k_slot))  # our S no longer reads K_j
-    p_new, m_i, l_i, alpha = _softmax(s, m_i, l_i, start_n, row0, qk_scale, LQ, LK, s_layout, CAUSAL, MASKED,
-                                      TREE_ROWS)
+    p_new, m_i, l_i, alpha = _softmax(s, m_i, l_i, start_n, row0, qk_scale, LQ, LK, s_layout, CAUSAL, MASKED)
     acc, p = _wait_pv(acc, p, P_SMEM)  # P V is done: P_{j-1}'s registers (or shared memory) are free
     mbarrier.arrive(v_empty.index(v_slot))
     p = _stage_p(p_new, p_slot, wgmma_layout(acc.shape[1]), P_SMEM)
@@ -297,27 +252,26 @@ def _key_block(q_tile, rings, turn, p_slot, acc, p, m_i, l_i, count, turns, star
 @gluon.jit
 def _key_blocks_from(first, q_tile, rings, turn, p_slot, acc, p, m_i, l_i, count, turns, n_full, n_blocks, row0,
                      qk_scale, LQ, LK, WG: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
-                     P_SMEM: gl.constexpr, TREE_ROWS: gl.constexpr):
+                     P_SMEM: gl.constexpr):
     """Blocks [first, n_blocks) of a tile: those every row of ours sees whole without a mask, then the causal
     diagonal and the ragged end with one."""
     BLOCK_N: gl.constexpr = rings[0].type.shape[1]
     for start_n in range(first * BLOCK_N, n_full * BLOCK_N, BLOCK_N):
         acc, p, m_i, l_i, alpha, count, turns = _key_block(q_tile, rings, turn, p_slot, acc, p, m_i, l_i, count,
                                                            turns, start_n, row0, qk_scale, LQ, LK, WG, CAUSAL,
-                                                           PINGPONG, False, P_SMEM, TREE_ROWS)
+                                                           PINGPONG, False, P_SMEM)
         acc = _rescale(acc, alpha)
     for start_n in range(gl.maximum(n_full, first) * BLOCK_N, n_blocks * BLOCK_N, BLOCK_N):
         acc, p, m_i, l_i, alpha, count, turns = _key_block(q_tile, rings, turn, p_slot, acc, p, m_i, l_i, count,
                                                            turns, start_n, row0, qk_scale, LQ, LK, WG, CAUSAL,
-                                                           PINGPONG, True, P_SMEM, TREE_ROWS)
+                                                           PINGPONG, True, P_SMEM)
         acc = _rescale(acc, alpha)
     return acc, p, m_i, l_i, count, turns
 
 
 @gluon.jit
 def _first_block(q_tile, rings, turn, p_slot, m_i, l_i, count, turns, n_full, row0, qk_scale, LQ, LK,
-                 WG: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, P_SMEM: gl.constexpr,
-                 TREE_ROWS: gl.constexpr):
+                 WG: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, P_SMEM: gl.constexpr):
     """A tile's prologue with nothing before it: S_0 alone, then its softmax (masked unless every row of ours
     sees the whole block). Returns P_0 staged for the P V wgmma."""
     k_ring, v_ring, k_ready, k_empty, v_ready, v_empty = rings
@@ -334,9 +288,9 @@ def _first_block(q_tile, rings, turn, p_slot, m_i, l_i, count, turns, n_full, ro
     s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
     mbarrier.arrive(k_empty.index(slot))
     if n_full > 0:
-        p, m_i, l_i, alpha = _softmax(s, m_i, l_i, 0, row0, qk_scale, LQ, LK, s_layout, CAUSAL, False, TREE_ROWS)
+        p, m_i, l_i, alpha = _softmax(s, m_i, l_i, 0, row0, qk_scale, LQ, LK, s_layout, CAUSAL, False)
     else:
-        p, m_i, l_i, alpha = _softmax(s, m_i, l_i, 0, row0, qk_scale, LQ, LK, s_layout, CAUSAL, True, TREE_ROWS)
+        p, m_i, l_i, alpha = _softmax(s, m_i, l_i, 0, row0, qk_scale, LQ, LK, s_layout, CAUSAL, True)
     return _stage_p(p, p_slot, wgmma_layout(q_tile.type.shape[1]), P_SMEM), m_i, l_i, turns
 
 
@@ -390,7 +344,7 @@ def _store_rows(o_desc, o_ptr, o_slot, acc, l_i, bh, row0, LQ, O_TMA: gl.constex
 @gluon.jit
 def _consumer(q_desc, k_desc, o_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem, rings, p_smem, o_smem,
               q_ready, q_empty, turn, WG: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
-              Q_BUFFERS: gl.constexpr, P_SMEM: gl.constexpr, O_TMA: gl.constexpr, TREE_ROWS: gl.constexpr):
+              Q_BUFFERS: gl.constexpr, P_SMEM: gl.constexpr, O_TMA: gl.constexpr):
     M: gl.constexpr = q_desc.block_type.shape[0]
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
@@ -416,11 +370,11 @@ def _consumer(q_desc, k_desc, o_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_sc
             m_i = gl.full([M], float("-inf"), gl.float32, gl.SliceLayout(1, wgmma_layout(BLOCK_N)))  # running max
             l_i = gl.zeros([M], gl.float32, gl.SliceLayout(1, wgmma_layout(BLOCK_N)))  # running sum of exp2(s - max)
             p, m_i, l_i, turns = _first_block(q_tile, rings, turn, p_slot, m_i, l_i, count, turns, n_full, row0,
-                                              qk_scale, LQ, LK, WG, CAUSAL, PINGPONG, P_SMEM, TREE_ROWS)
+                                              qk_scale, LQ, LK, WG, CAUSAL, PINGPONG, P_SMEM)
             acc = gl.zeros([M, HEAD_DIM], gl.float32, o_layout)
             acc, p, m_i, l_i, count, turns = _key_blocks_from(1, q_tile, rings, turn, p_slot, acc, p, m_i, l_i, count,
                                                               turns, n_full, n_blocks, row0, qk_scale, LQ, LK, WG,
-                                                              CAUSAL, PINGPONG, P_SMEM, TREE_ROWS)
+                                                              CAUSAL, PINGPONG, P_SMEM)
             mbarrier.arrive(q_empty.index(q_buf))  # every S GEMM of this tile is done: the producer may reuse Q
             acc, count, turns = _last_pv(rings, turn, acc, p, count, turns, WG, PINGPONG, P_SMEM)
             _store_rows(o_desc, o_ptr, o_slot, acc, l_i, bh, row0, LQ, O_TMA)
@@ -441,7 +395,7 @@ def _consumer(q_desc, k_desc, o_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_sc
 def fa3_forward_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_scale,
                        CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, STAGES: gl.constexpr,
                        CONSUMERS: gl.constexpr, Q_BUFFERS: gl.constexpr, P_SMEM: gl.constexpr, O_TMA: gl.constexpr,
-                       CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr, TREE_ROWS: gl.constexpr):
+                       CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr):
     dtype: gl.constexpr = q_desc.dtype
     Q_SLOTS: gl.constexpr = Q_BUFFERS * CONSUMERS  # one [64, d] block of Q per consumer per buffer set
     q_smem = gl.allocate_shared_memory(dtype, [Q_SLOTS] + q_desc.block_type.shape, q_desc.layout)  # [., 64, d]
@@ -479,25 +433,20 @@ def fa3_forward_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, order_ptr, num_til
     if CONSUMERS == 3:
         gl.warp_specialize([
             (_consumer, (q_desc, k_desc, o_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem, rings, p_smem,
-                         o_smem, q_ready, q_empty, turn, WG0, CAUSAL, PINGPONG, Q_BUFFERS, P_SMEM, O_TMA,
-                         TREE_ROWS)),
+                         o_smem, q_ready, q_empty, turn, WG0, CAUSAL, PINGPONG, Q_BUFFERS, P_SMEM, O_TMA)),
             (_consumer, (q_desc, k_desc, o_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem, rings, p_smem,
-                         o_smem, q_ready, q_empty, turn, WG1, CAUSAL, PINGPONG, Q_BUFFERS, P_SMEM, O_TMA,
-                         TREE_ROWS)),
+                         o_smem, q_ready, q_empty, turn, WG1, CAUSAL, PINGPONG, Q_BUFFERS, P_SMEM, O_TMA)),
             (_consumer, (q_desc, k_desc, o_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem, rings, p_smem,
-                         o_smem, q_ready, q_empty, turn, WG2, CAUSAL, PINGPONG, Q_BUFFERS, P_SMEM, O_TMA,
-                         TREE_ROWS)),
+                         o_smem, q_ready, q_empty, turn, WG2, CAUSAL, PINGPONG, Q_BUFFERS, P_SMEM, O_TMA)),
             (_producer, (q_desc, k_desc, v_desc, order_ptr, num_tiles, LQ, LK, q_smem, k_ring, v_ring, q_ready, q_empty,
                          k_ready, k_empty, v_ready, v_empty, CAUSAL, CONSUMERS, Q_BUFFERS)),
         ], [CONSUMER_WARPS, CONSUMER_WARPS, PRODUCER_WARPS], [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS])
     else:
         gl.warp_specialize([
             (_consumer, (q_desc, k_desc, o_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem, rings, p_smem,
-                         o_smem, q_ready, q_empty, turn, WG0, CAUSAL, PINGPONG, Q_BUFFERS, P_SMEM, O_TMA,
-                         TREE_ROWS)),
+                         o_smem, q_ready, q_empty, turn, WG0, CAUSAL, PINGPONG, Q_BUFFERS, P_SMEM, O_TMA)),
             (_consumer, (q_desc, k_desc, o_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem, rings, p_smem,
-                         o_smem, q_ready, q_empty, turn, WG1, CAUSAL, PINGPONG, Q_BUFFERS, P_SMEM, O_TMA,
-                         TREE_ROWS)),
+                         o_smem, q_ready, q_empty, turn, WG1, CAUSAL, PINGPONG, Q_BUFFERS, P_SMEM, O_TMA)),
             (_producer, (q_desc, k_desc, v_desc, order_ptr, num_tiles, LQ, LK, q_smem, k_ring, v_ring, q_ready, q_empty,
                          k_ready, k_empty, v_ready, v_empty, CAUSAL, CONSUMERS, Q_BUFFERS)),
         ], [CONSUMER_WARPS, PRODUCER_WARPS], [CONSUMER_REGS, PRODUCER_REGS])
@@ -546,7 +495,7 @@ def gluon_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
             descriptor(out, WG_ROWS), out, order, order.shape[0], lq, lk, LOG2E / math.sqrt(d))
     meta = dict(CAUSAL=bool(causal), PINGPONG=config.pingpong, STAGES=config.stages, CONSUMERS=config.consumers,
                 Q_BUFFERS=config.q_buffers, P_SMEM=config.p_smem, O_TMA=config.o_tma,
-                CONSUMER_REGS=config.consumer_regs, PRODUCER_REGS=config.producer_regs, TREE_ROWS=config.tree_rows,
+                CONSUMER_REGS=config.consumer_regs, PRODUCER_REGS=config.producer_regs,
                 num_warps=CONSUMER_WARPS.value, maxnreg=register_budget(config))
     if return_kernel:  # the compiled kernel itself (its PTX): through Triton's own launch
         kernel = fa3_forward_kernel[(programs, )](*args, **meta)
