@@ -127,6 +127,17 @@ def test_overlap_model_hides_communication_behind_backward():
     assert serial == pytest.approx(compute + comm)
 
 
+def test_a_layer_step_runs_at_the_slower_of_the_gpus_and_the_cpu_issuing_it():
+    terms = {"layer_host_ms": {("tp", "serial", 1024): 1.4}}
+    host_bound = model.layer_row("tp", "serial", 0.97, 1024, 2, terms)
+    assert host_bound["predicted_ms"] == 1.4 and host_bound["model_bound"] == "host"
+    assert host_bound["model_gpu_ms"] == 0.97
+    gpu_bound = model.layer_row("tp", "serial", 7.5, 8192, 2, terms | {"layer_host_ms": {("tp", "serial", 8192): 1.4}})
+    assert gpu_bound["predicted_ms"] == 7.5 and gpu_bound["model_bound"] == "GPUs"
+    unmeasured = model.layer_row("tp", "compute", 0.9, 1024, 2, terms)  # no probe for this step: the GPUs' time
+    assert unmeasured["predicted_ms"] == 0.9 and unmeasured["model_host_ms"] is None
+
+
 def test_children_keep_nvlink_multicast_off(monkeypatch):
     monkeypatch.setenv("NCCL_NVLS_ENABLE", "1")
     env = measure.child_env()
@@ -153,6 +164,10 @@ def test_launcher_runs_two_real_processes_on_gloo():
     assert {("tp", "-", s) for s in ("compute", "communication", "serial")} <= got
     assert all(r["check_rel_error"] <= 1e-5 and r["measured_ms"] > 0 for r in rows)
     assert all(r["gpus"] == 2 for r in rows) and seen
+    # every layer step also times how long the CPU takes to issue it, and the model never goes below that
+    layers = [r for r in rows if r["experiment"] in model.LAYER_STEPS]
+    assert layers and all(r["host_ms"] > 0 and r["model_host_ms"] == r["host_ms"] for r in layers)
+    assert all(r["predicted_ms"] == max(r["model_gpu_ms"], r["host_ms"]) for r in layers)
     # the model on every collective row uses this run's own smallest-message time as the host's cost per call
     small = [r for r in rows if r["experiment"] == "collective" and r["size_bytes"] == 1024]
     assert all(r["model_host_us"] == pytest.approx(1e3 * r["measured_ms"]) for r in small)

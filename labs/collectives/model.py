@@ -165,7 +165,8 @@ def model_terms(rows: list, target: Target) -> dict:
     - link_gbps[pattern]: what the copy engines moved to the next GPU, one GPU alone ("one direction") and
       all GPUs at once ("all at once"); the datasheet's figure per direction where not measured;
     - exchange_gbps: NCCL's send/recv exchange per direction (None if not measured);
-    - simple_us[op]: Simple's fixed cost, from the smallest message the GPUs clearly limit (simple_latency_us).
+    - simple_us[op]: Simple's fixed cost, from the smallest message the GPUs clearly limit (simple_latency_us);
+    - layer_host_ms[(kind, step, tokens)]: the CPU's time to issue one layer step (the worker's host_issue_ms).
     """
     sheet = link_for(target)
     peer = {r["op"]: r["measured_gbps"] for r in rows if r["experiment"] == "peer_copy" and r.get("measured_gbps")}
@@ -175,6 +176,8 @@ def model_terms(rows: list, target: Target) -> dict:
         "host_us": latencies_us(rows), "gpu_us": latencies_us(rows, "collective_gpu"),
         "link_gbps": {pattern: peer.get(pattern, sheet["link_gbps"]) for pattern in ("one direction", "all at once")},
         "exchange_gbps": max(exchange) if exchange else None,
+        "layer_host_ms": {(r["experiment"], r["step"], r["tokens"]): r["host_ms"] for r in rows
+                          if r["experiment"] in LAYER_STEPS and r.get("host_ms")},
         "datasheet_gbps": sheet["link_gbps"],
         "source": "the recorded run of this GPU kind" if measured
         else "the datasheet and assumed latencies (no recorded run of this GPU kind yet)",
@@ -267,7 +270,7 @@ def dp_rows(p, tokens: int, n: int, target: Target, terms: dict) -> list:
     ready = [t["forward"] + t["backward"] / 3, compute]  # Wdown's gradient comes after its own matmuls
     times = {"compute": compute, "communication": sum(comm), "serial": compute + sum(comm),
              "overlapped": max(compute, overlap_ms(ready, comm))}
-    return [layer_row("dp", step, ms, tokens, n) for step, ms in times.items()]
+    return [layer_row("dp", step, ms, tokens, n, terms) for step, ms in times.items()]
 
 
 def tp_rows(p, tokens: int, n: int, target: Target, terms: dict) -> list:
@@ -276,12 +279,19 @@ def tp_rows(p, tokens: int, n: int, target: Target, terms: dict) -> list:
     comm = 2 * op_ms("all_reduce", tokens * p.d_model * elem, n, terms)
     compute = t["forward"] + t["backward"]
     times = {"compute": compute, "communication": comm, "serial": compute + comm}
-    return [layer_row("tp", step, ms, tokens, n) for step, ms in times.items()]
+    return [layer_row("tp", step, ms, tokens, n, terms) for step, ms in times.items()]
 
 
-def layer_row(kind: str, step: str, ms: float, tokens: int, n: int) -> dict:
+def layer_row(kind: str, step: str, gpu_ms: float, tokens: int, n: int, terms: dict) -> dict:
+    """A loop of layer steps runs at the slower of the GPUs' work (gpu_ms) and the CPU issuing it, where a run
+    measured that (layer_host_ms). The tensor-parallel step issues its all-reduces from inside autograd: on a
+    2x H200 host the CPU took 1.4 ms a step that way (0.5 to 0.6 ms without them), longer than the GPUs' 1.0 ms
+    at 1,024 tokens."""
+    host_ms = terms.get("layer_host_ms", {}).get((kind, step, tokens))
+    bound = "host" if host_ms and host_ms > gpu_ms else "GPUs"
     return {"experiment": kind, "op": "-", "size_bytes": 0, "gpus": n, "step": step, "tokens": tokens,
-            "predicted_ms": ms}
+            "predicted_ms": max(gpu_ms, host_ms or 0.0), "model_gpu_ms": gpu_ms, "model_host_ms": host_ms,
+            "model_bound": bound}
 
 
 def predict_with(p, target: Target, n: int, terms: dict) -> list:

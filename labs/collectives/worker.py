@@ -126,6 +126,24 @@ def timed_in_turns(loops: list, device, batches: int = BATCHES) -> list:
     return [(sorted(samples)[batches // 2], samples) for samples in per_loop]
 
 
+def host_issue_ms(fn, calls: int, device, batches: int = BATCHES) -> float:
+    """The CPU's time to issue one call, in ms: `calls` calls timed on the host clock without waiting for the
+    GPUs (the wait comes after the clock stops), the median of `batches`, the slowest rank's. A loop of calls
+    can go no faster than this, whatever the GPUs do."""
+    times = []
+    for _ in range(batches):
+        sync(device)
+        dist.barrier()
+        started = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        times.append((time.perf_counter() - started) * 1e3 / calls)
+        sync(device)
+    slowest = torch.tensor(sorted(times)[batches // 2], dtype=torch.float64, device=device)
+    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+    return float(slowest)
+
+
 def rank_data(rank: int, numel: int, dtype, device, salt: int = 0) -> torch.Tensor:
     """Rank r's input: fresh normal numbers from a seed every rank knows, so any rank can rebuild any other's."""
     g = torch.Generator().manual_seed(1000 * salt + rank)
@@ -477,8 +495,11 @@ def measure_layers(spec: dict, rank: int, n: int, device, done: int, total: int)
             for step, fn in steps.items():
                 progress(done / total, f"{kind} layer step, {tokens} tokens per GPU: {step}")
                 ms = timed_ms(fn, 4, device)
+                samples = list(_LAST_SAMPLES)
+                host = host_issue_ms(fn, 4, device)
+                _LAST_SAMPLES[:] = samples  # the row's repeats are the step's own batches
                 report("ROW", {"experiment": kind, "op": "-", "size_bytes": 0, "gpus": n, "step": step,
-                               "tokens": tokens, "measured_ms": ms, "check_rel_error": err})
+                               "tokens": tokens, "measured_ms": ms, "host_ms": host, "check_rel_error": err})
                 done += 1
             del weights, x, dy, steps
     return done
