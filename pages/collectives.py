@@ -51,7 +51,9 @@ for kind, title in steps:
                               f"{title} ({params.d_model} x {params.d_ff} MLP)", page.axis("time per step (ms)"), height=440)
     charts.show(fig, width="stretch")
 st.caption("compute: forward and backward alone. communication: the collectives alone. serial: one after the other. "
-           "overlapped (data parallel): each gradient's all-reduce starts as soon as backward has made it.")
+           "overlapped (data parallel): each gradient's all-reduce starts as soon as backward has made it. "
+           "Each model bar is the slower of the GPUs' time and the CPU's time to issue the step, timed in the run "
+           "(the table's model_bound says which).")
 
 result = live or (recorded[0] if recorded else None)
 if result is not None:
