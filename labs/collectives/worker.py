@@ -231,22 +231,23 @@ def measure_collectives(ops, sizes, dtype: str, rank: int, n: int, device, done:
     elem = DTYPES[dtype].itemsize
     for op in ops:
         err = check_collective(op, dtype, rank, n, device)
-        buffers, loops = [], []
+        message_bytes, loops = [], []  # each loop's call holds its own buffers
         for size in sorted(sizes):
             numel = max(n, size // elem // n * n)  # a whole number of elements per rank
             full = torch.randn(numel, device=device).to(DTYPES[dtype])
             part = full[rank * (numel // n):(rank + 1) * (numel // n)].clone()
-            buffers.append((numel * elem, full, part))
+            message_bytes.append(numel * elem)
             loops.append((collective(op, full, part), calls_for(numel * elem)))
+        del full, part
         progress(done / total, f"{op}: {len(loops)} message sizes, timed in turns")
-        for (nbytes, _, _), (ms, samples) in zip(buffers, timed_in_turns(loops, device)):
+        for nbytes, (ms, samples) in zip(message_bytes, timed_in_turns(loops, device)):
             _LAST_SAMPLES[:] = samples
             report("ROW", {"experiment": "collective", "op": op, "size_bytes": nbytes, "gpus": n,
                            "step": "-", "tokens": 0, "measured_ms": ms, "check_rel_error": err})
             done += 1
         if device.type == "cuda":  # the smallest message, replayed from a graph
-            report_graph_latency(op, loops[0][0], buffers[0][0], err, n, device, done, total)
-        del buffers, loops
+            report_graph_latency(op, loops[0][0], message_bytes[0], err, n, device, done, total)
+        del loops
     return done
 
 
@@ -495,9 +496,7 @@ def measure_layers(spec: dict, rank: int, n: int, device, done: int, total: int)
             for step, fn in steps.items():
                 progress(done / total, f"{kind} layer step, {tokens} tokens per GPU: {step}")
                 ms = timed_ms(fn, 4, device)
-                samples = list(_LAST_SAMPLES)
-                host = host_issue_ms(fn, 4, device)
-                _LAST_SAMPLES[:] = samples  # the row's repeats are the step's own batches
+                host = host_issue_ms(fn, 4, device)  # leaves _LAST_SAMPLES, the step's own batches, as they are
                 report("ROW", {"experiment": kind, "op": "-", "size_bytes": 0, "gpus": n, "step": step,
                                "tokens": tokens, "measured_ms": ms, "host_ms": host, "check_rel_error": err})
                 done += 1
