@@ -2,6 +2,7 @@
 fast it is beside cuDNN.
 
     OUT=/some/dir python3 scripts/gluon_fa3_check.py      (under 200 s on an H100; each part in its own process)
+    ONLY=1,5 python3 scripts/gluon_fa3_check.py          (the default and the fifth variant only; TOTAL_S: the budget)
 
 First a child process times torch SDPA's cuDNN and FlashAttention backends at every timed shape and hands the
 times to the variants through a JSON file. Then, for each variant of the kernel (the lab's default first, then
@@ -28,7 +29,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-CHILD_TIMEOUT_S, TOTAL_S, MIN_CHILD_S = 60, 195, 15  # a 3-consumer variant compiles 4 kernels of ~200 wgmma
+CHILD_TIMEOUT_S, MIN_CHILD_S = 60, 15
+TOTAL_S = int(os.environ.get("TOTAL_S", 195))  # a 3-consumer variant compiles 4 kernels of ~200 wgmma
 SEQS = (2048, 8192)
 BATCH_HEADS = {128: (16, 16), 64: (32, 16)}
 # (batch, heads, Lq, Lk): lengths not multiples of any tile; Lq > Lk leaves causal rows that see no key
@@ -37,17 +39,18 @@ CHECK_PROGRAMS = 3  # few programs: each walks several (head, query block) tiles
 LIBRARIES = ("sdpa-cudnn", "sdpa-flash")
 # name -> {head dim: FA3Config keyword arguments}; the first is the lab's default (gluon_fa3.DEFAULT_CONFIGS).
 # Each compiles for sm_90a with Triton 3.6 under 227 KiB of shared memory and without spills, except where said
-D128 = dict(block_n=128, stages=2)
-D64 = dict(block_n=128, stages=3)
+D128 = dict(block_n=128, stages=2, o_tma=True)
+D64 = dict(block_n=128, stages=3, o_tma=True)
 THREE = dict(consumers=3, consumer_regs=160)  # three consumer warpgroups: 192 queries a tile, 160 registers each
 VARIANTS = {
-    "default: 128x128, Q double-buffered (d128 s2, d64 s3)": {128: D128, 64: D64},
+    "default: 128x128, Q double-buffered, O through TMA (d128 s2, d64 s3)": {128: D128, 64: D64},
     "192 rows, P in registers (d128 192x64 s3, d64 192x64 s4 O through TMA)": {
         128: dict(THREE, block_n=64, stages=3), 64: dict(THREE, block_n=64, stages=4, o_tma=True)},
     "P through shared memory (d128 128x128 s2; d64 192x128 s3 O through TMA: a few spills outside the key loop)": {
-        128: dict(D128, p_smem=True), 64: dict(THREE, block_n=128, stages=3, p_smem=True, o_tma=True)},
+        128: dict(D128, p_smem=True, o_tma=False), 64: dict(THREE, block_n=128, stages=3, p_smem=True, o_tma=True)},
     "no ping-pong (d128 s2, d64 s3)": {128: dict(D128, pingpong=False), 64: dict(D64, pingpong=False)},
-    "O through TMA (d128 s2, d64 s3)": {128: dict(D128, o_tma=True), 64: dict(D64, o_tma=True)},
+    "O from registers, the default before 2026-11-27 (d128 s2, d64 s3)": {128: dict(D128, o_tma=False),
+                                                                        64: dict(D64, o_tma=False)},
     "Q single-buffered, as in the draft (d128 s2, d64 s3)": {128: dict(D128, q_buffers=1), 64: dict(D64, q_buffers=1)},
 }
 PTX_MARKERS = ("wgmma.mma_async", "wgmma.wait_group", "mbarrier.try_wait", "mbarrier.arrive", "setmaxnreg",
@@ -212,6 +215,13 @@ def summary(library_path: str) -> None:
         say(f"  {key:>18}  cuDNN {cudnn:5.0f}   " + "   ".join(cells))
 
 
+def chosen_variants() -> list:
+    """The variants to run: all, or those numbered (from 1, as the summary numbers them) in $ONLY, e.g. ONLY=1,5."""
+    only = os.environ.get("ONLY", "")
+    picked = {int(i) - 1 for i in only.split(",") if i.strip().isdigit()}
+    return [name for i, name in enumerate(VARIANTS) if not picked or i in picked]
+
+
 def child(args: list, budget_end: float) -> None:
     """Run this script with `args` in a child process, killed after CHILD_TIMEOUT_S or at the call's budget."""
     timeout = min(CHILD_TIMEOUT_S, budget_end - time.monotonic())
@@ -245,7 +255,7 @@ def main() -> None:
         library_path = str(Path(tmp, "libraries.json"))
         say("== libraries (torch SDPA backends)")
         child(["--libraries", library_path], budget_end)
-        for name in VARIANTS:
+        for name in chosen_variants():
             say(f"== {name}")
             child(["--variant", name, library_path], budget_end)
         summary(library_path)

@@ -37,9 +37,12 @@ class FA3Config:
                 f"{'' if self.pingpong else ' no-pingpong'}")
 
 
-# d = 128: 2 x 32 KiB of K and V a stage, 2 x 32 KiB of Q: two stages (192 KiB of 227). The alternatives
-# (scripts/gluon_fa3_check.py's VARIANTS) are timed beside these on an H100 before one replaces them
-DEFAULT_CONFIGS = {64: FA3Config(block_n=128, stages=3), 128: FA3Config(block_n=128, stages=2)}
+# d = 128: 2 x 32 KiB of K and V a stage, 2 x 32 KiB of Q, 32 KiB for the output rows: two stages (224 KiB of 227).
+# The output rows go out through TMA: the store then runs on while the consumers start the next tile, which at
+# N = 2048 (16 key blocks a tile) bought 2 to 12 % over storing from registers on an H100 and an H200
+# (scripts/gluon_fa3_check.py; docs/gluon-fa3-h200-2026-11-27/README.md has the runs).
+# The alternatives (that script's VARIANTS) are timed beside these on an H100 before one replaces them.
+DEFAULT_CONFIGS = {64: FA3Config(block_n=128, stages=3, o_tma=True), 128: FA3Config(block_n=128, stages=2, o_tma=True)}
 
 
 def smem_bytes(head_dim: int, config: FA3Config, element_bytes: int = 2) -> int:
