@@ -52,6 +52,59 @@ def _direct(compiled):
         return None
 
 
+def _descriptor_encoder(launch_fn):
+    """(the C launch function, encode) for a kernel that takes TMA descriptors, where this Triton wraps its C launcher
+    as 3.6 does: in a Python function that encodes every descriptor again on every launch (a CUtensorMap from the
+    tensor's address, shape, strides and box: cuTensorMapEncodeTiled, plus Python around it). encode(args) turns a
+    call's parameters into the C launcher's, once. None where the launcher is not that wrapper (no descriptors, or
+    another Triton's interface): the caller then launches as before."""
+    code, cells = getattr(launch_fn, "__code__", None), getattr(launch_fn, "__closure__", None)
+    if code is None or not cells:
+        return None
+    found = dict(zip(code.co_freevars, (c.cell_contents for c in cells)))
+    expand = getattr(launch_fn, "__globals__", {}).get("make_tensordesc_arg")
+    if expand is None or not {"launcher", "tensordesc_indices", "tensordesc_meta"} <= found.keys():
+        return None
+    indices, metas = found["tensordesc_indices"], found["tensordesc_meta"]
+
+    def encode(args) -> tuple:  # as the wrapper does on each launch: each descriptor becomes its CUtensorMap & co
+        out, j = [], 0
+        for i, arg in enumerate(args):
+            if i in indices:
+                out.extend(expand(arg, metas[j]))
+                j += 1
+            else:
+                out.append(arg)
+        return tuple(out)
+
+    return found["launcher"], encode
+
+
+def record_encoded(kernel, grid: tuple, args: tuple, key, meta: dict, keep: tuple):
+    """After launch(kernel, grid, *args, key=key, **meta) ran: the whole call with its TMA descriptors encoded once,
+    to replay() while every address and shape it names is the same (the caller's key must name them all); None where
+    this Triton does not allow it. keep: objects the arguments come from (kept alive with the record: a
+    configuration whose id the caller's key names, a tile table whose address is an argument)."""
+    first = next(a for a in args if isinstance(a, torch.Tensor))
+    hit = _COMPILED.get((kernel, first.get_device(), key, tuple(meta.items())))
+    if hit is None or hit[2] is None:
+        return None
+    _, constexprs, (launch_fn, function, cooperative, pdl, packed) = hit
+    encoder = _descriptor_encoder(launch_fn)
+    if encoder is None:
+        return None
+    raw, encode = encoder
+    grid3 = (grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1)
+    params = encode([a.data_ptr() if isinstance(a, torch.Tensor) else a for a in args] + list(constexprs))
+    return raw, grid3, (function, cooperative, pdl, None, None, packed, None, None, None), params, first.get_device(), keep
+
+
+def replay(record) -> None:
+    """Launch a call that record_encoded() recorded, on the current stream: one call of the C launcher."""
+    raw, grid3, base, params, device, _ = record
+    raw(*grid3, torch._C._cuda_getCurrentRawStream(device), *base, *params)
+
+
 def plan_key(kind: str, cfg, causal: bool, q4, k4) -> tuple:
     """The key of a recorded launch: the configuration by identity (hashing its fields costs more than the launch
     saves; the recorded plan holds the configuration, so its id cannot be reused while the plan lives), the mask,
