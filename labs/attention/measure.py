@@ -71,6 +71,9 @@ def naive_probe_heads(n: int, dtype: str, heads: int) -> int:
     return min(heads, max(2, NAIVE_PROBE_BYTES // (n * n * _nbytes(dtype))))
 
 
+SOFTMAX_PROBE = "softmax"  # the first probe row's mode: once it is in a run's rates, that N and dtype are probed
+
+
 def probe_naive_kernels(n: int, dtype: str, heads: int, causal: bool):
     """Rows (yielded each right after its timing, so the runner gives each row its own spread) with the rate (TB/s, bytes read + written) at which torch's softmax and masked_fill stream an N x N
     matrix of row length n, timed on a slice of `heads` rows-of-matrices of about NAIVE_PROBE_BYTES (the kernel
@@ -79,7 +82,7 @@ def probe_naive_kernels(n: int, dtype: str, heads: int, causal: bool):
     h = naive_probe_heads(n, dtype, heads)
     e = _nbytes(dtype)
     s = timing.random_tensor((h, n, n), dtype)  # scores: what the softmax reads in naive attention
-    fns = {"softmax": lambda: torch.softmax(s, dim=-1)}
+    fns = {SOFTMAX_PROBE: lambda: torch.softmax(s, dim=-1)}
     if causal:
         hidden = ~causal_visible(n, n, s.device)
         s_causal = s.masked_fill(hidden, float("-inf"))
@@ -423,7 +426,7 @@ def measure(params: Params, target: Target, progress):
             for n in params.seq_lens:
                 torch.cuda.empty_cache()  # the inputs must not pin the large blocks an earlier N left cached
                 probe_bytes = naive_probe_heads(n, dtype, params.batch * params.heads) * n * n * _nbytes(dtype)
-                if "naive" in params.impls and (n, dtype) not in {(m, t) for _, m, t in rates} \
+                if "naive" in params.impls and (SOFTMAX_PROBE, n, dtype) not in rates \
                         and fits(4 * probe_bytes + n * n, _available_bytes()):
                     progress(done / total, f"N={n}, {dtype}: probing the rates of torch's softmax and masked_fill")
                     for probe_row in probe_naive_kernels(n, dtype, params.batch * params.heads, "causal" in params.masks):
