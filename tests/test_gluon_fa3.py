@@ -141,3 +141,26 @@ def test_matches_float64_on_odd_shapes(shape, head_dim, causal, variant):
     ref = reference(q, k, v, causal)[0]
     timing.check_close(out, ref, "bf16", f"Gluon FA3 {config.label} {shape} d {head_dim}")
     assert (out.double() - ref).abs().max().item() < 0.05  # no single row far off (a norm could hide one)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_a_call_on_the_same_tensors_replays_it(causal):
+    """The second call on the same tensors replays the first's launch, its TMA descriptors encoded once
+    (launch.record_encoded): the same output bit for bit, new values read after the inputs are refilled in place
+    (the record holds addresses, not values), and another output buffer is a new record, not a stale one."""
+    fa3 = _hopper_or_skip()
+    q, k, v = (timing.random_tensor((2, 3, 1000, 64), "bf16", "cuda") for _ in range(3))
+    first = fa3.gluon_attention(q, k, v, causal, out=torch.full_like(q, float("nan")))
+    out = torch.full_like(q, float("nan"))
+    fa3.gluon_attention(q, k, v, causal, out=out)
+    assert fa3._call_key(q, k, v, out, causal, None, None) in fa3._RECORDED
+    again = torch.full_like(q, float("nan"))
+    out.fill_(float("nan"))
+    fa3.gluon_attention(q, k, v, causal, out=out)  # replayed
+    assert torch.equal(out, first)
+    q.copy_(timing.random_tensor(q.shape, "bf16", "cuda"))
+    fa3.gluon_attention(q, k, v, causal, out=out)  # replayed, on the new values
+    fa3.gluon_attention(q, k, v, causal, out=again)  # another output: launched and recorded afresh
+    assert fa3._call_key(q, k, v, again, causal, None, None) in fa3._RECORDED and torch.equal(out, again)
+    timing.check_close(out, reference(q, k, v, causal)[0], "bf16", "Gluon FA3 replayed on refilled inputs")
