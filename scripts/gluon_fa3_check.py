@@ -39,19 +39,21 @@ CHECK_PROGRAMS = 3  # few programs: each walks several (head, query block) tiles
 LIBRARIES = ("sdpa-cudnn", "sdpa-flash")
 # name -> {head dim: FA3Config keyword arguments}; the first is the lab's default (gluon_fa3.DEFAULT_CONFIGS).
 # Each compiles for sm_90a with Triton 3.6 under 227 KiB of shared memory and without spills, except where said
-D128 = dict(block_n=128, stages=2, o_tma=True)
-D64 = dict(block_n=128, stages=3, o_tma=True)
 THREE = dict(consumers=3, consumer_regs=160)  # three consumer warpgroups: 192 queries a tile, 160 registers each
+D128 = dict(block_n=128, stages=2, o_tma=True)
+D64 = dict(THREE, block_n=128, stages=3, o_tma=True)
+TWO64 = dict(block_n=128, stages=3, o_tma=True)  # d 64 with two consumers, the default before
 VARIANTS = {
-    "default: 128x128, Q double-buffered, O through TMA (d128 s2, d64 s3)": {128: D128, 64: D64},
+    "default: Q double-buffered, O through TMA (d128 128x128 s2, d64 192x128 s3)": {128: D128, 64: D64},
     "192 rows, P in registers (d128 192x64 s3, d64 192x64 s4 O through TMA)": {
         128: dict(THREE, block_n=64, stages=3), 64: dict(THREE, block_n=64, stages=4, o_tma=True)},
     "P through shared memory (d128 128x128 s2; d64 192x128 s3 O through TMA: a few spills outside the key loop)": {
         128: dict(D128, p_smem=True, o_tma=False), 64: dict(THREE, block_n=128, stages=3, p_smem=True, o_tma=True)},
-    "no ping-pong (d128 s2, d64 s3)": {128: dict(D128, pingpong=False), 64: dict(D64, pingpong=False)},
-    "O from registers, the default before 2026-11-27 (d128 s2, d64 s3)": {128: dict(D128, o_tma=False),
-                                                                        64: dict(D64, o_tma=False)},
+    "no ping-pong (d128 s2, d64 s3)": {128: dict(D128, pingpong=False), 64: dict(TWO64, pingpong=False)},
+    "O from registers, as before 2026-11-27 (d128 s2, d64 two consumers s3)": {128: dict(D128, o_tma=False),
+                                                                              64: dict(TWO64, o_tma=False)},
     "Q single-buffered, as in the draft (d128 s2, d64 s3)": {128: dict(D128, q_buffers=1), 64: dict(D64, q_buffers=1)},
+    "two consumers at d64 (128x128 s3, the default before 2026-11-27); d128 as the default": {128: D128, 64: TWO64},
 }
 PTX_MARKERS = ("wgmma.mma_async", "wgmma.wait_group", "mbarrier.try_wait", "mbarrier.arrive", "setmaxnreg",
                "cp.async.bulk.tensor", "ex2.approx", "bar.sync")

@@ -12,7 +12,7 @@ What you will learn:
 - what then limits the speed: the matrix multiplies on the tensor cores *plus* the exponentials on
   the special-function units, which in this schedule do not overlap;
 - how FlashAttention-3's schedule overlaps them (gluon_fa3.py, Hopper only): a producer warp on TMA copies and
-  two consumer warpgroups taking turns on the tensor cores.
+  consumer warpgroups (two at d = 128, three at d = 64) taking turns on the tensor cores.
 
 
 The package reads in this order: online_softmax.py (the idea, in numpy), tiles.py (how a call is cut into

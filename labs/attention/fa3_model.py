@@ -5,24 +5,27 @@ model.py calls it with its own rates (the measured bf16 matrix rate, the SFUs' e
 
 Our FlashAttention-2 (model.py, schedule.py) pays, per tile, the tensor cores' time *plus* the exponentials', less
 the half of the shorter one that the SM's second program hides. FlashAttention-3's schedule overlaps them on
-purpose. Each program (one per SM, persistent) has two consumer warpgroups of 64 query rows each; they take turns
-on the tensor cores. While one warpgroup's two GEMMs (S = Q K^T of the next key block, O += P V of the last) run,
-the other computes its softmax. For one key block of the program's 128 queries, with g one warpgroup's GEMM time
-and c its softmax time:
+purpose. Each program (one per SM, persistent) has W consumer warpgroups of 64 query rows each (W = 2 at d = 128,
+3 at d = 64: FA3_CONSUMERS); they take turns on the tensor cores. While one warpgroup's two GEMMs (S = Q K^T of the
+next key block, O += P V of the last) run, the others compute their softmax. For one key block of the program's
+W x 64 queries, with g one warpgroup's GEMM time, c its softmax time and s its exponentials' time through the SM's
+special-function lanes:
 
-    period = g + max(g, c)
+    period = max(W g, g + c, W s, (W - 1) s + c)
 
-warpgroup 0's GEMMs (g), then warpgroup 1's (g) while warpgroup 0 runs its softmax (c); warpgroup 0 may issue its
-next GEMMs once both are done. Where c <= g the softmax hides whole and the tensor cores never wait.
+the tensor cores' turns (W g); one warpgroup's own GEMMs, then its softmax (g + c); every warpgroup's
+exponentials through the same lanes (W s), and those of the others while one runs its softmax ((W - 1) s + c).
+With two warpgroups g + c binds: warpgroup 0's GEMMs, then warpgroup 1's while warpgroup 0 runs its softmax. With
+three at d = 64, two are in their softmax at any time and the lanes' share binds: the round costs about 10 %
+more than two warpgroups' but covers half as many queries again.
 
-c is the longer of the warpgroup's exponentials through the special-function lanes (s) and its softmax as a chain
-of dependent instructions (fa3_issue.softmax_chain_seconds). The chain is what binds on a Hopper GPU: about 1,500
-clocks a block against 512 for the exponentials. At d = 128 the other warpgroup's GEMMs last about as long, and
-the tensor cores barely wait; at d = 64 they last half as long, and the tensor cores idle a third of the time. The
-code means the softmax to overlap the warpgroup's own P V product too (it waits for S alone), but ptxas puts a wait
-for every GEMM before the softmax (WARPGROUP.DEPBAR.LE gsb0, 0x0 in the sm_90a SASS, read on an H200), so the
-softmax follows both of the warpgroup's GEMMs, g whole.
-A key block also lasts at least 2s, both warpgroups' exponentials through the same lanes.
+c is the longer of the warpgroup's exponentials (s) and its softmax as a chain of dependent instructions
+(fa3_issue.softmax_chain_seconds). The chain is what binds on a Hopper GPU: about 1,500 clocks a block against 512
+for the exponentials. At d = 128 the other warpgroup's GEMMs last about as long, and the tensor cores barely wait;
+at d = 64 they last half as long, which is why d = 64 takes a third warpgroup. The code means the softmax to
+overlap the warpgroup's own P V product too (it waits for S alone), but ptxas puts a wait for every GEMM before the
+softmax (WARPGROUP.DEPBAR.LE gsb0, 0x0 in the sm_90a SASS, read on an H200), so the softmax follows both of the
+warpgroup's GEMMs, g whole.
 
 The programs take the tiles in the kernel's order (tile_sequence): heads in groups whose K and V fit the L2. Under
 the causal mask that order decides the mix of long and short tiles each program gets, and the slowest program
@@ -37,7 +40,7 @@ from labs.engine.gpu import KERNEL_LAUNCH_US
 
 # as gluon_fa3.DEFAULT_CONFIGS and WG_ROWS (tests/test_attention_gluon.py checks they agree where Gluon imports)
 FA3_WG_ROWS = 64  # query rows per consumer warpgroup: one m64 wgmma
-FA3_BLOCK_M = 2 * FA3_WG_ROWS  # a program's query tile: two consumer warpgroups
+FA3_CONSUMERS = {64: 3, 128: 2}  # consumer warpgroups by head dim: a program's query tile is 192 or 128 rows
 FA3_BLOCK_N = {64: 128, 128: 128}  # keys per block, by head dim
 FA3_HEAD_DIMS = tuple(FA3_BLOCK_N)
 FA3_DTYPE = "bf16"
@@ -48,18 +51,23 @@ def fa3_supports(dtype: str, head_dim: int, compute_capability: str) -> bool:
     return dtype == FA3_DTYPE and head_dim in FA3_HEAD_DIMS and str(compute_capability).startswith("9.")
 
 
-def key_blocks(qm0: int, lq: int, lk: int, block_n: int, causal: bool) -> int:
-    """Key blocks the query tile [qm0, qm0 + FA3_BLOCK_M) visits (the kernel's _key_blocks: causal tiles stop at
-    the last row's diagonal, aligned bottom right)."""
-    hi = min(max(qm0 + FA3_BLOCK_M + lk - lq, 0), lk) if causal else lk
+def fa3_block_m(head_dim: int) -> int:
+    """Query rows of one program's tile at this head dim: 64 a consumer warpgroup."""
+    return FA3_CONSUMERS[head_dim] * FA3_WG_ROWS
+
+
+def key_blocks(qm0: int, lq: int, lk: int, block_n: int, causal: bool, block_m: int) -> int:
+    """Key blocks the query tile [qm0, qm0 + block_m) visits (the kernel's _key_blocks: causal tiles stop at the
+    last row's diagonal, aligned bottom right)."""
+    hi = min(max(qm0 + block_m + lk - lq, 0), lk) if causal else lk
     return -(-hi // block_n)
 
 
-def masked_blocks(qm0: int, lq: int, lk: int, block_n: int, causal: bool) -> int:
+def masked_blocks(qm0: int, lq: int, lk: int, block_n: int, causal: bool, block_m: int) -> int:
     """Of the key blocks the tile visits, those some row sees only in part (the kernel's _key_blocks: the causal
     diagonal and the keys' ragged end), which run the loop with a mask."""
     full_end = min(max(qm0 + 1 + lk - lq, 0), lk) if causal else lk
-    return key_blocks(qm0, lq, lk, block_n, causal) - full_end // block_n
+    return key_blocks(qm0, lq, lk, block_n, causal, block_m) - full_end // block_n
 
 
 L2_SHARE = 0.5  # of the L2 the K and V of one group of heads may fill (the rest: Q, O, other traffic)
@@ -82,14 +90,14 @@ def tile_sequence(heads: int, q_blocks: int, causal: bool, group: int) -> list[t
     return [(t // q_blocks, q_blocks - 1 - t % q_blocks if causal else t % q_blocks) for t in tiles]
 
 
-def query_tiles(lq: int) -> int:
+def query_tiles(lq: int, block_m: int) -> int:
     """Query tiles of one head (the last one ragged where Lq is not a multiple of the tile)."""
-    return max(1, -(-lq // FA3_BLOCK_M))
+    return max(1, -(-lq // block_m))
 
 
-def query_tile_blocks(lq: int, lk: int, block_n: int, causal: bool) -> list[int]:
+def query_tile_blocks(lq: int, lk: int, block_n: int, causal: bool, block_m: int) -> list[int]:
     """Key blocks of each query tile of one head, query block 0 first."""
-    return [key_blocks(qb * FA3_BLOCK_M, lq, lk, block_n, causal) for qb in range(query_tiles(lq))]
+    return [key_blocks(qb * block_m, lq, lk, block_n, causal, block_m) for qb in range(query_tiles(lq, block_m))]
 
 
 def persistent_span(durations: list[float], programs: int) -> float:
@@ -114,11 +122,15 @@ def hbm_bytes(shape) -> int:
     return 2 * shape.q_bytes + 2 * shape.kv_bytes
 
 
-def block_period(d: int, block_n: int, g: float, s: float, masked: bool, clock_hz: float) -> float:
-    """Seconds one SM spends on one key block of its 2 x 64 queries: the ping-pong's g + max(g, c), c the
-    softmax's time (softmax_seconds), unless both warpgroups' exponentials (2s: they share the SM's special-function
-    lanes) take longer."""
-    return max(g + max(g, softmax_seconds(d, block_n, s, masked, clock_hz)), 2 * s)
+def block_period(d: int, block_n: int, g: float, s: float, masked: bool, clock_hz: float, consumers: int) -> float:
+    """Seconds one SM spends on one key block of its consumers x 64 queries. The warpgroups take turns on the tensor
+    cores, so a round lasts at least all their GEMMs (consumers x g), and at least one warpgroup's own GEMMs and
+    softmax, one after the other (g + c, c from softmax_seconds). Every warpgroup's exponentials go through the
+    same special-function lanes: a round lasts at least consumers x s, and while one warpgroup runs its softmax the
+    others' exponentials pass those lanes too, (consumers - 1) x s on top of its chain. With two warpgroups g + c
+    binds (g >= s at d 64 and 128); with three, two are in their softmax at any time and the lanes' share binds."""
+    c = softmax_seconds(d, block_n, s, masked, clock_hz)
+    return max(consumers * g, g + c, consumers * s, (consumers - 1) * s + c)
 
 
 def softmax_seconds(d: int, block_n: int, s: float, masked: bool, clock_hz: float) -> float:
@@ -127,9 +139,9 @@ def softmax_seconds(d: int, block_n: int, s: float, masked: bool, clock_hz: floa
     return max(s, softmax_chain_seconds(FA3_WG_ROWS, d, block_n, masked, clock_hz))
 
 
-def tile_blocks(lq: int, lk: int, block_n: int, causal: bool, heads: int, group: int) -> list[int]:
+def tile_blocks(lq: int, lk: int, block_n: int, causal: bool, heads: int, group: int, block_m: int) -> list[int]:
     """Key blocks of every (head, query tile) in the order the programs take them (tile_sequence)."""
-    one_head = query_tile_blocks(lq, lk, block_n, causal)
+    one_head = query_tile_blocks(lq, lk, block_n, causal, block_m)
     return [one_head[qb] for _, qb in tile_sequence(heads, len(one_head), causal, group)]
 
 
@@ -137,10 +149,11 @@ def query_tile_seconds(shape, block_n: int, periods: tuple[float, float]) -> lis
     """Seconds of each query tile of one head (query block 0 first), from the (unmasked, masked) key block
     periods."""
     plain, masked = periods
+    block_m = fa3_block_m(shape.d)
     seconds = []
-    for qb in range(query_tiles(shape.lq)):
-        n = key_blocks(qb * FA3_BLOCK_M, shape.lq, shape.lk, block_n, shape.causal)
-        m = masked_blocks(qb * FA3_BLOCK_M, shape.lq, shape.lk, block_n, shape.causal)
+    for qb in range(query_tiles(shape.lq, block_m)):
+        n = key_blocks(qb * block_m, shape.lq, shape.lk, block_n, shape.causal, block_m)
+        m = masked_blocks(qb * block_m, shape.lq, shape.lk, block_n, shape.causal, block_m)
         seconds.append((n - m) * plain + m * masked)
     return seconds
 
@@ -162,16 +175,17 @@ def fa3_forward(shape, mma_rate: float, exp_rate: float, copy_bps: float, sm_cou
     the persistent schedule's waves and starts and the masked blocks' extra (schedule_s), and the HBM time (mem_s:
     Q, K, V read once, O written, nothing else). clock_hz: the SM's clock, for the softmax's chain; l2_bytes: the
     L2's size, which sets the kernel's groups of heads."""
-    block_n = FA3_BLOCK_N[shape.d]
+    block_n, consumers = FA3_BLOCK_N[shape.d], FA3_CONSUMERS[shape.d]
     g, s = block_seconds(shape.d, block_n, mma_rate, exp_rate, sm_count)
-    periods = tuple(block_period(shape.d, block_n, g, s, m, clock_hz) for m in (False, True))
+    periods = tuple(block_period(shape.d, block_n, g, s, m, clock_hz, consumers) for m in (False, True))
     work_s = work_seconds(shape, query_tile_seconds(shape, block_n, periods), sm_count, l2_bytes)
     start_s = KERNEL_LAUNCH_US * 1e-6  # the program's first loads and last store (and the kernel's own start)
     span = work_s + 2 * start_s
-    blocks = shape.b * shape.h * sum(query_tile_blocks(shape.lq, shape.lk, block_n, shape.causal)) / sm_count
+    blocks = shape.b * shape.h * sum(query_tile_blocks(shape.lq, shape.lk, block_n, shape.causal,
+                                                       fa3_block_m(shape.d))) / sm_count
     c = softmax_seconds(shape.d, block_n, s, False, clock_hz)
-    mma_s, exp_s = blocks * 2 * g, blocks * 2 * c
-    exposed = blocks * (periods[0] - 2 * g)  # the softmax's part that leaves the tensor cores idle
+    mma_s, exp_s = blocks * consumers * g, blocks * consumers * c
+    exposed = blocks * (periods[0] - consumers * g)  # the softmax's part that leaves the tensor cores idle
     mem_s = hbm_bytes(shape) / copy_bps
     return {"s": max(span, mem_s), "mma_s": mma_s, "exp_s": exp_s, "hidden_s": exp_s - exposed,
             "schedule_s": span - (mma_s + exposed), "mem_s": mem_s}

@@ -42,7 +42,12 @@ class FA3Config:
 # N = 2048 (16 key blocks a tile) bought 2 to 12 % over storing from registers on an H100 and an H200
 # (scripts/gluon_fa3_check.py; docs/gluon-fa3-h200-2026-11-27/README.md has the runs).
 # The alternatives (that script's VARIANTS) are timed beside these on an H100 before one replaces them.
-DEFAULT_CONFIGS = {64: FA3Config(block_n=128, stages=3, o_tma=True), 128: FA3Config(block_n=128, stages=2, o_tma=True)}
+# d = 64 takes three consumer warpgroups (192 queries a tile, 160 registers a thread; ptxas 3.6 spills 2 registers
+# unmasked and 22 causal): its softmax outlasts a warpgroup's GEMMs twice over, so a third warpgroup's GEMMs fill
+# the tensor cores' wait. On an H100 it ran 1.00 to 1.12x cuDNN against 0.86 to 0.98 for two
+# warpgroups (scripts/gluon_fa3_check.py, docs/gluon-fa3-h200-2026-11-27/README.md).
+DEFAULT_CONFIGS = {64: FA3Config(block_n=128, stages=3, consumers=3, consumer_regs=160, o_tma=True),
+                   128: FA3Config(block_n=128, stages=2, o_tma=True)}
 
 
 def smem_bytes(head_dim: int, config: FA3Config, element_bytes: int = 2) -> int:

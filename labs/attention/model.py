@@ -184,7 +184,7 @@ def flash_peak_bytes(shape: Shape, mode: str) -> int:
 
 def gluon_model(shape: Shape, target: Target) -> dict:
     """Predicted time, HBM bytes and peak memory of the Gluon FlashAttention-3 forward (fa3_model.py): the
-    tensor cores and the exponentials overlapped by two consumer warpgroups in turn, on one program per SM."""
+    tensor cores and the exponentials overlapped by two or three consumer warpgroups in turn, on one program per SM."""
     k = fa3_forward(shape, matmul_rate(target, shape.dtype), exp_rate(target), target.ceilings.copy_tbps * 1e12,
                     target.sm_count, clock_hz(target), target.l2_bytes)
     return {"predicted_ms": k["s"] * 1e3, "predicted_hbm_bytes": fa3_hbm_bytes(shape),
