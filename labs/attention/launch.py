@@ -52,6 +52,16 @@ def _direct(compiled):
         return None
 
 
+def _compiled_key(kernel, device: int, key, meta: dict) -> tuple:
+    """Where launch() keeps a kind of call's compiled kernel: the kernel, the device, the caller's key, the meta."""
+    return kernel, device, key, tuple(meta.items())
+
+
+def _grid3(grid: tuple) -> tuple:
+    """A grid of one to three dimensions as the C launcher takes it: three."""
+    return grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1
+
+
 def _descriptor_encoder(launch_fn):
     """(the C launch function, encode) for a kernel that takes TMA descriptors, where this Triton wraps its C launcher
     as 3.6 does: in a Python function that encodes every descriptor again on every launch (a CUtensorMap from the
@@ -85,8 +95,8 @@ def record_encoded(kernel, grid: tuple, args: tuple, key, meta: dict, keep: tupl
     to replay() while every address and shape it names is the same (the caller's key must name them all); None where
     this Triton does not allow it. keep: objects the arguments come from (kept alive with the record: a
     configuration whose id the caller's key names, a tile table whose address is an argument)."""
-    first = next(a for a in args if isinstance(a, torch.Tensor))
-    hit = _COMPILED.get((kernel, first.get_device(), key, tuple(meta.items())))
+    device = next(a for a in args if isinstance(a, torch.Tensor)).get_device()
+    hit = _COMPILED.get(_compiled_key(kernel, device, key, meta))
     if hit is None or hit[2] is None:
         return None
     _, constexprs, (launch_fn, function, cooperative, pdl, packed) = hit
@@ -94,9 +104,8 @@ def record_encoded(kernel, grid: tuple, args: tuple, key, meta: dict, keep: tupl
     if encoder is None:
         return None
     raw, encode = encoder
-    grid3 = (grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1)
     params = encode([a.data_ptr() if isinstance(a, torch.Tensor) else a for a in args] + list(constexprs))
-    return raw, grid3, (function, cooperative, pdl, None, None, packed, None, None, None), params, first.get_device(), keep
+    return raw, _grid3(grid), (function, cooperative, pdl, None, None, packed, None, None, None), params, device, keep
 
 
 def replay(record) -> None:
@@ -130,8 +139,8 @@ def launch(kernel, grid: tuple, *args, key, plan=None, owner=None, **meta) -> No
         kernel[grid](*args, **meta)
         return
     device = first.get_device()
-    key = (kernel, device, key, tuple(meta.items()))
-    grid3 = (grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1)
+    key = _compiled_key(kernel, device, key, meta)
+    grid3 = _grid3(grid)
     hit = _COMPILED.get(key)
     if hit is None:  # the first call of its kind: Triton binds, specializes, compiles and launches
         compiled = kernel[grid](*args, **meta)
