@@ -123,12 +123,18 @@ def test_library_ratios_by_hand():
             {"kernel": "cublas", "dtype": "bf16", "n": 2048, "measured_ms": 0.020},
             {"kernel": "triton", "dtype": "bf16", "n": 2049, "path": "vec2", "measured_ms": 0.050},
             {"kernel": "cublas", "dtype": "bf16", "n": 2049, "measured_ms": 0.020},
+            {"kernel": "triton", "dtype": "bf16", "n": 2056, "path": "tma", "measured_ms": 0.040},
+            {"kernel": "cublas", "dtype": "bf16", "n": 2056, "measured_ms": 0.020},
+            {"kernel": "triton", "dtype": "bf16", "n": 8320, "path": "tma", "measured_ms": 9.0},
+            {"kernel": "cublas", "dtype": "bf16", "n": 8320, "measured_ms": 8.0},
             {"kernel": "triton", "dtype": "bf16", "n": 512, "path": "tma", "measured_ms": 0.010},
             {"kernel": "cublas", "dtype": "bf16", "n": 512, "measured_ms": 0.005}]
     got = {r["case"]: r for r in matmul.library_ratios(rows)}
     assert got["bf16 N = 2048"]["speed_ratio"] == pytest.approx(0.8) and got["bf16 N = 2048"]["target"] == 0.9
     assert got["bf16 N = 2049 (unaligned)"]["target"] is None  # the pointer path: no bar
     assert got["bf16 N = 512"]["target"] is None  # below 1024: no bar
+    assert got["bf16 N = 2056"]["target"] is None  # just past a power of two: taught, not targeted (issue 33)
+    assert got["bf16 N = 8320"]["target"] is None  # a multiple of 128, but past 8192
     key = {"mode": "fwd", "causal": False, "dtype": "bf16", "head_dim": 128}
     rows = [key | {"impl": "ours", "seq_len": 2048, "measured_ms": 1.0},
             key | {"impl": "sdpa-cudnn", "seq_len": 2048, "measured_ms": 0.8},
