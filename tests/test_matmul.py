@@ -993,3 +993,23 @@ def test_the_default_tile_shrinks_to_fit_an_sm_but_a_chosen_tile_is_refused():
     l4 = gpu.datasheet_target(gpu.datasheet_by_name("L4"))
     with pytest.raises(ParamError, match="shared memory"):
         mm.LAB.check(mm.Params(block_n=256, num_stages=3), l4)
+
+
+def test_the_floor_probe_keeps_its_timings_off_the_first_row(monkeypatch):
+    """The floor probe runs once a run, before the first row: its two timings are the floor note's. Left to the
+    runner they fell on the first row of the first pass only, which then merged as 1 repeat (`labs run` said "the
+    median of at least 1 repeats") with the probe's kernels in its spread."""
+    t = toy_target()
+
+    def fake_probe(target):
+        timing.record_samples([0.006, 0.007])  # what the real probe's timers hand the collector
+        model._FLOOR_PROBED[target.key] = 6.0
+        return 6.0
+
+    monkeypatch.setattr(measure, "probe_floor_us", fake_probe)
+    monkeypatch.setattr(model, "_FLOOR_PROBED", {})
+    monkeypatch.setattr(measure, "load_latency_us", lambda target: 0.8)
+    with timing.collecting() as rows_timed:
+        first = next(measure.measure(mm.Params(sizes=(256,)), t, lambda *a: None))
+    assert isinstance(first, str) and "6.0" in first  # the floor note
+    assert rows_timed.take() == []

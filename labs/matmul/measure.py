@@ -133,7 +133,8 @@ def measure(params, target: Target, progress):
     cc = target.compute_capability
     if "triton" in params.kernels and target.key not in model._FLOOR_PROBED:
         progress(0.0, "probe: the time of the smallest product (the floor under every point)")
-        floor = probe_floor_us(target)
+        with timing.collecting():  # the probe's timings are the note's, not the first row's (as in the Hopper lab)
+            floor = probe_floor_us(target)
         lat = load_latency_us(target)
         yield FLOOR_NOTE.format(floor, lat * LATENCY_STEPS / (FLOOR_TILE.num_stages - 1), lat)
     for dtype in params.dtypes:
