@@ -13,7 +13,9 @@ What you will learn:
   their own. dQ needs every key, so both write their half of dS^T to shared memory, meet at an mbarrier, and
   each multiplies all 128 keys for half of dQ's columns (at d = 128) or, at d = 64, every other query block;
 - the register budget: dK and dV (64 x d FP32 each) live the whole walk, S^T, dP^T and the dQ half beside them:
-  224 of a consumer thread's 240 registers at d = 128, which is why each warpgroup takes 64 keys, not 128;
+  224 of a consumer thread's 240 registers at d = 128, which is why each warpgroup takes 64 keys, not 128, and
+  why S^T's and dP^T's accumulators start at -lse2 and -delta (those two rows then need no registers of their
+  own while the multiplies run);
 - where the barriers are: `kv_ready` (K and V landed), `q_ready` / `q_empty` per ring slot (the producer arms
   it with the bytes of Q and dO; both consumers arrive once their last multiply that reads the slot is done),
   and `ds_ready` / `ds_free` per dS buffer (both halves written; both dQ multiplies done reading).
@@ -44,9 +46,6 @@ from labs.attention.tiles import lq_pad
 from labs.hopper.gluon_support import GluonUnavailable, attention_unavailable_reason, device_capability
 from labs.hopper.gluon_ws import tma_load
 
-import os as _os
-WAIT_DV_X = gl.constexpr(_os.environ.get("WAIT_DV_X", "1") == "1")
-COALESCED_X = gl.constexpr(_os.environ.get("COALESCED_X", "1") == "1")
 BWD_KEYS = 128  # keys per program: 64 per consumer warpgroup (one m64 wgmma each)
 BWD_QUERIES = 64  # queries per step of the walk
 BWD_STAGES = 2  # Q and dO blocks the producer may run ahead
@@ -112,29 +111,21 @@ def _as_a_operand(x, acc_layout: gl.constexpr):
 
 
 @gluon.jit
-def _add_dq(dq_ptr, dq, dq_stage, row0, col0, HEAD_DIM: gl.constexpr):
+def _add_dq(dq_ptr, dq, row0, col0, HEAD_DIM: gl.constexpr):
     """dQ's FP32 copy += a finished [64, cols] part at row row0 (rows are padded: no mask), one atomic add an
-    element. With COALESCED the part goes through shared memory first, so that each thread adds four neighbours
-    at once and a warp two whole rows (the accumulator's layout gives a thread two neighbours, a warp 8 rows)."""
-    if COALESCED_X:
-        ROWS: gl.constexpr = dq.shape[0]
-        COLS: gl.constexpr = dq.shape[1]
-        dq_stage.store(dq)
-        layout: gl.constexpr = gl.BlockedLayout([1, 4], [32 * 4 // COLS, COLS // 4], [4, 1], [1, 0])
-        part = dq_stage.load(layout)
-    else:
-        layout: gl.constexpr = dq.type.layout
-        part = dq
-    rows = gl.expand_dims(row0 + gl.arange(0, part.shape[0], layout=gl.SliceLayout(1, layout)), 1)
-    cols = gl.expand_dims(col0 + gl.arange(0, part.shape[1], layout=gl.SliceLayout(0, layout)), 0)
-    gl.atomic_add(dq_ptr + rows.to(gl.int64) * HEAD_DIM + cols, part, sem="relaxed")
+    element (`REDG.E.ADD.F32x2`: the accumulator's layout gives each thread two neighbours). Staging the part
+    through shared memory so that a thread adds four was slower: docs/gluon-fa3-bwd-h100-2026-11-28."""
+    layout: gl.constexpr = dq.type.layout
+    rows = gl.expand_dims(row0 + gl.arange(0, dq.shape[0], layout=gl.SliceLayout(1, layout)), 1)
+    cols = gl.expand_dims(col0 + gl.arange(0, dq.shape[1], layout=gl.SliceLayout(0, layout)), 0)
+    gl.atomic_add(dq_ptr + rows.to(gl.int64) * HEAD_DIM + cols, dq, sem="relaxed")
 
 
 @gluon.jit
-def _row_stats(lse2_ptr, delta_ptr, bh, m0, LQ_PAD, s_layout: gl.constexpr):
-    """lse2 and delta of the query block at m0, along S^T's columns: loaded a step ahead, so that their trip to
-    L2 and back hides under this step's work (rows past the padding read 0: never used)."""
-    queries = m0 + gl.arange(0, 64, layout=gl.BlockedLayout([1], [32], [4], [0]))  # compact while carried
+def _row_stats(lse2_ptr, delta_ptr, bh, m0, LQ_PAD, BLOCK_M: gl.constexpr):
+    """lse2 and delta of the query block at m0, loaded a step ahead so that their trip to L2 and back hides under
+    a step's work, in a compact layout while they wait (rows past the padding read 0: never used)."""
+    queries = m0 + gl.arange(0, BLOCK_M, layout=gl.BlockedLayout([1], [32], [CONSUMER_WARPS], [0]))
     inside = queries < LQ_PAD
     lse2 = gl.load(lse2_ptr + bh * LQ_PAD + queries, mask=inside, other=0.0)  # +inf past Lq: P = 0 there
     delta = gl.load(delta_ptr + bh * LQ_PAD + queries, mask=inside, other=0.0)  # rowsum(dO * O)
@@ -142,10 +133,10 @@ def _row_stats(lse2_ptr, delta_ptr, bh, m0, LQ_PAD, s_layout: gl.constexpr):
 
 
 @gluon.jit
-def _step(k_w, v_w, k_cols, q_t, do_t, ds_buf, dq_stage, ds_ready, ds_free, dk, dv, lse2, delta, keys, m0, step, bh,
-          dq_ptr, lse2_ptr, delta_ptr, LQ, LK, LQ_PAD, qk_scale, WG: gl.constexpr, CAUSAL: gl.constexpr,
-          MASKED: gl.constexpr):
-    """One query block against our 64 keys: dV += P^T dO, dK += dS^T Q, and our share of dQ = dS K."""
+def _step(k_w, v_w, k_cols, q_t, do_t, ds_buf, ds_ready, ds_free, dk, dv, lse2, delta, keys, m0, full, step,
+          bh, dq_ptr, lse2_ptr, delta_ptr, LQ, LK, LQ_PAD, qk_scale, WG: gl.constexpr, CAUSAL: gl.constexpr):
+    """One query block against our 64 keys: dV += P^T dO, dK += dS^T Q, and our share of dQ = dS K. Returns the
+    next block's lse2 and delta."""
     KEYS: gl.constexpr = k_w.type.shape[0]
     HEAD_DIM: gl.constexpr = k_w.type.shape[1]
     BLOCK_M: gl.constexpr = q_t.type.shape[0]
@@ -153,29 +144,29 @@ def _step(k_w, v_w, k_cols, q_t, do_t, ds_buf, dq_stage, ds_ready, ds_free, dk, 
     s_layout: gl.constexpr = wgmma_layout(BLOCK_M)  # [64 keys, 64 queries]
     acc_layout: gl.constexpr = wgmma_layout(HEAD_DIM)
     dq_layout: gl.constexpr = wgmma_layout(DQ_COLS)
-    # S^T = K Q^T and dP^T = V dO^T, issued together: both read shared memory only
-    s_t = warpgroup_mma(k_w, q_t.permute((1, 0)), gl.zeros([KEYS, BLOCK_M], gl.float32, s_layout), use_acc=False,
+    # S^T = K Q^T and dP^T = V dO^T, issued together (both read shared memory only). Their accumulators start at
+    # -lse2 / qk_scale and -delta, so they come out as the exponent's argument and dP - delta: the query rows' two
+    # numbers take no registers of their own while the multiplies run (at d = 128 that is what kept ptxas from
+    # spilling in the loop: docs/gluon-fa3-bwd-h100-2026-11-28)
+    lse2 = gl.expand_dims(gl.convert_layout(lse2, gl.SliceLayout(0, s_layout)), 0)
+    delta = gl.expand_dims(gl.convert_layout(delta, gl.SliceLayout(0, s_layout)), 0)
+    s_t = warpgroup_mma(k_w, q_t.permute((1, 0)), gl.zeros([KEYS, BLOCK_M], gl.float32, s_layout) - lse2 / qk_scale,
                         is_async=True)
-    dp_t = warpgroup_mma(v_w, do_t.permute((1, 0)), gl.zeros([KEYS, BLOCK_M], gl.float32, s_layout), use_acc=False,
+    dp_t = warpgroup_mma(v_w, do_t.permute((1, 0)), gl.zeros([KEYS, BLOCK_M], gl.float32, s_layout) - delta,
                          is_async=True)
     queries = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, s_layout))
-    lse2_next, delta_next = _row_stats(lse2_ptr, delta_ptr, bh, m0 + BLOCK_M, LQ_PAD, s_layout)  # the next step's
-    lse2 = gl.convert_layout(lse2, gl.SliceLayout(0, s_layout))
-    delta = gl.convert_layout(delta, gl.SliceLayout(0, s_layout))
+    lse2_next, delta_next = _row_stats(lse2_ptr, delta_ptr, bh, m0 + BLOCK_M, LQ_PAD, BLOCK_M)
     s_t = warpgroup_mma_wait(num_outstanding=1, deps=(s_t, ))
-    p_t = gl.exp2(s_t * qk_scale - gl.expand_dims(lse2, 0))  # P^T, exact: lse is each row's true normaliser
-    if MASKED:
+    p_t = gl.exp2(s_t * qk_scale)  # P^T, exact: lse is each row's true normaliser
+    if m0 < full:  # the causal diagonal, or keys past Lk (a ragged last block of keys)
         visible = gl.expand_dims(keys < LK, 1)
         if CAUSAL:
             visible = visible & (gl.expand_dims(keys, 1) <= gl.expand_dims(queries, 0) + (LK - LQ))
         p_t = gl.where(visible, p_t, 0.0)
     p_op = _as_a_operand(p_t, acc_layout)
     dv = warpgroup_mma(p_op, do_t, dv, is_async=True)  # dV += P^T dO
-    if WAIT_DV_X:  # P's registers free before dS takes its own (d = 128: 240 registers hold no more)
-        dp_t, dv, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(dp_t, dv, p_op))
-    else:
-        dp_t = warpgroup_mma_wait(num_outstanding=1, deps=(dp_t, ))  # (dV may still run)
-    ds_t = p_t * (dp_t - gl.expand_dims(delta, 0))  # softmax's backward: dS = P (dP - rowsum(dO O))
+    dp_t = warpgroup_mma_wait(num_outstanding=1, deps=(dp_t, ))  # (dV may still run)
+    ds_t = p_t * dp_t  # softmax's backward: dS = P (dP - rowsum(dO O))
     ds_op = _as_a_operand(ds_t, acc_layout)
     dk = warpgroup_mma(ds_op, q_t, dk, is_async=True)  # dK += dS^T Q
     # dS^T to shared memory, where the other warpgroup's 64 keys join ours
@@ -191,33 +182,15 @@ def _step(k_w, v_w, k_cols, q_t, do_t, ds_buf, dq_stage, ds_ready, ds_free, dk, 
                            dq_layout), use_acc=False, is_async=True)
         dq, dv, dk, p_op, ds_op = warpgroup_mma_wait(num_outstanding=0, deps=(dq, dv, dk, p_op, ds_op))
         mbarrier.arrive(ds_free.index(buf))
-        _add_dq(dq_ptr, dq, dq_stage, row0, WG * DQ_COLS, HEAD_DIM)
+        _add_dq(dq_ptr, dq, row0, WG * DQ_COLS, HEAD_DIM)
     else:  # d = 64: one warpgroup takes the whole of dQ, warpgroup 0 on even steps and 1 on odd ones
         dv, dk, p_op, ds_op = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk, p_op, ds_op))
         if step % 2 == WG:
             dq = warpgroup_mma(ds_buf.index(buf).permute((1, 0)), k_cols, gl.zeros([BLOCK_M, DQ_COLS], gl.float32,
                                dq_layout), use_acc=False)
-            _add_dq(dq_ptr, dq, dq_stage, row0, 0, HEAD_DIM)
+            _add_dq(dq_ptr, dq, row0, 0, HEAD_DIM)
         mbarrier.arrive(ds_free.index(buf))
     return dk, dv, lse2_next, delta_next
-
-
-@gluon.jit
-def _steps(lo, hi, step, k_w, v_w, k_cols, q_ring, do_ring, ds_buf, dq_stage, q_ready, q_empty, ds_ready, ds_free,
-           dk, dv, lse2, delta, keys, bh, dq_ptr, lse2_ptr, delta_ptr, LQ, LK, LQ_PAD, qk_scale, WG: gl.constexpr,
-           CAUSAL: gl.constexpr, MASKED: gl.constexpr):
-    """Query blocks [lo, hi), each from the ring slot the producer filled for it."""
-    BLOCK_M: gl.constexpr = q_ring.type.shape[1]
-    STAGES: gl.constexpr = q_ring.type.shape[0]
-    for m0 in range(lo, hi, BLOCK_M):
-        slot = step % STAGES
-        mbarrier.wait(q_ready.index(slot), (step // STAGES) & 1)  # Q and dO have landed
-        dk, dv, lse2, delta = _step(k_w, v_w, k_cols, q_ring.index(slot), do_ring.index(slot), ds_buf, dq_stage,
-                                    ds_ready, ds_free, dk, dv, lse2, delta, keys, m0, step, bh, dq_ptr, lse2_ptr,
-                                    delta_ptr, LQ, LK, LQ_PAD, qk_scale, WG, CAUSAL, MASKED)
-        mbarrier.arrive(q_empty.index(slot))  # every multiply that reads the slot is done
-        step += 1
-    return dk, dv, lse2, delta, step
 
 
 @gluon.jit
@@ -233,13 +206,14 @@ def _store_keys(ptr, x, keys, bh, LK):
 
 @gluon.jit
 def _bwd_consumer(dq_ptr, dk_ptr, dv_ptr, lse2_ptr, delta_ptr, LQ, LK, LQ_PAD, qk_scale, scale, k_smem, v_smem,
-                  q_ring, do_ring, ds_buf, dq_smem, kv_ready, q_ready, q_empty, ds_ready, ds_free, WG: gl.constexpr,
+                  q_ring, do_ring, ds_buf, kv_ready, q_ready, q_empty, ds_ready, ds_free, WG: gl.constexpr,
                   CAUSAL: gl.constexpr):
     BLOCK_M: gl.constexpr = q_ring.type.shape[1]
     HEAD_DIM: gl.constexpr = q_ring.type.shape[2]
     BLOCK_N: gl.constexpr = k_smem.type.shape[0]
     KEYS: gl.constexpr = BLOCK_N // 2
     DQ_COLS: gl.constexpr = HEAD_DIM // 2 if HEAD_DIM >= 128 else HEAD_DIM
+    STAGES: gl.constexpr = q_ring.type.shape[0]
     acc_layout: gl.constexpr = wgmma_layout(HEAD_DIM)
     n0 = gl.program_id(0) * BLOCK_N
     bh = gl.program_id(1)
@@ -250,15 +224,19 @@ def _bwd_consumer(dq_ptr, dk_ptr, dv_ptr, lse2_ptr, delta_ptr, LQ, LK, LQ_PAD, q
     lo, full, hi = _query_range(n0, LQ, LK, BLOCK_N, BLOCK_M, CAUSAL)
     dk = gl.zeros([KEYS, HEAD_DIM], gl.float32, acc_layout)
     dv = gl.zeros([KEYS, HEAD_DIM], gl.float32, acc_layout)
-    dq_stage = dq_smem.index(WG)  # used only with COALESCED
-    lse2, delta = _row_stats(lse2_ptr, delta_ptr, bh, lo, LQ_PAD, wgmma_layout(BLOCK_M))  # the first step's
+    lse2, delta = _row_stats(lse2_ptr, delta_ptr, bh, lo, LQ_PAD, BLOCK_M)  # the first step's
     mbarrier.wait(kv_ready, 0)
-    dk, dv, lse2, delta, step = _steps(lo, full, lo * 0, k_w, v_w, k_cols, q_ring, do_ring, ds_buf, dq_stage, q_ready,
-                          q_empty, ds_ready, ds_free, dk, dv, lse2, delta, keys, bh, dq_ptr, lse2_ptr, delta_ptr, LQ, LK, LQ_PAD, qk_scale,
-                          WG, CAUSAL, True)
-    dk, dv, lse2, delta, step = _steps(full, hi, step, k_w, v_w, k_cols, q_ring, do_ring, ds_buf, dq_stage,
-                          q_ready, q_empty, ds_ready, ds_free, dk, dv, lse2, delta, keys, bh, dq_ptr, lse2_ptr, delta_ptr, LQ, LK, LQ_PAD, qk_scale,
-                          WG, CAUSAL, False)
+    # one loop, the mask under a branch: a loop for the masked steps and one for the rest held more registers, and
+    # ptxas spilled in the second (docs/gluon-fa3-bwd-h100-2026-11-28)
+    step = lo * 0
+    for m0 in range(lo, hi, BLOCK_M):
+        slot = step % STAGES
+        mbarrier.wait(q_ready.index(slot), (step // STAGES) & 1)  # Q and dO have landed
+        dk, dv, lse2, delta = _step(k_w, v_w, k_cols, q_ring.index(slot), do_ring.index(slot), ds_buf, ds_ready,
+                                    ds_free, dk, dv, lse2, delta, keys, m0, full, step, bh, dq_ptr, lse2_ptr,
+                                    delta_ptr, LQ, LK, LQ_PAD, qk_scale, WG, CAUSAL)
+        mbarrier.arrive(q_empty.index(slot))  # every multiply that reads the slot is done
+        step += 1
     _store_keys(dk_ptr, dk * scale, keys, bh, LK)
     _store_keys(dv_ptr, dv, keys, bh, LK)
 
@@ -279,13 +257,6 @@ def fa3_backward_kernel(q_desc, k_desc, v_desc, do_desc, dq_ptr, dk_ptr, dv_ptr,
     v_smem = gl.allocate_shared_memory(dtype, v_desc.block_type.shape, v_desc.layout)
     DS_BLOCK: gl.constexpr = [BLOCK_N, BLOCK_M]  # dS^T of both warpgroups, two buffers
     ds_buf = gl.allocate_shared_memory(dtype, [2] + DS_BLOCK, gl.NVMMASharedLayout.get_default_for(DS_BLOCK, dtype))
-    HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
-    DQ_COLS: gl.constexpr = HEAD_DIM // 2 if HEAD_DIM >= 128 else HEAD_DIM
-    if COALESCED_X:  # each consumer's part of dQ on its way to the atomic adds
-        dq_smem = gl.allocate_shared_memory(gl.float32, [2, BLOCK_M, DQ_COLS],
-                                            gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[1, 0]))
-    else:
-        dq_smem = ds_buf  # never read or written
     kv_bar = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
     kv_ready = kv_bar.index(0)
     q_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -301,9 +272,9 @@ def fa3_backward_kernel(q_desc, k_desc, v_desc, do_desc, dq_ptr, dk_ptr, dv_ptr,
         mbarrier.init(ds_free.index(i), count=2)
     gl.warp_specialize([
         (_bwd_consumer, (dq_ptr, dk_ptr, dv_ptr, lse2_ptr, delta_ptr, LQ, LK, LQ_PAD, qk_scale, scale, k_smem, v_smem,
-                         q_ring, do_ring, ds_buf, dq_smem, kv_ready, q_ready, q_empty, ds_ready, ds_free, WG0, CAUSAL)),
+                         q_ring, do_ring, ds_buf, kv_ready, q_ready, q_empty, ds_ready, ds_free, WG0, CAUSAL)),
         (_bwd_consumer, (dq_ptr, dk_ptr, dv_ptr, lse2_ptr, delta_ptr, LQ, LK, LQ_PAD, qk_scale, scale, k_smem, v_smem,
-                         q_ring, do_ring, ds_buf, dq_smem, kv_ready, q_ready, q_empty, ds_ready, ds_free, WG1, CAUSAL)),
+                         q_ring, do_ring, ds_buf, kv_ready, q_ready, q_empty, ds_ready, ds_free, WG1, CAUSAL)),
         (_bwd_producer, (q_desc, k_desc, v_desc, do_desc, LQ, LK, k_smem, v_smem, q_ring, do_ring, kv_ready, q_ready,
                          q_empty, CAUSAL)),
     ], [CONSUMER_WARPS, PRODUCER_WARPS], [CONSUMER_REGS, PRODUCER_REGS])
