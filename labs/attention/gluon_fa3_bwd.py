@@ -46,6 +46,7 @@ from labs.attention.tiles import lq_pad
 from labs.hopper.gluon_support import GluonUnavailable, attention_unavailable_reason, device_capability
 from labs.hopper.gluon_ws import tma_load
 
+_FLAT = gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[0])  # a plain row of shared memory
 BWD_KEYS = 128  # keys per program: 64 per consumer warpgroup (one m64 wgmma each)
 BWD_QUERIES = 64  # queries per step of the walk
 BWD_STAGES = 2  # Q and dO blocks the producer may run ahead
@@ -76,8 +77,8 @@ def _query_range(n0, LQ, LK, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, CAUSA
 # 2. The producer: one warp that only issues copies
 # ---------------------------------------------------------------------------------------------
 @gluon.jit
-def _bwd_producer(q_desc, k_desc, v_desc, do_desc, LQ, LK, k_smem, v_smem, q_ring, do_ring, kv_ready, q_ready,
-                  q_empty, CAUSAL: gl.constexpr):
+def _bwd_producer(q_desc, k_desc, v_desc, do_desc, st_desc, LQ, LK, LQ_PAD, k_smem, v_smem, q_ring, do_ring, st_ring,
+                  kv_ready, q_ready, q_empty, CAUSAL: gl.constexpr):
     BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
     STAGES: gl.constexpr = q_ring.type.shape[0]
@@ -93,9 +94,12 @@ def _bwd_producer(q_desc, k_desc, v_desc, do_desc, LQ, LK, k_smem, v_smem, q_rin
         m0 = lo + i * BLOCK_M
         slot = i % STAGES
         mbarrier.wait(q_empty.index(slot), ((i // STAGES) & 1) ^ 1)  # a fresh barrier: the first pass goes straight on
-        mbarrier.expect(q_ready.index(slot), q_desc.block_type.nbytes + do_desc.block_type.nbytes)
+        mbarrier.expect(q_ready.index(slot), q_desc.block_type.nbytes + do_desc.block_type.nbytes +
+                        st_desc.block_type.nbytes)
         tma_load(q_desc, [bh * LQ + m0, 0], q_ready.index(slot), q_ring.index(slot))
         tma_load(do_desc, [bh * LQ + m0, 0], q_ready.index(slot), do_ring.index(slot))
+        # the block's lse2 and delta: two rows of 64 floats, side by side in the prep kernel's layout
+        tma_load(st_desc, [2 * ((bh * LQ_PAD + m0) // BLOCK_M), 0], q_ready.index(slot), st_ring.index(slot))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -122,19 +126,8 @@ def _add_dq(dq_ptr, dq, row0, col0, HEAD_DIM: gl.constexpr):
 
 
 @gluon.jit
-def _row_stats(lse2_ptr, delta_ptr, bh, m0, LQ_PAD, BLOCK_M: gl.constexpr):
-    """lse2 and delta of the query block at m0, loaded a step ahead so that their trip to L2 and back hides under
-    a step's work, in a compact layout while they wait (rows past the padding read 0: never used)."""
-    queries = m0 + gl.arange(0, BLOCK_M, layout=gl.BlockedLayout([1], [32], [CONSUMER_WARPS], [0]))
-    inside = queries < LQ_PAD
-    lse2 = gl.load(lse2_ptr + bh * LQ_PAD + queries, mask=inside, other=0.0)  # +inf past Lq: P = 0 there
-    delta = gl.load(delta_ptr + bh * LQ_PAD + queries, mask=inside, other=0.0)  # rowsum(dO * O)
-    return lse2, delta
-
-
-@gluon.jit
-def _step(k_w, v_w, k_cols, q_t, do_t, ds_buf, ds_ready, ds_free, dk, dv, lse2, delta, keys, m0, full, step,
-          bh, dq_ptr, lse2_ptr, delta_ptr, LQ, LK, LQ_PAD, qk_scale, WG: gl.constexpr, CAUSAL: gl.constexpr):
+def _step(k_w, v_w, k_cols, q_t, do_t, st, ds_buf, ds_ready, ds_free, dk, dv, keys, m0, full, step,
+          bh, dq_ptr, LQ, LK, LQ_PAD, qk_scale, WG: gl.constexpr, CAUSAL: gl.constexpr):
     """One query block against our 64 keys: dV += P^T dO, dK += dS^T Q, and our share of dQ = dS K. Returns the
     next block's lse2 and delta."""
     KEYS: gl.constexpr = k_w.type.shape[0]
@@ -145,17 +138,16 @@ def _step(k_w, v_w, k_cols, q_t, do_t, ds_buf, ds_ready, ds_free, dk, dv, lse2, 
     acc_layout: gl.constexpr = wgmma_layout(HEAD_DIM)
     dq_layout: gl.constexpr = wgmma_layout(DQ_COLS)
     # S^T = K Q^T and dP^T = V dO^T, issued together (both read shared memory only). Their accumulators start at
-    # -lse2 / qk_scale and -delta, so they come out as the exponent's argument and dP - delta: the query rows' two
-    # numbers take no registers of their own while the multiplies run (at d = 128 that is what kept ptxas from
-    # spilling in the loop: docs/gluon-fa3-bwd-h100-2026-11-28)
-    lse2 = gl.expand_dims(gl.convert_layout(lse2, gl.SliceLayout(0, s_layout)), 0)
-    delta = gl.expand_dims(gl.convert_layout(delta, gl.SliceLayout(0, s_layout)), 0)
+    # -lse2 / qk_scale and -delta (the producer brought both in with Q and dO), so they come out as the exponent's
+    # argument and dP - delta: the query rows' two numbers take no registers of their own while the multiplies run
+    # (at d = 128 that is what kept ptxas from spilling in the loop: docs/gluon-fa3-bwd-h100-2026-11-28)
+    lse2 = gl.expand_dims(st.slice(0, BLOCK_M).load(gl.SliceLayout(0, s_layout)), 0)
+    delta = gl.expand_dims(st.slice(BLOCK_M, BLOCK_M).load(gl.SliceLayout(0, s_layout)), 0)
     s_t = warpgroup_mma(k_w, q_t.permute((1, 0)), gl.zeros([KEYS, BLOCK_M], gl.float32, s_layout) - lse2 / qk_scale,
                         is_async=True)
     dp_t = warpgroup_mma(v_w, do_t.permute((1, 0)), gl.zeros([KEYS, BLOCK_M], gl.float32, s_layout) - delta,
                          is_async=True)
     queries = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, s_layout))
-    lse2_next, delta_next = _row_stats(lse2_ptr, delta_ptr, bh, m0 + BLOCK_M, LQ_PAD, BLOCK_M)
     s_t = warpgroup_mma_wait(num_outstanding=1, deps=(s_t, ))
     p_t = gl.exp2(s_t * qk_scale)  # P^T, exact: lse is each row's true normaliser
     if m0 < full:  # the causal diagonal, or keys past Lk (a ragged last block of keys)
@@ -190,7 +182,7 @@ def _step(k_w, v_w, k_cols, q_t, do_t, ds_buf, ds_ready, ds_free, dk, dv, lse2, 
                                dq_layout), use_acc=False)
             _add_dq(dq_ptr, dq, row0, 0, HEAD_DIM)
         mbarrier.arrive(ds_free.index(buf))
-    return dk, dv, lse2_next, delta_next
+    return dk, dv
 
 
 @gluon.jit
@@ -205,8 +197,8 @@ def _store_keys(ptr, x, keys, bh, LK):
 
 
 @gluon.jit
-def _bwd_consumer(dq_ptr, dk_ptr, dv_ptr, lse2_ptr, delta_ptr, LQ, LK, LQ_PAD, qk_scale, scale, k_smem, v_smem,
-                  q_ring, do_ring, ds_buf, kv_ready, q_ready, q_empty, ds_ready, ds_free, WG: gl.constexpr,
+def _bwd_consumer(dq_ptr, dk_ptr, dv_ptr, LQ, LK, LQ_PAD, qk_scale, scale, k_smem, v_smem,
+                  q_ring, do_ring, st_ring, ds_buf, kv_ready, q_ready, q_empty, ds_ready, ds_free, WG: gl.constexpr,
                   CAUSAL: gl.constexpr):
     BLOCK_M: gl.constexpr = q_ring.type.shape[1]
     HEAD_DIM: gl.constexpr = q_ring.type.shape[2]
@@ -224,7 +216,6 @@ def _bwd_consumer(dq_ptr, dk_ptr, dv_ptr, lse2_ptr, delta_ptr, LQ, LK, LQ_PAD, q
     lo, full, hi = _query_range(n0, LQ, LK, BLOCK_N, BLOCK_M, CAUSAL)
     dk = gl.zeros([KEYS, HEAD_DIM], gl.float32, acc_layout)
     dv = gl.zeros([KEYS, HEAD_DIM], gl.float32, acc_layout)
-    lse2, delta = _row_stats(lse2_ptr, delta_ptr, bh, lo, LQ_PAD, BLOCK_M)  # the first step's
     mbarrier.wait(kv_ready, 0)
     # one loop, the mask under a branch: a loop for the masked steps and one for the rest held more registers, and
     # ptxas spilled in the second (docs/gluon-fa3-bwd-h100-2026-11-28)
@@ -232,9 +223,11 @@ def _bwd_consumer(dq_ptr, dk_ptr, dv_ptr, lse2_ptr, delta_ptr, LQ, LK, LQ_PAD, q
     for m0 in range(lo, hi, BLOCK_M):
         slot = step % STAGES
         mbarrier.wait(q_ready.index(slot), (step // STAGES) & 1)  # Q and dO have landed
-        dk, dv, lse2, delta = _step(k_w, v_w, k_cols, q_ring.index(slot), do_ring.index(slot), ds_buf, ds_ready,
-                                    ds_free, dk, dv, lse2, delta, keys, m0, full, step, bh, dq_ptr, lse2_ptr,
-                                    delta_ptr, LQ, LK, LQ_PAD, qk_scale, WG, CAUSAL)
+        # the slot's [2, 64] box is plain row-major (no swizzle): its lse2, then its delta, as one row of floats
+        st = st_ring.index(slot)._reinterpret(gl.float32, [2 * BLOCK_M], _FLAT)
+        dk, dv = _step(k_w, v_w, k_cols, q_ring.index(slot), do_ring.index(slot), st, ds_buf,
+                       ds_ready, ds_free, dk, dv, keys, m0, full, step, bh, dq_ptr, LQ, LK, LQ_PAD, qk_scale, WG,
+                       CAUSAL)
         mbarrier.arrive(q_empty.index(slot))  # every multiply that reads the slot is done
         step += 1
     _store_keys(dk_ptr, dk * scale, keys, bh, LK)
@@ -245,7 +238,7 @@ def _bwd_consumer(dq_ptr, dk_ptr, dv_ptr, lse2_ptr, delta_ptr, LQ, LK, LQ_PAD, q
 # 4. The kernel: shared memory and barriers, then the fork
 # ---------------------------------------------------------------------------------------------
 @gluon.jit(do_not_specialize=["LQ", "LK", "LQ_PAD"])
-def fa3_backward_kernel(q_desc, k_desc, v_desc, do_desc, dq_ptr, dk_ptr, dv_ptr, lse2_ptr, delta_ptr, LQ, LK, LQ_PAD,
+def fa3_backward_kernel(q_desc, k_desc, v_desc, do_desc, st_desc, dq_ptr, dk_ptr, dv_ptr, LQ, LK, LQ_PAD,
                         qk_scale, scale, CAUSAL: gl.constexpr, STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr,
                         PRODUCER_REGS: gl.constexpr):
     dtype: gl.constexpr = q_desc.dtype
@@ -257,6 +250,7 @@ def fa3_backward_kernel(q_desc, k_desc, v_desc, do_desc, dq_ptr, dk_ptr, dv_ptr,
     v_smem = gl.allocate_shared_memory(dtype, v_desc.block_type.shape, v_desc.layout)
     DS_BLOCK: gl.constexpr = [BLOCK_N, BLOCK_M]  # dS^T of both warpgroups, two buffers
     ds_buf = gl.allocate_shared_memory(dtype, [2] + DS_BLOCK, gl.NVMMASharedLayout.get_default_for(DS_BLOCK, dtype))
+    st_ring = gl.allocate_shared_memory(gl.float32, [STAGES] + st_desc.block_type.shape, st_desc.layout)  # [S, 2, 64]
     kv_bar = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
     kv_ready = kv_bar.index(0)
     q_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -271,12 +265,12 @@ def fa3_backward_kernel(q_desc, k_desc, v_desc, do_desc, dq_ptr, dk_ptr, dv_ptr,
         mbarrier.init(ds_ready.index(i), count=2)
         mbarrier.init(ds_free.index(i), count=2)
     gl.warp_specialize([
-        (_bwd_consumer, (dq_ptr, dk_ptr, dv_ptr, lse2_ptr, delta_ptr, LQ, LK, LQ_PAD, qk_scale, scale, k_smem, v_smem,
-                         q_ring, do_ring, ds_buf, kv_ready, q_ready, q_empty, ds_ready, ds_free, WG0, CAUSAL)),
-        (_bwd_consumer, (dq_ptr, dk_ptr, dv_ptr, lse2_ptr, delta_ptr, LQ, LK, LQ_PAD, qk_scale, scale, k_smem, v_smem,
-                         q_ring, do_ring, ds_buf, kv_ready, q_ready, q_empty, ds_ready, ds_free, WG1, CAUSAL)),
-        (_bwd_producer, (q_desc, k_desc, v_desc, do_desc, LQ, LK, k_smem, v_smem, q_ring, do_ring, kv_ready, q_ready,
-                         q_empty, CAUSAL)),
+        (_bwd_consumer, (dq_ptr, dk_ptr, dv_ptr, LQ, LK, LQ_PAD, qk_scale, scale, k_smem, v_smem,
+                         q_ring, do_ring, st_ring, ds_buf, kv_ready, q_ready, q_empty, ds_ready, ds_free, WG0, CAUSAL)),
+        (_bwd_consumer, (dq_ptr, dk_ptr, dv_ptr, LQ, LK, LQ_PAD, qk_scale, scale, k_smem, v_smem,
+                         q_ring, do_ring, st_ring, ds_buf, kv_ready, q_ready, q_empty, ds_ready, ds_free, WG1, CAUSAL)),
+        (_bwd_producer, (q_desc, k_desc, v_desc, do_desc, st_desc, LQ, LK, LQ_PAD, k_smem, v_smem, q_ring, do_ring,
+                         st_ring, kv_ready, q_ready, q_empty, CAUSAL)),
     ], [CONSUMER_WARPS, PRODUCER_WARPS], [CONSUMER_REGS, PRODUCER_REGS])
     mbarrier.invalidate(kv_ready)
     for i in gl.static_range(STAGES):
@@ -291,7 +285,7 @@ def fa3_backward_kernel(q_desc, k_desc, v_desc, do_desc, dq_ptr, dk_ptr, dv_ptr,
 # 5. Before and after: each row's delta and base-2 log-sum-exp, dQ's FP32 copy zeroed; then dQ in bf16
 # ---------------------------------------------------------------------------------------------
 @triton.jit(do_not_specialize=["LQ", "LQ_PAD"])
-def bwd_prep_kernel(O, DO, LSE, LSE2, DELTA, DQ_ACC, LQ, LQ_PAD, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr):
+def bwd_prep_kernel(O, DO, LSE, STATS, DQ_ACC, LQ, LQ_PAD, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr):
     # grid = (LQ_PAD // BLOCK, batch * heads): delta = rowsum(dO * O), lse2 = lse * log2 e (+inf where P must be 0)
     bh = tl.program_id(1)
     rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
@@ -301,9 +295,10 @@ def bwd_prep_kernel(O, DO, LSE, LSE2, DELTA, DQ_ACC, LQ, LQ_PAD, HEAD_DIM: tl.co
     o = tl.load(O + at, mask=valid[:, None], other=0.0).to(tl.float32)
     do = tl.load(DO + at, mask=valid[:, None], other=0.0).to(tl.float32)
     lse = tl.load(LSE + bh * LQ_PAD + rows)
-    tl.store(DELTA + bh * LQ_PAD + rows, tl.sum(o * do, 1))
-    tl.store(LSE2 + bh * LQ_PAD + rows, tl.where(valid & (lse != float("-inf")), lse * 1.4426950408889634,
-                                                  float("inf")))
+    # each block of BLOCK rows: its BLOCK lse2 values, then its BLOCK deltas (one TMA box for the backward)
+    block = STATS + (bh.to(tl.int64) * (LQ_PAD // BLOCK) + tl.program_id(0)) * (2 * BLOCK) + tl.arange(0, BLOCK)
+    tl.store(block, tl.where(valid & (lse != float("-inf")), lse * 1.4426950408889634, float("inf")))
+    tl.store(block + BLOCK, tl.sum(o * do, 1))
     tl.store(DQ_ACC + (bh.to(tl.int64) * LQ_PAD + rows)[:, None] * HEAD_DIM + cols[None, :],
              tl.zeros([BLOCK, HEAD_DIM], tl.float32))
 
@@ -322,6 +317,7 @@ def dq_cast_kernel(DQ_ACC, DQ, scale, LQ, LQ_PAD, HEAD_DIM: tl.constexpr, BLOCK:
 # every thread starts with this many registers; setmaxnreg then gives the consumers 240 (fa3_plan.register_budget)
 _REGISTER_BUDGET = register_budget(FA3Config(block_n=BWD_KEYS, stages=BWD_STAGES, consumer_regs=BWD_CONSUMER_REGS,
                                              producer_regs=BWD_PRODUCER_REGS))
+_STATS_LAYOUT = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2)  # [2, 64] FP32, unswizzled
 PREP_ROWS = 64  # rows per program of the two small kernels (LSE_ALIGN is a multiple)
 
 
@@ -343,9 +339,10 @@ def gluon_attention_backward(q, k, v, out, grad_out, lse, causal: bool, scale: f
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     if lq == 0 or lk == 0 or batch * heads == 0:
         return dq.zero_(), dk.zero_(), dv.zero_()
-    rows = torch.empty((2, batch * heads, pad), dtype=torch.float32, device=q.device)  # lse2, delta
+    stats = torch.empty((batch * heads * pad // BWD_QUERIES * 2, BWD_QUERIES), dtype=torch.float32,
+                        device=q.device)  # per 64-row block: lse2, then delta
     dq_acc = torch.empty((batch * heads, pad, d), dtype=torch.float32, device=q.device)
-    bwd_prep_kernel[(pad // PREP_ROWS, batch * heads)](out, grad_out, lse, rows[0], rows[1], dq_acc, lq, pad,
+    bwd_prep_kernel[(pad // PREP_ROWS, batch * heads)](out, grad_out, lse, stats, dq_acc, lq, pad,
                                                        HEAD_DIM=d, BLOCK=PREP_ROWS, num_warps=4)
 
     def descriptor(t, block_rows):
@@ -353,7 +350,7 @@ def gluon_attention_backward(q, k, v, out, grad_out, lse, causal: bool, scale: f
 
     fa3_backward_kernel[(-(-lk // BWD_KEYS), batch * heads)](
         descriptor(q, BWD_QUERIES), descriptor(k, BWD_KEYS), descriptor(v, BWD_KEYS), descriptor(grad_out, BWD_QUERIES),
-        dq_acc, dk, dv, rows[0], rows[1], lq, lk, pad, scale * LOG2E, scale, CAUSAL=bool(causal), STAGES=stages,
+        TensorDescriptor.from_tensor(stats, [2, BWD_QUERIES], _STATS_LAYOUT), dq_acc, dk, dv, lq, lk, pad, scale * LOG2E, scale, CAUSAL=bool(causal), STAGES=stages,
         CONSUMER_REGS=BWD_CONSUMER_REGS, PRODUCER_REGS=BWD_PRODUCER_REGS, num_warps=CONSUMER_WARPS.value,
         maxnreg=_REGISTER_BUDGET)
     dq_cast_kernel[(-(-lq // PREP_ROWS), batch * heads)](dq_acc, dq, scale, lq, pad, HEAD_DIM=d, BLOCK=PREP_ROWS,
