@@ -41,7 +41,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from labs.attention.fa3_plan import FA3Config, check_inputs, register_budget
-from labs.attention.gluon_fa3 import CONSUMER_WARPS, LOG2E, PRODUCER_WARPS, WG0, WG1, _smem_layout, wgmma_layout
+from labs.attention.gluon_fa3 import (CONSUMER_WARPS, LOG2E, PRODUCER_WARPS, WG0, WG1, _smem_layout, gluon_attention,
+                                      wgmma_layout)
 from labs.attention.tiles import lq_pad
 from labs.hopper.gluon_support import GluonUnavailable, attention_unavailable_reason, device_capability
 from labs.hopper.gluon_ws import tma_load
@@ -356,3 +357,30 @@ def gluon_attention_backward(q, k, v, out, grad_out, lse, causal: bool, scale: f
     dq_cast_kernel[(-(-lq // PREP_ROWS), batch * heads)](dq_acc, dq, scale, lq, pad, HEAD_DIM=d, BLOCK=PREP_ROWS,
                                                          num_warps=4)
     return dq, dk, dv
+
+
+# ---------------------------------------------------------------------------------------------
+# 6. Training: the Gluon forward (which writes the log-sum-exp) and this backward, through autograd
+# ---------------------------------------------------------------------------------------------
+class GluonAttention(torch.autograd.Function):
+    """softmax(q k^T / sqrt(d)) v: gluon_fa3's forward, this module's backward."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal):
+        batch, heads, lq, _ = q.shape
+        lse = torch.empty((batch, heads, lq_pad(lq)), dtype=torch.float32, device=q.device)
+        out = gluon_attention(q, k, v, bool(causal), lse=lse)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.causal = bool(causal)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        q, k, v, out, lse = ctx.saved_tensors
+        dq, dk, dv = gluon_attention_backward(q, k, v, out, grad_out, lse, ctx.causal)
+        return dq, dk, dv, None
+
+
+def gluon_attention_train(q, k, v, causal: bool = False) -> torch.Tensor:
+    """The Gluon rung with a backward: call .backward() on what it returns (q, k, v need requires_grad)."""
+    return GluonAttention.apply(q, k, v, causal)
