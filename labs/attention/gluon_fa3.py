@@ -494,12 +494,7 @@ def gluon_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     if recorded is not None:  # the same tensors (addresses, shapes) as a call before: checked and encoded then
         replay(recorded)
         return out
-    reason = attention_unavailable_reason(device_capability(q.device))
-    if reason:
-        raise GluonUnavailable(reason)
-    check_inputs(q, k, v)
-    batch, heads, lq, d = q.shape
-    lk = k.shape[2]
+    batch, heads, lq, d, lk = runnable_shapes(q, k, v)
     config = config or DEFAULT_CONFIGS[d]
     if smem_bytes(d, config) > SMEM_BYTES:
         raise ValueError(f"{config.label} at d = {d} needs {smem_bytes(d, config) // 1024} KiB of shared memory; "
@@ -540,6 +535,16 @@ def gluon_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
         if recorded is not None:
             _RECORDED[call] = recorded
     return out
+
+
+def runnable_shapes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple:
+    """(B, H, Lq, d, Lk) of inputs this machine's GPU and Triton can run the Gluon kernels on (GluonUnavailable
+    says why not; ValueError where the inputs are not what the kernels take)."""
+    reason = attention_unavailable_reason(device_capability(q.device))
+    if reason:
+        raise GluonUnavailable(reason)
+    check_inputs(q, k, v)
+    return (*q.shape, k.shape[2])
 
 
 # Calls recorded whole, their TMA descriptors encoded (labs/attention/launch.py record_encoded): each of Q, K, V

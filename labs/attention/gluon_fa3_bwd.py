@@ -17,12 +17,18 @@ What you will learn:
   why S^T's and dP^T's accumulators start at -lse2 and -delta (those two rows then need no registers of their
   own while the multiplies run);
 - where the barriers are: `kv_ready` (K and V landed), `q_ready` / `q_empty` per ring slot (the producer arms
-  it with the bytes of Q and dO; both consumers arrive once their last multiply that reads the slot is done),
-  and `ds_ready` / `ds_free` per dS buffer (both halves written; both dQ multiplies done reading).
+  it with the bytes of Q, dO and the block's lse2 and delta; both consumers arrive once their last multiply that
+  reads the slot is done), and `ds_ready` / `ds_free` per dS buffer (both halves written; both dQ multiplies
+  done reading);
+- what it costs: the dS barrier keeps the two warpgroups in lock step, so their exponentials run at the same
+  time and the tensor cores wait (FlashAttention-3's forward, gluon_fa3.py, lets one warpgroup's softmax run
+  under the other's multiplies). On an H100 the tensor pipe was busy 48 % of the time at d = 128
+  (docs/gluon-fa3-bwd-h100-2026-11-28).
 
 Conventions as in gluon_fa3.py and kernels.py: q is (B, H, Lq, d), k and v (B, H, Lk, d), bf16, d = 64 or 128;
 the causal mask is aligned to the bottom right; scores in base-2 units. The forward's log-sum-exp comes in
-natural-log units, padded to tiles.lq_pad(Lq) rows a head, as kernels._forward and gluon_fa3 write it.
+natural-log units, padded to tiles.lq_pad(Lq) rows a head, as kernels._forward and gluon_fa3 (given `lse`)
+write it; a prep kernel turns it into base 2 with each row's delta = rowsum(dO O).
 Lengths need not be multiples of the tiles: keys past Lk are masked where a block is ragged, query rows past
 Lq get P = 0 (their log-sum-exp is +inf), and FP32 dQ is padded to whole query blocks, so its adds need no mask.
 """
@@ -40,11 +46,10 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                                warpgroup_mma_wait)
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from labs.attention.fa3_plan import FA3Config, check_inputs, register_budget
+from labs.attention.fa3_plan import FA3Config, register_budget
 from labs.attention.gluon_fa3 import (CONSUMER_WARPS, LOG2E, PRODUCER_WARPS, WG0, WG1, _smem_layout, gluon_attention,
-                                      wgmma_layout)
+                                      runnable_shapes, wgmma_layout)
 from labs.attention.tiles import lq_pad
-from labs.hopper.gluon_support import GluonUnavailable, attention_unavailable_reason, device_capability
 from labs.hopper.gluon_ws import tma_load
 
 _FLAT = gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[0])  # a plain row of shared memory
@@ -326,12 +331,7 @@ def gluon_attention_backward(q, k, v, out, grad_out, lse, causal: bool, scale: f
                              stages: int = BWD_STAGES):
     """dQ, dK, dV of softmax(q k^T * scale) v, from the forward's output and natural-log log-sum-exp (B, H,
     lq_pad(Lq)). q (B, H, Lq, d), k and v (B, H, Lk, d), bf16, d = 64 or 128."""
-    reason = attention_unavailable_reason(device_capability(q.device))
-    if reason:
-        raise GluonUnavailable(reason)
-    check_inputs(q, k, v)
-    batch, heads, lq, d = q.shape
-    lk = k.shape[2]
+    batch, heads, lq, d, lk = runnable_shapes(q, k, v)
     scale = 1.0 / math.sqrt(d) if scale is None else scale
     pad = lq_pad(lq)
     if lse.shape != (batch, heads, pad):
