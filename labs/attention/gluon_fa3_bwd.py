@@ -147,12 +147,17 @@ def _step(k_w, v_w, k_cols, q_t, do_t, st, ds_buf, ds_ready, ds_free, dk, dv, ke
     # -lse2 / qk_scale and -delta (the producer brought both in with Q and dO), so they come out as the exponent's
     # argument and dP - delta: the query rows' two numbers take no registers of their own while the multiplies run
     # (at d = 128 that is what kept ptxas from spilling in the loop: docs/gluon-fa3-bwd-h100-2026-11-28)
-    lse2 = gl.expand_dims(st.slice(0, BLOCK_M).load(gl.SliceLayout(0, s_layout)), 0)
+    lse_s = gl.expand_dims(st.slice(0, BLOCK_M).load(gl.SliceLayout(0, s_layout)), 0)
     delta = gl.expand_dims(st.slice(BLOCK_M, BLOCK_M).load(gl.SliceLayout(0, s_layout)), 0)
-    s_t = warpgroup_mma(k_w, q_t.permute((1, 0)), gl.zeros([KEYS, BLOCK_M], gl.float32, s_layout) - lse2 / qk_scale,
-                        is_async=True)
-    dp_t = warpgroup_mma(v_w, do_t.permute((1, 0)), gl.zeros([KEYS, BLOCK_M], gl.float32, s_layout) - delta,
-                         is_async=True)
+    # Both seeds are computed before either multiply, each of a thread's two rows from a zero of its own that the
+    # compiler cannot fold (0.0 times the key's index): a seed of 16 values copied into 32 accumulator registers
+    # after the multiply's fence made ptxas wait for S before issuing dP (its note C7517), and they ran one after
+    # the other
+    row_zero = gl.expand_dims(keys.to(gl.float32) * 0.0, 1)
+    s_seed = row_zero - lse_s
+    dp_seed = row_zero - delta
+    s_t = warpgroup_mma(k_w, q_t.permute((1, 0)), s_seed, is_async=True)
+    dp_t = warpgroup_mma(v_w, do_t.permute((1, 0)), dp_seed, is_async=True)
     queries = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, s_layout))
     s_t = warpgroup_mma_wait(num_outstanding=1, deps=(s_t, ))
     p_t = gl.exp2(s_t * qk_scale)  # P^T, exact: lse is each row's true normaliser
@@ -291,7 +296,7 @@ def fa3_backward_kernel(q_desc, k_desc, v_desc, do_desc, st_desc, dq_ptr, dk_ptr
 # 5. Before and after: each row's delta and base-2 log-sum-exp, dQ's FP32 copy zeroed; then dQ in bf16
 # ---------------------------------------------------------------------------------------------
 @triton.jit(do_not_specialize=["LQ", "LQ_PAD"])
-def bwd_prep_kernel(O, DO, LSE, STATS, DQ_ACC, LQ, LQ_PAD, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr):
+def bwd_prep_kernel(O, DO, LSE, STATS, DQ_ACC, scale, LQ, LQ_PAD, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr):
     # grid = (LQ_PAD // BLOCK, batch * heads): delta = rowsum(dO * O), lse2 = lse * log2 e (+inf where P must be 0)
     bh = tl.program_id(1)
     rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
@@ -303,7 +308,7 @@ def bwd_prep_kernel(O, DO, LSE, STATS, DQ_ACC, LQ, LQ_PAD, HEAD_DIM: tl.constexp
     lse = tl.load(LSE + bh * LQ_PAD + rows)
     # each block of BLOCK rows: its BLOCK lse2 values, then its BLOCK deltas (one TMA box for the backward)
     block = STATS + (bh.to(tl.int64) * (LQ_PAD // BLOCK) + tl.program_id(0)) * (2 * BLOCK) + tl.arange(0, BLOCK)
-    tl.store(block, tl.where(valid & (lse != float("-inf")), lse * 1.4426950408889634, float("inf")))
+    tl.store(block, tl.where(valid & (lse != float("-inf")), lse / scale, float("inf")))
     tl.store(block + BLOCK, tl.sum(o * do, 1))
     tl.store(DQ_ACC + (bh.to(tl.int64) * LQ_PAD + rows)[:, None] * HEAD_DIM + cols[None, :],
              tl.zeros([BLOCK, HEAD_DIM], tl.float32))
@@ -343,7 +348,7 @@ def gluon_attention_backward(q, k, v, out, grad_out, lse, causal: bool, scale: f
     stats = torch.empty((batch * heads * pad // BWD_QUERIES * 2, BWD_QUERIES), dtype=torch.float32,
                         device=q.device)  # per 64-row block: lse2, then delta
     dq_acc = torch.empty((batch * heads, pad, d), dtype=torch.float32, device=q.device)
-    bwd_prep_kernel[(pad // PREP_ROWS, batch * heads)](out, grad_out, lse, stats, dq_acc, lq, pad,
+    bwd_prep_kernel[(pad // PREP_ROWS, batch * heads)](out, grad_out, lse, stats, dq_acc, scale, lq, pad,
                                                        HEAD_DIM=d, BLOCK=PREP_ROWS, num_warps=4)
 
     def descriptor(t, block_rows):
