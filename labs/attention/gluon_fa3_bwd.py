@@ -12,23 +12,27 @@ What you will learn:
   into a ring), and two *consumer* warpgroups each take 64 of the 128 keys: their S^T, dP^T, dV and dK are
   their own. dQ needs every key, so both write their half of dS^T to shared memory, meet at an mbarrier, and
   each multiplies all 128 keys for half of dQ's columns (at d = 128) or, at d = 64, every other query block;
+- who adds dQ: at d = 128 a third role, a *writer* warp, takes each finished dQ block from shared memory and
+  adds it to global memory with atomics, four floats at a time, while the consumers go on to the next block
+  (as FlashAttention-3 does; it was 4-5 % faster on an H100 than the consumers adding their own). At d = 64 the
+  warpgroup whose turn it is adds its block itself (a writer was slower there);
 - the register budget: dK and dV (64 x d FP32 each) live the whole walk, S^T, dP^T and the dQ half beside them:
   224 of a consumer thread's 240 registers at d = 128, which is why each warpgroup takes 64 keys, not 128, and
-  why S^T's and dP^T's accumulators start at -lse2 and -delta (those two rows then need no registers of their
-  own while the multiplies run);
+  why S^T's and dP^T's accumulators start at -lse/scale and -delta (those two rows then need no registers of
+  their own while the multiplies run);
 - where the barriers are: `kv_ready` (K and V landed), `q_ready` / `q_empty` per ring slot (the producer arms
-  it with the bytes of Q, dO and the block's lse2 and delta; both consumers arrive once their last multiply that
-  reads the slot is done), and `ds_ready` / `ds_free` per dS buffer (both halves written; both dQ multiplies
-  done reading);
+  it with the bytes of Q, dO and the block's lse/scale and delta; both consumers arrive once their last multiply
+  that reads the slot is done), `ds_ready` / `ds_free` per dS buffer (both halves written; both dQ multiplies
+  done reading), and at d = 128 `dq_ready` / `dq_free` (both halves of dQ written; the writer has read them);
 - what it costs: the dS barrier keeps the two warpgroups in lock step, so their exponentials run at the same
   time and the tensor cores wait (FlashAttention-3's forward, gluon_fa3.py, lets one warpgroup's softmax run
-  under the other's multiplies). On an H100 the tensor pipe was busy 48 % of the time at d = 128
+  under the other's multiplies). On an H100 the tensor pipe was busy about half the time at d = 128
   (docs/gluon-fa3-bwd-h100-2026-11-28).
 
 Conventions as in gluon_fa3.py and kernels.py: q is (B, H, Lq, d), k and v (B, H, Lk, d), bf16, d = 64 or 128;
 the causal mask is aligned to the bottom right; scores in base-2 units. The forward's log-sum-exp comes in
 natural-log units, padded to tiles.lq_pad(Lq) rows a head, as kernels._forward and gluon_fa3 (given `lse`)
-write it; a prep kernel turns it into base 2 with each row's delta = rowsum(dO O).
+write it; a prep kernel divides it by the softmax scale (the units of S) beside each row's delta = rowsum(dO O).
 Lengths need not be multiples of the tiles: keys past Lk are masked where a block is ragged, query rows past
 Lq get P = 0 (their log-sum-exp is +inf), and FP32 dQ is padded to whole query blocks, so its adds need no mask.
 """
@@ -53,6 +57,8 @@ from labs.attention.tiles import lq_pad
 from labs.hopper.gluon_ws import tma_load
 
 _FLAT = gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[0])  # a plain row of shared memory
+# dQ's FP32 block: the consumers write pairs from the wgmma layout, 8 rows a warp; the writer reads whole rows
+_DQ_LAYOUT = gl.SwizzledSharedLayout(vec=4, per_phase=1, max_phase=4, order=[1, 0])
 BWD_KEYS = 128  # keys per program: 64 per consumer warpgroup (one m64 wgmma each)
 BWD_QUERIES = 64  # queries per step of the walk
 BWD_STAGES = 2  # Q and dO blocks the producer may run ahead
@@ -104,8 +110,32 @@ def _bwd_producer(q_desc, k_desc, v_desc, do_desc, st_desc, LQ, LK, LQ_PAD, k_sm
                         st_desc.block_type.nbytes)
         tma_load(q_desc, [bh * LQ + m0, 0], q_ready.index(slot), q_ring.index(slot))
         tma_load(do_desc, [bh * LQ + m0, 0], q_ready.index(slot), do_ring.index(slot))
-        # the block's lse2 and delta: two rows of 64 floats, side by side in the prep kernel's layout
+        # the block's lse / scale and delta: two rows of 64 floats, side by side in the prep kernel's layout
         tma_load(st_desc, [2 * ((bh * LQ_PAD + m0) // BLOCK_M), 0], q_ready.index(slot), st_ring.index(slot))
+
+
+@gluon.jit
+def _dq_writer(dq_ptr, dq_smem, k_smem, dq_ready, dq_free, LQ, LK, LQ_PAD, CAUSAL: gl.constexpr):
+    """One warp that adds each query block's finished dQ (FP32, in shared memory) into dQ's FP32 copy in global
+    memory, four neighbours an atomic add (REDG.E.ADD.F32x4), while the consumers go on to the next block."""
+    BLOCK_M: gl.constexpr = dq_smem.type.shape[0]
+    HEAD_DIM: gl.constexpr = dq_smem.type.shape[1]
+    BLOCK_N: gl.constexpr = k_smem.type.shape[0]  # the program's keys (only its shape is used here)
+    ROWS: gl.constexpr = 4  # rows a pass: 16 floats a thread
+    layout: gl.constexpr = gl.BlockedLayout([1, 4], [1, 32], [1, 1], [1, 0])
+    n0 = gl.program_id(0) * BLOCK_N
+    bh = gl.program_id(1)
+    lo, _, hi = _query_range(n0, LQ, LK, BLOCK_N, BLOCK_M, CAUSAL)
+    rows = gl.arange(0, ROWS, layout=gl.SliceLayout(1, layout))
+    cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, layout))
+    offsets = gl.expand_dims(rows, 1) * HEAD_DIM + gl.expand_dims(cols, 0)
+    for step in range((hi - lo) // BLOCK_M):
+        mbarrier.wait(dq_ready, step & 1)  # both consumers' halves are there
+        block = dq_ptr + (bh.to(gl.int64) * LQ_PAD + lo + step * BLOCK_M) * HEAD_DIM
+        for r0 in gl.static_range(0, BLOCK_M, ROWS):
+            part = dq_smem.slice(r0, ROWS).load(layout)
+            gl.atomic_add(block + r0 * HEAD_DIM + offsets, part, sem="relaxed")
+        mbarrier.arrive(dq_free)  # read out: the consumers may write the next block's
 
 
 # ---------------------------------------------------------------------------------------------
@@ -122,9 +152,10 @@ def _as_a_operand(x, acc_layout: gl.constexpr):
 
 @gluon.jit
 def _add_dq(dq_ptr, dq, row0, col0, HEAD_DIM: gl.constexpr):
-    """dQ's FP32 copy += a finished [64, cols] part at row row0 (rows are padded: no mask), one atomic add an
-    element (`REDG.E.ADD.F32x2`: the accumulator's layout gives each thread two neighbours). Staging the part
-    through shared memory so that a thread adds four was slower: docs/gluon-fa3-bwd-h100-2026-11-28."""
+    """d = 64: dQ's FP32 copy += a finished [64, 64] block at row row0 (rows are padded: no mask), straight from the
+    accumulator (`REDG.E.ADD.F32x2`: its layout gives each thread two neighbours). The consumer staging the block
+    through shared memory itself, to add four at a time, was slower, and so was the writer warp at this head dim:
+    docs/gluon-fa3-bwd-h100-2026-11-28."""
     layout: gl.constexpr = dq.type.layout
     rows = gl.expand_dims(row0 + gl.arange(0, dq.shape[0], layout=gl.SliceLayout(1, layout)), 1)
     cols = gl.expand_dims(col0 + gl.arange(0, dq.shape[1], layout=gl.SliceLayout(0, layout)), 0)
@@ -132,10 +163,18 @@ def _add_dq(dq_ptr, dq, row0, col0, HEAD_DIM: gl.constexpr):
 
 
 @gluon.jit
-def _step(k_w, v_w, k_cols, q_t, do_t, st, ds_buf, ds_ready, ds_free, dk, dv, keys, m0, full, step,
-          bh, dq_ptr, LQ, LK, LQ_PAD, qk_scale, WG: gl.constexpr, CAUSAL: gl.constexpr):
-    """One query block against our 64 keys: dV += P^T dO, dK += dS^T Q, and our share of dQ = dS K. Returns the
-    next block's lse2 and delta."""
+def _hand_over_dq(dq_smem, dq_ready, dq_free, dq, step, col0):
+    """Our finished part of dQ to shared memory for the writer warp, once it has read out the last block's."""
+    mbarrier.wait(dq_free, (step & 1) ^ 1)  # a fresh barrier: the first pass goes straight on
+    dq_smem.slice(col0, dq.shape[1], dim=1).store(dq)
+    mbarrier.arrive(dq_ready)
+
+
+@gluon.jit
+def _step(k_w, v_w, k_cols, q_t, do_t, st, ds_buf, ds_ready, ds_free, dq_smem, dq_ready, dq_free, dk, dv, keys, m0,
+          full, step, bh, dq_ptr, LQ, LK, LQ_PAD, qk_scale, WG: gl.constexpr, CAUSAL: gl.constexpr):
+    """One query block against our 64 keys: dV += P^T dO, dK += dS^T Q, and our share of dQ = dS K (added by us at
+    d = 64, handed to the writer warp at d = 128). Returns dK and dV."""
     KEYS: gl.constexpr = k_w.type.shape[0]
     HEAD_DIM: gl.constexpr = k_w.type.shape[1]
     BLOCK_M: gl.constexpr = q_t.type.shape[0]
@@ -144,7 +183,7 @@ def _step(k_w, v_w, k_cols, q_t, do_t, st, ds_buf, ds_ready, ds_free, dk, dv, ke
     acc_layout: gl.constexpr = wgmma_layout(HEAD_DIM)
     dq_layout: gl.constexpr = wgmma_layout(DQ_COLS)
     # S^T = K Q^T and dP^T = V dO^T, issued together (both read shared memory only). Their accumulators start at
-    # -lse2 / qk_scale and -delta (the producer brought both in with Q and dO), so they come out as the exponent's
+    # -lse / scale and -delta (the producer brought both in with Q and dO), so they come out as the exponent's
     # argument and dP - delta: the query rows' two numbers take no registers of their own while the multiplies run
     # (at d = 128 that is what kept ptxas from spilling in the loop: docs/gluon-fa3-bwd-h100-2026-11-28)
     lse_s = gl.expand_dims(st.slice(0, BLOCK_M).load(gl.SliceLayout(0, s_layout)), 0)
@@ -185,7 +224,7 @@ def _step(k_w, v_w, k_cols, q_t, do_t, st, ds_buf, ds_ready, ds_free, dk, dv, ke
                            dq_layout), use_acc=False, is_async=True)
         dq, dv, dk, p_op, ds_op = warpgroup_mma_wait(num_outstanding=0, deps=(dq, dv, dk, p_op, ds_op))
         mbarrier.arrive(ds_free.index(buf))
-        _add_dq(dq_ptr, dq, row0, WG * DQ_COLS, HEAD_DIM)
+        _hand_over_dq(dq_smem, dq_ready, dq_free, dq, step, WG * DQ_COLS)
     else:  # d = 64: one warpgroup takes the whole of dQ, warpgroup 0 on even steps and 1 on odd ones
         dv, dk, p_op, ds_op = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk, p_op, ds_op))
         if step % 2 == WG:
@@ -209,8 +248,8 @@ def _store_keys(ptr, x, keys, bh, LK):
 
 @gluon.jit
 def _bwd_consumer(dq_ptr, dk_ptr, dv_ptr, LQ, LK, LQ_PAD, qk_scale, scale, k_smem, v_smem,
-                  q_ring, do_ring, st_ring, ds_buf, kv_ready, q_ready, q_empty, ds_ready, ds_free, WG: gl.constexpr,
-                  CAUSAL: gl.constexpr):
+                  q_ring, do_ring, st_ring, ds_buf, kv_ready, q_ready, q_empty, ds_ready, ds_free, dq_smem, dq_ready,
+                  dq_free, WG: gl.constexpr, CAUSAL: gl.constexpr):
     BLOCK_M: gl.constexpr = q_ring.type.shape[1]
     HEAD_DIM: gl.constexpr = q_ring.type.shape[2]
     BLOCK_N: gl.constexpr = k_smem.type.shape[0]
@@ -234,11 +273,11 @@ def _bwd_consumer(dq_ptr, dk_ptr, dv_ptr, LQ, LK, LQ_PAD, qk_scale, scale, k_sme
     for m0 in range(lo, hi, BLOCK_M):
         slot = step % STAGES
         mbarrier.wait(q_ready.index(slot), (step // STAGES) & 1)  # Q and dO have landed
-        # the slot's [2, 64] box is plain row-major (no swizzle): its lse2, then its delta, as one row of floats
+        # the slot's [2, 64] box is plain row-major (no swizzle): lse / scale, then delta, as one row of floats
         st = st_ring.index(slot)._reinterpret(gl.float32, [2 * BLOCK_M], _FLAT)
-        dk, dv = _step(k_w, v_w, k_cols, q_ring.index(slot), do_ring.index(slot), st, ds_buf,
-                       ds_ready, ds_free, dk, dv, keys, m0, full, step, bh, dq_ptr, LQ, LK, LQ_PAD, qk_scale, WG,
-                       CAUSAL)
+        dk, dv = _step(k_w, v_w, k_cols, q_ring.index(slot), do_ring.index(slot), st, ds_buf, ds_ready, ds_free,
+                       dq_smem, dq_ready, dq_free, dk, dv, keys, m0, full, step, bh, dq_ptr, LQ, LK, LQ_PAD, qk_scale,
+                       WG, CAUSAL)
         mbarrier.arrive(q_empty.index(slot))  # every multiply that reads the slot is done
         step += 1
     _store_keys(dk_ptr, dk * scale, keys, bh, LK)
@@ -262,12 +301,21 @@ def fa3_backward_kernel(q_desc, k_desc, v_desc, do_desc, st_desc, dq_ptr, dk_ptr
     DS_BLOCK: gl.constexpr = [BLOCK_N, BLOCK_M]  # dS^T of both warpgroups, two buffers
     ds_buf = gl.allocate_shared_memory(dtype, [2] + DS_BLOCK, gl.NVMMASharedLayout.get_default_for(DS_BLOCK, dtype))
     st_ring = gl.allocate_shared_memory(gl.float32, [STAGES] + st_desc.block_type.shape, st_desc.layout)  # [S, 2, 64]
+    HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
+    # d = 128: a query block's dQ in FP32 for the writer warp (d = 64 adds dQ from the consumers: a [1, 1] stand-in)
+    WRITER: gl.constexpr = HEAD_DIM >= 128
+    dq_smem = gl.allocate_shared_memory(gl.float32, [BLOCK_M, HEAD_DIM] if WRITER else [1, 1], _DQ_LAYOUT)
     kv_bar = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
     kv_ready = kv_bar.index(0)
     q_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     q_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     ds_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     ds_free = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    dq_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    dq_ready = dq_bars.index(0)
+    dq_free = dq_bars.index(1)
+    mbarrier.init(dq_ready, count=2)  # both warpgroups' halves
+    mbarrier.init(dq_free, count=1)
     mbarrier.init(kv_ready, count=1)
     for i in gl.static_range(STAGES):
         mbarrier.init(q_ready.index(i), count=1)  # the producer's expect, then the bytes
@@ -275,14 +323,29 @@ def fa3_backward_kernel(q_desc, k_desc, v_desc, do_desc, st_desc, dq_ptr, dk_ptr
     for i in gl.static_range(2):
         mbarrier.init(ds_ready.index(i), count=2)
         mbarrier.init(ds_free.index(i), count=2)
-    gl.warp_specialize([
-        (_bwd_consumer, (dq_ptr, dk_ptr, dv_ptr, LQ, LK, LQ_PAD, qk_scale, scale, k_smem, v_smem,
-                         q_ring, do_ring, st_ring, ds_buf, kv_ready, q_ready, q_empty, ds_ready, ds_free, WG0, CAUSAL)),
-        (_bwd_consumer, (dq_ptr, dk_ptr, dv_ptr, LQ, LK, LQ_PAD, qk_scale, scale, k_smem, v_smem,
-                         q_ring, do_ring, st_ring, ds_buf, kv_ready, q_ready, q_empty, ds_ready, ds_free, WG1, CAUSAL)),
-        (_bwd_producer, (q_desc, k_desc, v_desc, do_desc, st_desc, LQ, LK, LQ_PAD, k_smem, v_smem, q_ring, do_ring,
-                         st_ring, kv_ready, q_ready, q_empty, CAUSAL)),
-    ], [CONSUMER_WARPS, PRODUCER_WARPS], [CONSUMER_REGS, PRODUCER_REGS])
+    if WRITER:
+        gl.warp_specialize([
+            (_bwd_consumer, (dq_ptr, dk_ptr, dv_ptr, LQ, LK, LQ_PAD, qk_scale, scale, k_smem, v_smem, q_ring, do_ring,
+                             st_ring, ds_buf, kv_ready, q_ready, q_empty, ds_ready, ds_free, dq_smem, dq_ready, dq_free,
+                             WG0, CAUSAL)),
+            (_bwd_consumer, (dq_ptr, dk_ptr, dv_ptr, LQ, LK, LQ_PAD, qk_scale, scale, k_smem, v_smem, q_ring, do_ring,
+                             st_ring, ds_buf, kv_ready, q_ready, q_empty, ds_ready, ds_free, dq_smem, dq_ready, dq_free,
+                             WG1, CAUSAL)),
+            (_bwd_producer, (q_desc, k_desc, v_desc, do_desc, st_desc, LQ, LK, LQ_PAD, k_smem, v_smem, q_ring, do_ring,
+                             st_ring, kv_ready, q_ready, q_empty, CAUSAL)),
+            (_dq_writer, (dq_ptr, dq_smem, k_smem, dq_ready, dq_free, LQ, LK, LQ_PAD, CAUSAL)),
+        ], [CONSUMER_WARPS, PRODUCER_WARPS, PRODUCER_WARPS], [CONSUMER_REGS, PRODUCER_REGS, PRODUCER_REGS])
+    else:
+        gl.warp_specialize([
+            (_bwd_consumer, (dq_ptr, dk_ptr, dv_ptr, LQ, LK, LQ_PAD, qk_scale, scale, k_smem, v_smem, q_ring, do_ring,
+                             st_ring, ds_buf, kv_ready, q_ready, q_empty, ds_ready, ds_free, dq_smem, dq_ready, dq_free,
+                             WG0, CAUSAL)),
+            (_bwd_consumer, (dq_ptr, dk_ptr, dv_ptr, LQ, LK, LQ_PAD, qk_scale, scale, k_smem, v_smem, q_ring, do_ring,
+                             st_ring, ds_buf, kv_ready, q_ready, q_empty, ds_ready, ds_free, dq_smem, dq_ready, dq_free,
+                             WG1, CAUSAL)),
+            (_bwd_producer, (q_desc, k_desc, v_desc, do_desc, st_desc, LQ, LK, LQ_PAD, k_smem, v_smem, q_ring, do_ring,
+                             st_ring, kv_ready, q_ready, q_empty, CAUSAL)),
+        ], [CONSUMER_WARPS, PRODUCER_WARPS], [CONSUMER_REGS, PRODUCER_REGS])
     mbarrier.invalidate(kv_ready)
     for i in gl.static_range(STAGES):
         mbarrier.invalidate(q_ready.index(i))
@@ -290,6 +353,7 @@ def fa3_backward_kernel(q_desc, k_desc, v_desc, do_desc, st_desc, dq_ptr, dk_ptr
     for i in gl.static_range(2):
         mbarrier.invalidate(ds_ready.index(i))
         mbarrier.invalidate(ds_free.index(i))
+        mbarrier.invalidate(dq_bars.index(i))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -297,7 +361,7 @@ def fa3_backward_kernel(q_desc, k_desc, v_desc, do_desc, st_desc, dq_ptr, dk_ptr
 # ---------------------------------------------------------------------------------------------
 @triton.jit(do_not_specialize=["LQ", "LQ_PAD"])
 def bwd_prep_kernel(O, DO, LSE, STATS, DQ_ACC, scale, LQ, LQ_PAD, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr):
-    # grid = (LQ_PAD // BLOCK, batch * heads): delta = rowsum(dO * O), lse2 = lse * log2 e (+inf where P must be 0)
+    # grid = (LQ_PAD // BLOCK, batch * heads): delta = rowsum(dO * O), lse / scale (+inf where P must be 0)
     bh = tl.program_id(1)
     rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     cols = tl.arange(0, HEAD_DIM)
@@ -306,7 +370,7 @@ def bwd_prep_kernel(O, DO, LSE, STATS, DQ_ACC, scale, LQ, LQ_PAD, HEAD_DIM: tl.c
     o = tl.load(O + at, mask=valid[:, None], other=0.0).to(tl.float32)
     do = tl.load(DO + at, mask=valid[:, None], other=0.0).to(tl.float32)
     lse = tl.load(LSE + bh * LQ_PAD + rows)
-    # each block of BLOCK rows: its BLOCK lse2 values, then its BLOCK deltas (one TMA box for the backward)
+    # each block of BLOCK rows: its BLOCK lse / scale values, then its BLOCK deltas (one TMA box for the backward)
     block = STATS + (bh.to(tl.int64) * (LQ_PAD // BLOCK) + tl.program_id(0)) * (2 * BLOCK) + tl.arange(0, BLOCK)
     tl.store(block, tl.where(valid & (lse != float("-inf")), lse / scale, float("inf")))
     tl.store(block + BLOCK, tl.sum(o * do, 1))
@@ -321,7 +385,8 @@ def dq_cast_kernel(DQ_ACC, DQ, scale, LQ, LQ_PAD, HEAD_DIM: tl.constexpr, BLOCK:
     rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     cols = tl.arange(0, HEAD_DIM)
     acc = tl.load(DQ_ACC + (bh.to(tl.int64) * LQ_PAD + rows)[:, None] * HEAD_DIM + cols[None, :])
-    tl.store(DQ + (bh.to(tl.int64) * LQ + rows)[:, None] * HEAD_DIM + cols[None, :], (acc * scale).to(DQ.dtype.element_ty),
+    tl.store(DQ + (bh.to(tl.int64) * LQ + rows)[:, None] * HEAD_DIM + cols[None, :],
+             (acc * scale).to(DQ.dtype.element_ty),
              mask=(rows < LQ)[:, None])
 
 
@@ -346,7 +411,7 @@ def gluon_attention_backward(q, k, v, out, grad_out, lse, causal: bool, scale: f
     if lq == 0 or lk == 0 or batch * heads == 0:
         return dq.zero_(), dk.zero_(), dv.zero_()
     stats = torch.empty((batch * heads * pad // BWD_QUERIES * 2, BWD_QUERIES), dtype=torch.float32,
-                        device=q.device)  # per 64-row block: lse2, then delta
+                        device=q.device)  # per 64-row block: lse / scale, then delta
     dq_acc = torch.empty((batch * heads, pad, d), dtype=torch.float32, device=q.device)
     bwd_prep_kernel[(pad // PREP_ROWS, batch * heads)](out, grad_out, lse, stats, dq_acc, scale, lq, pad,
                                                        HEAD_DIM=d, BLOCK=PREP_ROWS, num_warps=4)
@@ -356,7 +421,8 @@ def gluon_attention_backward(q, k, v, out, grad_out, lse, causal: bool, scale: f
 
     fa3_backward_kernel[(-(-lk // BWD_KEYS), batch * heads)](
         descriptor(q, BWD_QUERIES), descriptor(k, BWD_KEYS), descriptor(v, BWD_KEYS), descriptor(grad_out, BWD_QUERIES),
-        TensorDescriptor.from_tensor(stats, [2, BWD_QUERIES], _STATS_LAYOUT), dq_acc, dk, dv, lq, lk, pad, scale * LOG2E, scale, CAUSAL=bool(causal), STAGES=stages,
+        TensorDescriptor.from_tensor(stats, [2, BWD_QUERIES], _STATS_LAYOUT), dq_acc, dk, dv, lq, lk, pad,
+        scale * LOG2E, scale, CAUSAL=bool(causal), STAGES=stages,
         CONSUMER_REGS=BWD_CONSUMER_REGS, PRODUCER_REGS=BWD_PRODUCER_REGS, num_warps=CONSUMER_WARPS.value,
         maxnreg=_REGISTER_BUDGET)
     dq_cast_kernel[(-(-lq // PREP_ROWS), batch * heads)](dq_acc, dq, scale, lq, pad, HEAD_DIM=d, BLOCK=PREP_ROWS,
