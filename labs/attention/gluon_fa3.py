@@ -46,6 +46,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from labs.attention.fa3_plan import (DEFAULT_CONFIGS, WG_ROWS, FA3Config, check_inputs, heads_per_group,  # noqa: F401
                                      register_budget, smem_bytes, tile_order)
 from labs.attention.launch import aligned, launch, record_encoded, replay
+from labs.attention.tiles import lq_pad
 from labs.engine.gpu import device_sm_count
 from labs.hopper.gluon_support import GluonUnavailable, attention_unavailable_reason, device_capability
 from labs.hopper.gluon_ws import SMEM_BYTES, tma_load, tma_store
@@ -342,9 +343,19 @@ def _store_rows(o_desc, o_ptr, o_slot, acc, l_i, bh, row0, LQ, O_TMA: gl.constex
 
 
 @gluon.jit
-def _consumer(q_desc, k_desc, o_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem, rings, p_smem, o_smem,
-              q_ready, q_empty, turn, WG: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
-              Q_BUFFERS: gl.constexpr, P_SMEM: gl.constexpr, O_TMA: gl.constexpr):
+def _store_lse(lse_ptr, m_i, l_i, bh, row0, LQ, LQ_PAD):
+    """Our rows' log-sum-exp for the backward, in natural-log units: m and l are in base 2 (the running max of the
+    scaled scores and the sum of exp2 under it), so lse = (m + log2 l) ln 2; -inf where a row saw no key. Rows past
+    Lq are not stored (the backward gives them P = 0 itself)."""
+    rows = row0 + gl.arange(0, m_i.shape[0], layout=m_i.type.layout)
+    lse = gl.where(l_i > 0.0, (m_i + gl.log2(gl.where(l_i > 0.0, l_i, 1.0))) * 0.6931471805599453, float("-inf"))
+    gl.store(lse_ptr + bh.to(gl.int64) * LQ_PAD + rows, lse, mask=rows < LQ)
+
+
+@gluon.jit
+def _consumer(q_desc, k_desc, o_desc, o_ptr, lse_ptr, LQ_PAD, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem, rings,
+              p_smem, o_smem, q_ready, q_empty, turn, WG: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
+              Q_BUFFERS: gl.constexpr, P_SMEM: gl.constexpr, O_TMA: gl.constexpr, WRITE_LSE: gl.constexpr):
     M: gl.constexpr = q_desc.block_type.shape[0]
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
@@ -378,11 +389,15 @@ def _consumer(q_desc, k_desc, o_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_sc
             mbarrier.arrive(q_empty.index(q_buf))  # every S GEMM of this tile is done: the producer may reuse Q
             acc, count, turns = _last_pv(rings, turn, acc, p, count, turns, WG, PINGPONG, P_SMEM)
             _store_rows(o_desc, o_ptr, o_slot, acc, l_i, bh, row0, LQ, O_TMA)
+            if WRITE_LSE:  # a training call: the backward recomputes P from it
+                _store_lse(lse_ptr, m_i, l_i, bh, row0, LQ, LQ_PAD)
         else:  # a tile that sees no key (causal, Lq > Lk): Q is never read, its rows are 0
             mbarrier.arrive(q_empty.index(q_buf))
             zeros = gl.zeros([M, HEAD_DIM], gl.float32, o_layout)
             no_sum = gl.zeros([M], gl.float32, gl.SliceLayout(1, wgmma_layout(BLOCK_N)))
             _store_rows(o_desc, o_ptr, o_slot, zeros, no_sum, bh, row0, LQ, O_TMA)
+            if WRITE_LSE:
+                _store_lse(lse_ptr, no_sum, no_sum, bh, row0, LQ, LQ_PAD)
         tiles_done += 1
     if O_TMA:
         tma.store_wait(pendings=0)
@@ -391,11 +406,11 @@ def _consumer(q_desc, k_desc, o_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_sc
 # ---------------------------------------------------------------------------------------------
 # 4. The kernel: allocate the buffers and barriers, then fork into the consumers and the producer
 # ---------------------------------------------------------------------------------------------
-@gluon.jit(do_not_specialize=["num_tiles", "LQ", "LK"])
-def fa3_forward_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_scale,
+@gluon.jit(do_not_specialize=["num_tiles", "LQ", "LK", "LQ_PAD"])
+def fa3_forward_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, lse_ptr, order_ptr, num_tiles, LQ, LK, LQ_PAD, qk_scale,
                        CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, STAGES: gl.constexpr,
                        CONSUMERS: gl.constexpr, Q_BUFFERS: gl.constexpr, P_SMEM: gl.constexpr, O_TMA: gl.constexpr,
-                       CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr):
+                       CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr, WRITE_LSE: gl.constexpr = False):
     dtype: gl.constexpr = q_desc.dtype
     Q_SLOTS: gl.constexpr = Q_BUFFERS * CONSUMERS  # one [64, d] block of Q per consumer per buffer set
     q_smem = gl.allocate_shared_memory(dtype, [Q_SLOTS] + q_desc.block_type.shape, q_desc.layout)  # [., 64, d]
@@ -432,21 +447,21 @@ def fa3_forward_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, order_ptr, num_til
     rings = (k_ring, v_ring, k_ready, k_empty, v_ready, v_empty)  # the K and V rings with their barriers
     if CONSUMERS == 3:
         gl.warp_specialize([
-            (_consumer, (q_desc, k_desc, o_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem, rings, p_smem,
-                         o_smem, q_ready, q_empty, turn, WG0, CAUSAL, PINGPONG, Q_BUFFERS, P_SMEM, O_TMA)),
-            (_consumer, (q_desc, k_desc, o_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem, rings, p_smem,
-                         o_smem, q_ready, q_empty, turn, WG1, CAUSAL, PINGPONG, Q_BUFFERS, P_SMEM, O_TMA)),
-            (_consumer, (q_desc, k_desc, o_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem, rings, p_smem,
-                         o_smem, q_ready, q_empty, turn, WG2, CAUSAL, PINGPONG, Q_BUFFERS, P_SMEM, O_TMA)),
+            (_consumer, (q_desc, k_desc, o_desc, o_ptr, lse_ptr, LQ_PAD, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem, rings, p_smem,
+                         o_smem, q_ready, q_empty, turn, WG0, CAUSAL, PINGPONG, Q_BUFFERS, P_SMEM, O_TMA, WRITE_LSE)),
+            (_consumer, (q_desc, k_desc, o_desc, o_ptr, lse_ptr, LQ_PAD, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem, rings, p_smem,
+                         o_smem, q_ready, q_empty, turn, WG1, CAUSAL, PINGPONG, Q_BUFFERS, P_SMEM, O_TMA, WRITE_LSE)),
+            (_consumer, (q_desc, k_desc, o_desc, o_ptr, lse_ptr, LQ_PAD, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem, rings, p_smem,
+                         o_smem, q_ready, q_empty, turn, WG2, CAUSAL, PINGPONG, Q_BUFFERS, P_SMEM, O_TMA, WRITE_LSE)),
             (_producer, (q_desc, k_desc, v_desc, order_ptr, num_tiles, LQ, LK, q_smem, k_ring, v_ring, q_ready, q_empty,
                          k_ready, k_empty, v_ready, v_empty, CAUSAL, CONSUMERS, Q_BUFFERS)),
         ], [CONSUMER_WARPS, CONSUMER_WARPS, PRODUCER_WARPS], [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS])
     else:
         gl.warp_specialize([
-            (_consumer, (q_desc, k_desc, o_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem, rings, p_smem,
-                         o_smem, q_ready, q_empty, turn, WG0, CAUSAL, PINGPONG, Q_BUFFERS, P_SMEM, O_TMA)),
-            (_consumer, (q_desc, k_desc, o_desc, o_ptr, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem, rings, p_smem,
-                         o_smem, q_ready, q_empty, turn, WG1, CAUSAL, PINGPONG, Q_BUFFERS, P_SMEM, O_TMA)),
+            (_consumer, (q_desc, k_desc, o_desc, o_ptr, lse_ptr, LQ_PAD, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem, rings, p_smem,
+                         o_smem, q_ready, q_empty, turn, WG0, CAUSAL, PINGPONG, Q_BUFFERS, P_SMEM, O_TMA, WRITE_LSE)),
+            (_consumer, (q_desc, k_desc, o_desc, o_ptr, lse_ptr, LQ_PAD, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem, rings, p_smem,
+                         o_smem, q_ready, q_empty, turn, WG1, CAUSAL, PINGPONG, Q_BUFFERS, P_SMEM, O_TMA, WRITE_LSE)),
             (_producer, (q_desc, k_desc, v_desc, order_ptr, num_tiles, LQ, LK, q_smem, k_ring, v_ring, q_ready, q_empty,
                          k_ready, k_empty, v_ready, v_empty, CAUSAL, CONSUMERS, Q_BUFFERS)),
         ], [CONSUMER_WARPS, PRODUCER_WARPS], [CONSUMER_REGS, PRODUCER_REGS])
@@ -466,22 +481,20 @@ def fa3_forward_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, order_ptr, num_til
 # 5. The launcher: descriptors, the tile order (fa3_plan.py), the register budget
 # ---------------------------------------------------------------------------------------------
 def gluon_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, config: FA3Config = None,
-                    out: torch.Tensor = None, programs: int = None, return_kernel: bool = False):
+                    out: torch.Tensor = None, programs: int = None, return_kernel: bool = False,
+                    lse: torch.Tensor = None):
     """softmax(q k^T / sqrt(d)) v with FlashAttention-3's schedule: q (B, H, Lq, d), k and v (B, H, Lk, d), bf16.
     Runs on one program per SM (or `programs`: fewer makes each walk more tiles, as the tests want). Returns the
-    output (B, H, Lq, d), and the compiled kernel (its .asm holds the PTX) with return_kernel."""
+    output (B, H, Lq, d), and the compiled kernel (its .asm holds the PTX) with return_kernel. With `lse` (float32,
+    (B, H, tiles.lq_pad(Lq)), contiguous) it also writes each row's natural-log log-sum-exp there, for the backward
+    (gluon_fa3_bwd.py); rows past Lq are left as they are."""
     out = torch.empty_like(q) if out is None else out
-    call = None if return_kernel else _call_key(q, k, v, out, causal, config, programs)
+    call = None if return_kernel else _call_key(q, k, v, out, causal, config, programs, lse)
     recorded = _RECORDED.get(call)
     if recorded is not None:  # the same tensors (addresses, shapes) as a call before: checked and encoded then
         replay(recorded)
         return out
-    reason = attention_unavailable_reason(device_capability(q.device))
-    if reason:
-        raise GluonUnavailable(reason)
-    check_inputs(q, k, v)
-    batch, heads, lq, d = q.shape
-    lk = k.shape[2]
+    batch, heads, lq, d, lk = runnable_shapes(q, k, v)
     config = config or DEFAULT_CONFIGS[d]
     if smem_bytes(d, config) > SMEM_BYTES:
         raise ValueError(f"{config.label} at d = {d} needs {smem_bytes(d, config) // 1024} KiB of shared memory; "
@@ -493,14 +506,18 @@ def gluon_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     def descriptor(t, rows):  # the head's rows follow each other: one (B*H*L, d) matrix, [rows, d] boxes
         return TensorDescriptor.from_tensor(t.view(-1, d), [rows, d], _smem_layout(rows, d))
 
+    if lse is not None and (lse.shape != (batch, heads, lq_pad(lq)) or lse.dtype != torch.float32 or
+                            not lse.is_contiguous()):
+        raise ValueError(f"lse must be a contiguous float32 tensor of shape ({batch}, {heads}, {lq_pad(lq)})")
     q_blocks = -(-lq // config.block_m)
     order = tile_order(batch * heads, q_blocks, bool(causal), heads_per_group(lk, d, q.device), str(q.device))
     programs = min(order.shape[0], programs or device_sm_count(q.device, 1))
     args = (descriptor(q, WG_ROWS), descriptor(k, config.block_n), descriptor(v, config.block_n),
-            descriptor(out, WG_ROWS), out, order, order.shape[0], lq, lk, LOG2E / math.sqrt(d))
+            descriptor(out, WG_ROWS), out, out if lse is None else lse, order, order.shape[0], lq, lk,
+            0 if lse is None else lse.shape[-1], LOG2E / math.sqrt(d))
     meta = dict(CAUSAL=bool(causal), PINGPONG=config.pingpong, STAGES=config.stages, CONSUMERS=config.consumers,
                 Q_BUFFERS=config.q_buffers, P_SMEM=config.p_smem, O_TMA=config.o_tma,
-                CONSUMER_REGS=config.consumer_regs, PRODUCER_REGS=config.producer_regs,
+                CONSUMER_REGS=config.consumer_regs, PRODUCER_REGS=config.producer_regs, WRITE_LSE=lse is not None,
                 num_warps=CONSUMER_WARPS.value, maxnreg=register_budget(config))
     if return_kernel:  # the compiled kernel itself (its PTX): through Triton's own launch
         kernel = fa3_forward_kernel[(programs, )](*args, **meta)
@@ -508,7 +525,8 @@ def gluon_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     # the lab times short calls with the CPU's share: Triton binds and specializes every argument on each
     # kernel[grid](...) call (about 0.25 ms a call on an H100's host, more than the GPU's time at N = 2048), so
     # after the first call of a kind the compiled kernel's C launcher is called directly (labs/attention/launch.py)
-    key = (q.shape, k.shape, config, programs, aligned(out, order))
+    key = (q.shape, k.shape, config, programs, lse is not None, aligned(out, order) if lse is None else
+           aligned(out, order, lse))
     launch(fa3_forward_kernel, (programs, ), *args, **meta, key=key)
     if call is not None:  # the next call on these tensors skips the checks and the descriptors' encoding
         if len(_RECORDED) >= _RECORDED_MAX:
@@ -519,6 +537,16 @@ def gluon_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     return out
 
 
+def runnable_shapes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple:
+    """(B, H, Lq, d, Lk) of inputs this machine's GPU and Triton can run the Gluon kernels on (GluonUnavailable
+    says why not; ValueError where the inputs are not what the kernels take)."""
+    reason = attention_unavailable_reason(device_capability(q.device))
+    if reason:
+        raise GluonUnavailable(reason)
+    check_inputs(q, k, v)
+    return (*q.shape, k.shape[2])
+
+
 # Calls recorded whole, their TMA descriptors encoded (labs/attention/launch.py record_encoded): each of Q, K, V
 # and O needs a CUtensorMap, and encoding four of them on every launch took more CPU time than the GPU's whole call
 # at N = 1024 (0.145 ms a call on an H200's host against 0.045 ms of GPU time, in the recording of 193a091).
@@ -526,11 +554,11 @@ _RECORDED: dict = {}
 _RECORDED_MAX = 256  # calls remembered (a run reuses a few buffers per shape): forgotten all at once past this
 
 
-def _call_key(q, k, v, out, causal, config, programs):
+def _call_key(q, k, v, out, causal, config, programs, lse=None):
     """What a recorded call's arguments follow from: every tensor's address, shape, dtype and device, the mask, the
     configuration (by identity: the record keeps it alive) and the program count. None where a tensor is not
     contiguous (the call then copies it, and records nothing)."""
-    tensors = (q, k, v, out)
+    tensors = (q, k, v, out) if lse is None else (q, k, v, out, lse)
     if not all(isinstance(t, torch.Tensor) and t.is_contiguous() for t in tensors):
         return None
     return (id(config), bool(causal), programs, *(t.shape for t in tensors), *(t.dtype for t in tensors),
