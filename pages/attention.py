@@ -7,7 +7,7 @@ import streamlit as st
 
 from labs.attention import LAB
 from labs.attention.compare import rung_table
-from labs.attention.gluon_rung import FORWARD_ONLY_NOTE, gluon_rung_note
+from labs.attention.gluon_rung import gluon_rung_note
 from labs.attention.model import FREE_SHARE, GLUON_IMPL, MODELLED_IMPLS
 from labs.attention.online_softmax import online_softmax_steps, softmax_at_once, stepper_example
 from labs.attention.tiles import tile_counts, tile_map
@@ -152,8 +152,6 @@ def plain_note(note: str) -> str:
 
 for run, r in refused[:3]:
     st.warning(f"{run.label}, N = {r['seq_len']}, {r['mode']}: {plain_note(str(r['note']))}")
-if mode != "fwd" and GLUON_IMPL in params.impls:
-    st.caption(FORWARD_ONLY_NOTE)
 
 # --- 3b. the Gluon FlashAttention-3 rung beside cuDNN --------------------------------------------------
 st.subheader("Beside cuDNN: our Triton FlashAttention-2 and the Gluon FlashAttention-3")
@@ -169,7 +167,7 @@ st.markdown(page.section("Why FlashAttention-3 overlaps: warpgroups with one job
 # --- 4. where the model's time goes, and how far off it is -----------------------------------------
 st.subheader("The model: bytes, then tensor cores plus exponentials")
 kernel = st.radio("kernel", ["ours", GLUON_IMPL], horizontal=True, key="parts_kernel",
-                  help="our Triton FlashAttention-2, or the Gluon FlashAttention-3 (forward only, on Hopper)")
+                  help="our Triton FlashAttention-2, or the Gluon FlashAttention-3 (on Hopper)")
 modelled = charts.rows_where(model.rows, impl=kernel, **view)
 fig = charts.figure("Bytes moved (model): naive's N x N round trips against FlashAttention's K, V re-reads",
                     "sequence length N", "bytes", log_x=True, log_y=True)

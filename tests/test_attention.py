@@ -511,7 +511,7 @@ def test_fits_leaves_room_for_the_timer_and_workspaces():
 def test_default_sweep_plans_within_memory_on_every_large_gpu(sheet):
     total = int(sheet.memory_gb * 1e9)
     plan = M.plan_points(M.Params(), total)
-    assert len(plan) == 200 + 20  # the Gluon rung: forward only, 5 lengths x 2 head dims x 2 masks
+    assert len(plan) == 200 + 40  # the Gluon rung: 5 lengths x 2 head dims x 2 masks x 2 modes
     for p in plan:  # whatever runs fits beside its inputs, with the timer's buffer
         inputs = 4 * M.Shape(4, 16, p["seq_len"], p["seq_len"], p["head_dim"], False, "bf16").q_bytes
         if p["fits"]:

@@ -39,19 +39,22 @@ def test_the_rung_is_left_out_with_a_note_without_hopper_or_gluon():
         dataclasses.replace(params, impls=("ours",)), [])  # not asked for: nothing to say
 
 
-def test_where_it_runs_a_run_with_the_backward_says_it_is_forward_only(monkeypatch):
+def test_where_it_runs_the_rung_runs_both_passes_without_a_note(monkeypatch):
     monkeypatch.setattr(gluon_support, "attention_unavailable_reason", lambda cc: None)
     params = M.Params()
-    assert G.gluon_notes(params, "9.0") == (params, [G.FORWARD_ONLY_NOTE])
+    assert G.gluon_notes(params, "9.0") == (params, [])
     forward = dataclasses.replace(params, modes=("fwd",))
     assert G.gluon_notes(forward, "9.0") == (forward, [])
+    shape = M.Shape(4, 16, 4096, 4096, 128, True, "bf16")
+    assert M.gluon_runs(shape, "fwd+bwd", H100) and not M.gluon_runs(shape, "fwd+bwd", A100)
 
 
 def test_cases_the_kernel_does_not_take_are_named():
     assert G.gluon_case_reason("bf16", 64) is None and G.gluon_case_reason("bf16", 128) is None
     assert "bf16" in G.gluon_case_reason("fp16", 64) and "64 and 128" in G.gluon_case_reason("bf16", 32)
     assert Me._unavailable_reason(M.GLUON_IMPL, "fp32", 64, False) == G.gluon_case_reason("fp32", 64)
-    assert G.gluon_keys_ok("bf16", 128, "fwd") and not G.gluon_keys_ok("bf16", 128, "fwd+bwd")
+    assert G.gluon_keys_ok("bf16", 128, "fwd") and G.gluon_keys_ok("bf16", 128, "fwd+bwd")
+    assert not G.gluon_keys_ok("fp16", 128, "fwd+bwd")
 
 
 def test_the_cli_and_the_params_accept_the_rung():
@@ -59,12 +62,12 @@ def test_the_cli_and_the_params_accept_the_rung():
     assert params.impls == (M.GLUON_IMPL, "sdpa-cudnn") and params.seq_lens == (2048, 4096)
 
 
-def test_the_run_checks_the_rung_forward_only_with_its_own_configuration():
+def test_the_run_checks_the_rung_in_both_passes_with_its_own_configuration():
     params = M.Params(dtypes=("bf16", "fp16"), head_dims=(32, 64, 128))
     keys = Me.check_keys(params, lambda shape, mode: M.planned_config(shape, mode, H200))
     gluon = [k for k in keys if k[0] == M.GLUON_IMPL]
-    assert sorted(gluon) == sorted((M.GLUON_IMPL, "bf16", d, causal, "fwd", None) for d in (64, 128)
-                                   for causal in (False, True))  # one check per case, not per N
+    assert sorted(gluon) == sorted((M.GLUON_IMPL, "bf16", d, causal, mode, None) for d in (64, 128)
+                                   for causal in (False, True) for mode in M.MODES)  # one per case, not per N
 
 
 def test_model_only_runs_and_counters_leave_the_rung_out_on_a_cpu():
@@ -82,11 +85,11 @@ def test_model_only_runs_and_counters_leave_the_rung_out_on_a_cpu():
 def test_predicted_only_where_it_runs():
     rows = M.predict(M.Params(dtypes=("bf16", "fp16"), head_dims=(32, 64, 128)), H100)
     gluon = [r for r in rows if r["impl"] == M.GLUON_IMPL]
-    assert {(r["mode"], r["dtype"]) for r in gluon} == {("fwd", "bf16")}
+    assert {(r["mode"], r["dtype"]) for r in gluon} == {("fwd", "bf16"), ("fwd+bwd", "bf16")}
     assert {r["head_dim"] for r in gluon} == {64, 128}
-    assert len(gluon) == 2 * 2 * 5  # d x mask x N
+    assert len(gluon) == 2 * 2 * 5 * 2  # d x mask x N x mode
     assert all(r["predicted_peak_bytes"] == M._shape(M.Params(), r["seq_len"], r["head_dim"], "full",
-                                                     "bf16").q_bytes for r in gluon)  # O alone
+                                                     "bf16").q_bytes for r in gluon if r["mode"] == "fwd")  # O
     assert not [r for r in M.predict(M.Params(), A100) if r["impl"] == M.GLUON_IMPL]  # no wgmma on an A100
 
 
@@ -248,6 +251,14 @@ def test_library_ratios_hold_the_rung_to_issue_33s_bars():
     assert len(got) == 4
 
 
+def test_forward_and_backward_is_held_to_090_at_either_head_dim():
+    rows = [r | {"mode": "fwd+bwd"} for r in _rows()]
+    got = {(r["case"], r["ours"]): r for r in M.library_ratios(rows)}
+    for d in (64, 128):
+        assert got[(f"fwd+bwd full bf16 d = {d} N = 2048", "ours (Gluon FA3)")]["target"] == C.GLUON_TRAIN_TARGET
+    assert got[("fwd+bwd full bf16 d = 64 N = 1024", "ours (Gluon FA3)")]["target"] is None
+
+
 def test_the_pages_table_sets_each_kernel_beside_cudnn():
     table = C.rung_table(_rows(), "fwd", False, "bf16", 128)
     assert table == [{"N": 2048, "cuDNN (TFLOP/s)": 125, "ours (Triton) (TFLOP/s)": 100,
@@ -286,11 +297,31 @@ def _hopper_or_skip():
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("mode", ["fwd", "fwd+bwd"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("d", [64, 128])
-def test_gpu_the_labs_check_of_the_rung_passes(d, causal):
+def test_gpu_the_labs_check_of_the_rung_passes(d, causal, mode):
     _hopper_or_skip()
-    assert Me._check((M.GLUON_IMPL, "bf16", d, causal, "fwd", None)) < timing.TOLERANCE["bf16"]
+    assert Me._check((M.GLUON_IMPL, "bf16", d, causal, mode, None)) < timing.TOLERANCE["bf16"]
+
+
+@pytest.mark.gpu
+def test_gpu_the_labs_check_catches_a_backward_that_forgets_rows(monkeypatch):
+    """The check poisons the backward's outputs: a backward that leaves dK's last rows unwritten fails it."""
+    _hopper_or_skip()
+    from labs.attention import gluon_fa3_bwd
+
+    real = gluon_fa3_bwd.gluon_attention_backward
+
+    def forgetful(*args, **kwargs):
+        dq, dk, dv = real(*args, **kwargs)
+        if kwargs.get("grads") is not None:
+            dk[..., -7:, :] = kwargs["grads"][1].new_full((), float("nan"))
+        return dq, dk, dv
+
+    monkeypatch.setattr(gluon_fa3_bwd, "gluon_attention_backward", forgetful)
+    with pytest.raises(timing.KernelMismatch, match="dK called directly"):
+        G.check_gluon_backward("bf16", 64, False)
 
 
 @pytest.mark.gpu
@@ -309,7 +340,7 @@ def test_gpu_the_timed_call_matches_float64_on_odd_shapes(shape, d):
 
 
 @pytest.mark.gpu
-def test_gpu_a_short_run_times_the_rung_forward_only_beside_cudnn():
+def test_gpu_a_short_run_times_the_rung_both_passes_beside_cudnn():
     _hopper_or_skip()
     from labs.engine import runner
 
@@ -317,8 +348,8 @@ def test_gpu_a_short_run_times_the_rung_forward_only_beside_cudnn():
                       modes=("fwd", "fwd+bwd"), batch=1, heads=8)
     result = runner.run(A.LAB, params, use_cache=False)
     gluon = [r for r in result.rows if r.get("impl") == M.GLUON_IMPL]
-    assert {r["mode"] for r in gluon} == {"fwd"} and len(gluon) == 2
+    assert sorted(r["mode"] for r in gluon) == ["fwd", "fwd", "fwd+bwd", "fwd+bwd"]
     assert all(r["measured_tflops"] > 0 and r["check_rel_error"] < timing.TOLERANCE["bf16"] for r in gluon)
     assert all(r.get("predicted_ms") for r in gluon)  # the model beside it
-    assert any(G.FORWARD_ONLY_NOTE in str(n) for n in result.messages)
-    assert len(C.rung_table(result.rows, "fwd", True, "bf16", 128)) == 1
+    for mode in ("fwd", "fwd+bwd"):
+        assert len(C.rung_table(result.rows, mode, True, "bf16", 128)) == 1

@@ -91,3 +91,57 @@ def test_gradients_match_float64_on_odd_shapes(shape, head_dim, causal):
         assert torch.isfinite(ours).all(), name
         error = ((ours.double() - truth).abs().max() / truth.abs().max().clamp_min(1e-12)).item()
         assert error < 2e-2, f"{name}: relative error {error:.2e} ({shape}, d {head_dim}, causal {causal})"
+
+
+# ------------------------------------------------------------------------------------------------
+# The backward's model (fa3_bwd_model.py): pure arithmetic, on any machine
+# ------------------------------------------------------------------------------------------------
+from labs.attention import fa3_bwd_model as B, model as M  # noqa: E402
+from labs.engine import gpu  # noqa: E402
+
+H100 = gpu.datasheet_target(gpu.datasheet_by_name("H100 SXM"))
+A100 = gpu.datasheet_target(gpu.datasheet_by_name("A100 80GB"))
+
+
+def test_model_constants_follow_the_kernel():
+    bwd = _bwd()
+    assert (B.BWD_KEYS, B.BWD_QUERIES) == (bwd.BWD_KEYS, bwd.BWD_QUERIES)
+
+
+def test_a_step_costs_its_multiplies_plus_one_warps_chain():
+    """Nothing hides: the dS barrier keeps the warpgroups in lock step, so a step is the sum of the two phases."""
+    mma, chain = B.step_seconds(128, 700e12, 1.9e9, 132)
+    assert mma == pytest.approx(5 * 2 * 64 * 128 * 128 / (700e12 / 132))
+    assert chain == pytest.approx(B.bwd_warp_instructions(128, False) * 4 / 1.9e9)
+    assert B.bwd_warp_instructions(128, True) > B.bwd_warp_instructions(128, False)
+    # d = 128 hands dQ to the writer warp (two more barriers) and issues more wgmma than d = 64
+    assert B.bwd_warp_instructions(128, False) > B.bwd_warp_instructions(64, False)
+    shape = M.Shape(4, 16, 8192, 8192, 128, False, "bf16")
+    k = B.fa3_backward(shape, 700e12, 3e12, 132, 1.9e9)
+    steps = 4 * 16 * (8192 // 128) * (8192 // 64)
+    assert k["mma_s"] == pytest.approx(steps * mma / 132) and k["exp_s"] == pytest.approx(steps * chain / 132)
+    assert k["hidden_s"] == 0 and k["s"] >= k["mma_s"] + k["exp_s"]
+
+
+def test_the_causal_backward_walks_about_half_the_steps():
+    full, causal = (B.fa3_backward(M.Shape(4, 16, 8192, 8192, 64, c, "bf16"), 700e12, 3e12, 132, 1.9e9)
+                    for c in (False, True))
+    assert 0.5 < causal["mma_s"] / full["mma_s"] < 0.52  # the diagonal's blocks count whole
+
+
+def test_forward_and_backward_is_the_forward_then_the_backward():
+    shape = M.Shape(4, 16, 4096, 4096, 128, True, "bf16")
+    fwd, both = M.gluon_model(shape, H100, "fwd"), M.gluon_model(shape, H100, "fwd+bwd")
+    rate, clock = M.matmul_rate(H100, "bf16"), gpu.clock_hz(H100)
+    bwd = B.fa3_backward(shape, rate, H100.ceilings.copy_tbps * 1e12, H100.sm_count, clock)
+    assert both["predicted_ms"] == pytest.approx(fwd["predicted_ms"] + bwd["s"] * 1e3)
+    assert both["predicted_peak_bytes"] == B.peak_bytes(shape) == M.point_peak_bytes(M.GLUON_IMPL, shape, "fwd+bwd")
+    assert M.point_peak_bytes(M.GLUON_IMPL, shape, "fwd") == shape.q_bytes
+
+
+def test_the_rung_predicts_both_passes_on_hopper_only():
+    params = M.Params(seq_lens=(2048,), head_dims=(64, 128), masks=("full",), impls=(M.GLUON_IMPL,))
+    rows = M.predict(params, H100)
+    assert sorted((r["head_dim"], r["mode"]) for r in rows) == [(64, "fwd"), (64, "fwd+bwd"), (128, "fwd"),
+                                                                  (128, "fwd+bwd")]
+    assert M.predict(params, A100) == []

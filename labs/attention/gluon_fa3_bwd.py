@@ -56,9 +56,10 @@ from labs.attention.gluon_fa3 import (CONSUMER_WARPS, LOG2E, PRODUCER_WARPS, WG0
 from labs.attention.tiles import lq_pad
 from labs.hopper.gluon_ws import tma_load
 
-_FLAT = gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[0])  # a plain row of shared memory
+# a plain row of shared memory
+_FLAT = gl.constexpr(gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[0]))
 # dQ's FP32 block: the consumers write pairs from the wgmma layout, 8 rows a warp; the writer reads whole rows
-_DQ_LAYOUT = gl.SwizzledSharedLayout(vec=4, per_phase=1, max_phase=4, order=[1, 0])
+_DQ_LAYOUT = gl.constexpr(gl.SwizzledSharedLayout(vec=4, per_phase=1, max_phase=4, order=[1, 0]))
 BWD_KEYS = 128  # keys per program: 64 per consumer warpgroup (one m64 wgmma each)
 BWD_QUERIES = 64  # queries per step of the walk
 BWD_STAGES = 2  # Q and dO blocks the producer may run ahead
@@ -398,16 +399,17 @@ PREP_ROWS = 64  # rows per program of the two small kernels (LSE_ALIGN is a mult
 
 
 def gluon_attention_backward(q, k, v, out, grad_out, lse, causal: bool, scale: float = None,
-                             stages: int = BWD_STAGES):
+                             stages: int = BWD_STAGES, grads=None):
     """dQ, dK, dV of softmax(q k^T * scale) v, from the forward's output and natural-log log-sum-exp (B, H,
-    lq_pad(Lq)). q (B, H, Lq, d), k and v (B, H, Lk, d), bf16, d = 64 or 128."""
+    lq_pad(Lq)). q (B, H, Lq, d), k and v (B, H, Lk, d), bf16, d = 64 or 128. grads: (dq, dk, dv) to write into
+    (the lab's check passes them poisoned with NaN), else new tensors."""
     batch, heads, lq, d, lk = runnable_shapes(q, k, v)
     scale = 1.0 / math.sqrt(d) if scale is None else scale
     pad = lq_pad(lq)
     if lse.shape != (batch, heads, pad):
         raise ValueError(f"lse must be (B, H, {pad}): the forward's padded log-sum-exp; got {tuple(lse.shape)}")
     q, k, v, out, grad_out = (t.contiguous() for t in (q, k, v, out, grad_out))
-    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    dq, dk, dv = grads if grads is not None else (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v))
     if lq == 0 or lk == 0 or batch * heads == 0:
         return dq.zero_(), dk.zero_(), dv.zero_()
     stats = torch.empty((batch * heads * pad // BWD_QUERIES * 2, BWD_QUERIES), dtype=torch.float32,

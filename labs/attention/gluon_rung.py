@@ -1,9 +1,10 @@
-"""The Gluon FlashAttention-3 rung in the lab's runs: where it runs, its check against float64, its launch.
+"""The Gluon FlashAttention-3 rung in the lab's runs: where it runs, its checks against float64, its launch.
 
-The kernel (gluon_fa3.py) needs a Hopper GPU and a Triton with Gluon, and importing it needs that Triton: it is
-imported here only where labs/hopper/gluon_support.py finds both, so the app starts, and the lab runs its other
-implementations, on any machine. Where it cannot run the rung is left out of the run with one note that says why;
-it is a forward kernel, so a run that asks for forward and backward times its forward points alone (and says so).
+The kernels (gluon_fa3.py, the forward; gluon_fa3_bwd.py, the backward) need a Hopper GPU and a Triton with Gluon,
+and importing them needs that Triton: they are imported here only where labs/hopper/gluon_support.py finds both, so
+the app starts, and the lab runs its other implementations, on any machine. Where they cannot run the rung is left
+out of the run with one note that says why. A fwd point times the forward alone; a fwd+bwd point the training call
+(gluon_fa3_bwd.gluon_attention_train: the forward writes the log-sum-exp, the backward reads it) through autograd.
 """
 
 from __future__ import annotations
@@ -29,10 +30,6 @@ def gluon_rung_note(compute_capability: Optional[str]) -> str:
             f"is left out of runs here ({reason}). The model and the recorded runs still show it.")
 
 
-FORWARD_ONLY_NOTE = (f"{GLUON_IMPL} is a forward kernel: the run times its forward points only (it has no "
-                     "fwd+bwd rows).")
-
-
 def gluon_notes(params: Params, compute_capability: Optional[str]) -> tuple[Params, list[str]]:
     """(the parameters to run, notes for the run): the Gluon rung dropped where it cannot run, with why."""
     if GLUON_IMPL not in params.impls:
@@ -40,7 +37,7 @@ def gluon_notes(params: Params, compute_capability: Optional[str]) -> tuple[Para
     note = gluon_rung_note(compute_capability)
     if note:
         return dataclasses.replace(params, impls=tuple(i for i in params.impls if i != GLUON_IMPL)), [note]
-    return params, [FORWARD_ONLY_NOTE] if any(m != "fwd" for m in params.modes) else []
+    return params, []
 
 
 def gluon_case_reason(dtype: str, d: int) -> Optional[str]:
@@ -53,31 +50,44 @@ def gluon_case_reason(dtype: str, d: int) -> Optional[str]:
 
 
 def gluon_keys_ok(dtype: str, d: int, mode: str) -> bool:
-    """A configuration of the rung worth checking: one it runs."""
-    return mode == "fwd" and gluon_case_reason(dtype, d) is None
+    """A configuration of the rung worth checking: one it runs (either mode)."""
+    return gluon_case_reason(dtype, d) is None
 
 
-def gluon_attention_fn(causal: bool):
-    """The call the lab times: the kernel's own launcher, output allocated per call as the libraries' are."""
-    from labs.attention.gluon_fa3 import gluon_attention
+def gluon_attention_fn(causal: bool, mode: str = "fwd"):
+    """The call the lab times: the forward's own launcher, output allocated per call as the libraries' are; for
+    fwd+bwd the training call, which autograd differentiates."""
+    if mode == "fwd":
+        from labs.attention.gluon_fa3 import gluon_attention
 
-    return lambda q, k, v: gluon_attention(q, k, v, causal)
+        return lambda q, k, v: gluon_attention(q, k, v, causal)
+    from labs.attention.gluon_fa3_bwd import gluon_attention_train
+
+    return lambda q, k, v: gluon_attention_train(q, k, v, causal)
 
 
-def check_gluon(dtype: str, d: int, causal: bool) -> float:
-    """The kernel against float64 on odd lengths, its output poisoned with NaN (a row it forgets fails): once on
-    one program per SM as timed (twice), once on CHECK_PROGRAMS programs. Returns the larger relative error."""
-    import torch
-
-    from labs.attention.gluon_fa3 import gluon_attention
+def _check_case(dtype: str, d: int, causal: bool):
+    """Fresh random inputs of CHECK_SHAPE, their float64 output and log-sum-exp, and the case's name."""
     from labs.attention.naive import reference
     from labs.engine import timing
 
     b, h, lq, lk = CHECK_SHAPE
     q = timing.random_tensor((b, h, lq, d), dtype)
     k, v = (timing.random_tensor((b, h, lk, d), dtype) for _ in range(2))
-    ref = reference(q, k, v, causal)[0]
-    what = f"the Gluon FlashAttention-3 ({dtype}, d={d}, {'causal' if causal else 'full'})"
+    return (q, k, v), reference(q, k, v, causal), f"the Gluon FlashAttention-3 ({dtype}, d={d}, " \
+        f"{'causal' if causal else 'full'})"
+
+
+def check_gluon(dtype: str, d: int, causal: bool, mode: str = "fwd") -> float:
+    """The forward against float64 on odd lengths, its output poisoned with NaN (a row it forgets fails): once on
+    one program per SM as timed (twice), once on CHECK_PROGRAMS programs; for fwd+bwd the backward too
+    (check_gluon_backward). Returns the largest relative error."""
+    import torch
+
+    from labs.attention.gluon_fa3 import gluon_attention
+    from labs.engine import timing
+
+    (q, k, v), (ref, _), what = _check_case(dtype, d, causal)
     err = 0.0
     # all SMs twice: the first call goes through Triton's launcher, the second through the direct C launcher that
     # the timed calls take (labs/attention/launch.py)
@@ -85,4 +95,34 @@ def check_gluon(dtype: str, d: int, causal: bool) -> float:
         out = torch.full_like(q, float("nan"))
         gluon_attention(q, k, v, causal, out=out, programs=programs)
         err = max(err, timing.check_close(out, ref, dtype, f"{what} on {programs or 'all'} programs"))
+    return max(err, check_gluon_backward(dtype, d, causal)) if mode != "fwd" else err
+
+
+def check_gluon_backward(dtype: str, d: int, causal: bool) -> float:
+    """dQ, dK and dV against float64 autograd on odd lengths: from the backward called directly with its outputs
+    poisoned with NaN (a row it forgets fails), and from the training call through autograd, as timed. Also the
+    log-sum-exp the forward writes for it. Returns the largest relative error."""
+    import torch
+
+    from labs.attention.gluon_fa3 import gluon_attention
+    from labs.attention.gluon_fa3_bwd import gluon_attention_backward, gluon_attention_train
+    from labs.attention.naive import reference
+    from labs.attention.tiles import lq_pad
+    from labs.engine import timing
+
+    (q, k, v), (_, ref_lse), what = _check_case(dtype, d, causal)
+    grad = timing.random_tensor(q.shape, dtype)
+    q64, k64, v64 = (x.detach().double().requires_grad_() for x in (q, k, v))
+    refs = torch.autograd.grad(reference(q64, k64, v64, causal)[0], (q64, k64, v64), grad.double())
+    lse = torch.full((q.shape[0], q.shape[1], lq_pad(q.shape[2])), float("nan"), device=q.device)
+    out = gluon_attention(q, k, v, causal, lse=lse)
+    seen = torch.isfinite(ref_lse)  # rows that see no key (causal, Lq > Lk) have none
+    err = timing.check_close(lse[..., :q.shape[2]][seen], ref_lse[seen], dtype, f"{what} log-sum-exp")
+    poisoned = [torch.full_like(x, float("nan")) for x in (q, k, v)]
+    direct = gluon_attention_backward(q, k, v, out, grad, lse, causal, grads=poisoned)
+    trained = torch.autograd.grad(gluon_attention_train(*(x.requires_grad_() for x in (q, k, v)), causal),
+                                  (q, k, v), grad)
+    for how, grads in (("called directly", direct), ("through autograd", trained)):
+        for name, got, truth in zip(("dQ", "dK", "dV"), grads, refs):
+            err = max(err, timing.check_close(got, truth, dtype, f"{what} {name} {how}"))
     return err

@@ -150,11 +150,11 @@ def _check_ours(dtype: str, d: int, causal: bool, mode: str, cfg: Optional[Flash
     return err
 
 
-def impl_fn(impl: str, causal: bool):
+def impl_fn(impl: str, causal: bool, mode: str = "fwd"):
     if impl == "ours":
         return lambda q, k, v: flash_attention(q, k, v, causal)
-    if impl == GLUON_IMPL:
-        return gluon_attention_fn(causal)
+    if impl == GLUON_IMPL:  # the forward alone, or the training call that autograd differentiates
+        return gluon_attention_fn(causal, mode)
     if impl == "naive":
         return lambda q, k, v: naive_attention(q, k, v, causal)
     return lambda q, k, v: sdpa(q, k, v, causal, impl)
@@ -315,7 +315,7 @@ def check_keys(params: Params, config_of) -> list[tuple]:
                 for impl in params.impls:
                     for mode in params.modes:
                         if impl == GLUON_IMPL and not gluon_keys_ok(dtype, d, mode):
-                            continue  # forward only, bf16, d 64 and 128: nothing else to check
+                            continue  # bf16, d 64 and 128: nothing else to check
                         for n in params.seq_lens:
                             cfg = config_of(_shape(params, n, d, mask, dtype), mode) if impl == "ours" else None
                             keys[(impl, dtype, d, mask == "causal", mode, cfg)] = None
@@ -339,7 +339,7 @@ def _check(key: tuple) -> float:
     if impl == "ours":
         return _check_ours(dtype, d, causal, mode, cfg)
     if impl == GLUON_IMPL:
-        return check_gluon(dtype, d, causal)
+        return check_gluon(dtype, d, causal, mode)
     return _check_reference_impl(impl, dtype, d, causal, mode)
 
 
@@ -449,8 +449,6 @@ def measure(params: Params, target: Target, progress):
                         if (impl, dtype, d, causal) not in unavailable:
                             unavailable[(impl, dtype, d, causal)] = _unavailable_reason(impl, dtype, d, causal)
                         for mode in params.modes:
-                            if impl == GLUON_IMPL and mode != "fwd":
-                                continue  # a forward kernel: no fwd+bwd point (gluon_notes said so once)
                             key = _row_key(impl, mode, mask, dtype, d, n)
                             label = f"{impl} {mode}, {mask}, {dtype}, d={d}, N={n}"
                             done += 1
@@ -473,7 +471,7 @@ def measure(params: Params, target: Target, progress):
                             if check_key not in checked:
                                 progress(frac, f"{label}: checking against float64")
                                 checked[check_key] = _check(check_key)
-                            run = _runner(impl_fn(impl, causal), mode, q, k, v, do)
+                            run = _runner(impl_fn(impl, causal, mode), mode, q, k, v, do)
                             progress(frac, f"{label}: timing")
                             host_floor = impl in HOST_FLOOR_IMPLS and _needs_host_floor(shape, mode, target, impl)
                             timed = _time_point(run, with_host=host_floor)

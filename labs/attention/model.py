@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from typing import Optional
 
 from labs.attention.compare import library_ratios  # noqa: F401 (the scorecard's hook, found beside predict)
+from labs.attention.fa3_bwd_model import (bwd_warp_instructions as fa3_bwd_instructions, fa3_backward,
+                                          peak_bytes as fa3_train_peak_bytes, step_seconds as fa3_step_seconds)
 from labs.attention.fa3_model import fa3_forward, fa3_supports, hbm_bytes as fa3_hbm_bytes
 from labs.attention.schedule import dkdv_tiles, forward_tiles, kernel_seconds, programs_per_sm, tile_seconds
 from labs.attention.tiles import HEAD_DIMS, FlashConfig, Tiles, lq_pad, tile_counts, tiles_for
@@ -20,7 +22,7 @@ from labs.engine.gpu import Target, clock_hz, sm_shape
 from labs.engine.params import param
 from labs.engine.results import recorded_rows
 
-GLUON_IMPL = "gluon-fa3"  # the Gluon FlashAttention-3 forward (gluon_fa3.py): Hopper, bf16, d 64 and 128
+GLUON_IMPL = "gluon-fa3"  # the Gluon FlashAttention-3 rung (gluon_fa3.py, gluon_fa3_bwd.py): Hopper, bf16, d 64, 128
 IMPLS = ("naive", "ours", GLUON_IMPL, "sdpa-flash", "sdpa-cudnn", "sdpa-efficient")
 MODELLED_IMPLS = ("naive", "ours", GLUON_IMPL)  # the implementations the lab predicts
 MODES = ("fwd", "fwd+bwd")
@@ -182,26 +184,33 @@ def flash_peak_bytes(shape: Shape, mode: str) -> int:
     return fwd + 2 * shape.lse_bytes + shape.q_bytes + 2 * shape.kv_bytes  # delta, lse2, dQ, dK, dV
 
 
-def gluon_model(shape: Shape, target: Target) -> dict:
-    """Predicted time, HBM bytes and peak memory of the Gluon FlashAttention-3 forward (fa3_model.py): the
-    tensor cores and the exponentials overlapped by two or three consumer warpgroups in turn, on one program per SM."""
-    k = fa3_forward(shape, matmul_rate(target, shape.dtype), exp_rate(target), target.ceilings.copy_tbps * 1e12,
-                    target.sm_count, clock_hz(target), target.l2_bytes)
-    return {"predicted_ms": k["s"] * 1e3, "predicted_hbm_bytes": fa3_hbm_bytes(shape),
-            "predicted_l2_request_bytes": fa3_hbm_bytes(shape), "predicted_peak_bytes": shape.q_bytes,  # O alone
-            **{f"predicted_{part}_ms": k[f"{part}_s"] * 1e3 for part in ("mma", "exp", "hidden", "schedule", "mem")}}
+def gluon_model(shape: Shape, target: Target, mode: str = "fwd") -> dict:
+    """Predicted time, HBM bytes and peak memory of the Gluon FlashAttention-3 rung: its forward (fa3_model.py: the
+    tensor cores and the exponentials overlapped by two or three consumer warpgroups in turn, on one program per
+    SM), and for fwd+bwd its backward after it (fa3_bwd_model.py: each step's multiplies, then its chain)."""
+    rate, copy_bps = matmul_rate(target, shape.dtype), target.ceilings.copy_tbps * 1e12
+    parts = [fa3_forward(shape, rate, exp_rate(target), copy_bps, target.sm_count, clock_hz(target),
+                         target.l2_bytes)]
+    hbm, peak = fa3_hbm_bytes(shape), shape.q_bytes  # the forward: Q, K, V in, O out; O alone allocated
+    if mode != "fwd":
+        parts.append(fa3_backward(shape, rate, copy_bps, target.sm_count, clock_hz(target)))
+        hbm, peak = hbm + shape.lse_bytes + parts[-1]["hbm_bytes"], fa3_train_peak_bytes(shape)
+    return {"predicted_ms": sum(k["s"] for k in parts) * 1e3, "predicted_hbm_bytes": hbm,
+            "predicted_l2_request_bytes": hbm, "predicted_peak_bytes": peak,
+            **{f"predicted_{part}_ms": sum(k[f"{part}_s"] for k in parts) * 1e3
+               for part in ("mma", "exp", "hidden", "schedule", "mem")}}
 
 
 def gluon_runs(shape: Shape, mode: str, target: Target) -> bool:
-    """The Gluon rung has a point here: forward only, bf16, d 64 or 128, on a Hopper GPU."""
-    return mode == "fwd" and fa3_supports(shape.dtype, shape.d, str(target.compute_capability))
+    """The Gluon rung has a point here: bf16, d 64 or 128, on a Hopper GPU (forward, and forward and backward)."""
+    return fa3_supports(shape.dtype, shape.d, str(target.compute_capability))
 
 
 def gpu_model(impl: str, shape: Shape, mode: str, target: Target) -> dict:
     """The GPU's time of one call of a modelled implementation (naive attention at the copy rate)."""
     if impl == "naive":
         return naive_model(shape, mode, target)
-    return gluon_model(shape, target) if impl == GLUON_IMPL else flash_model(shape, mode, target)
+    return gluon_model(shape, target, mode) if impl == GLUON_IMPL else flash_model(shape, mode, target)
 
 
 # PyTorch's own kernels that naive attention runs over the N x N matrices, and the rate each streams them at.
@@ -380,8 +389,8 @@ def point_peak_bytes(impl: str, shape: Shape, mode: str) -> int:
     for a library backend, twice ours (a bound, so a point is never refused for it on a GPU that fits)."""
     if impl == "naive":
         return naive_peak_bytes(shape, mode)
-    if impl == GLUON_IMPL:
-        return shape.q_bytes  # the output alone: no log-sum-exp
+    if impl == GLUON_IMPL:  # the forward alone: its output (no log-sum-exp); training: fa3_bwd_model.peak_bytes
+        return shape.q_bytes if mode == "fwd" else fa3_train_peak_bytes(shape)
     peak = flash_peak_bytes(shape, mode)
     return peak if impl == "ours" else LIBRARY_PEAK_FACTOR * peak
 
@@ -413,8 +422,6 @@ def plan_points(params: "Params", free_bytes: int) -> list[dict]:
                     shape = _shape(params, n, d, mask, dtype)
                     for impl in params.impls:
                         for mode in params.modes:
-                            if impl == GLUON_IMPL and mode != "fwd":
-                                continue  # a forward kernel: no such point
                             need = point_peak_bytes(impl, shape, mode)
                             plan.append(_row_key(impl, mode, mask, dtype, d, n) |
                                         {"peak_bytes": need, "fits": fits(need, free_bytes - inputs)})
@@ -527,6 +534,8 @@ def lesson_numbers(target: Target) -> dict:
     big = Shape(4, 16, 16384, 16384, 64, False, "bf16")
     short = flash_model(Shape(4, 16, 1024, 1024, 64, False, "bf16"), "fwd", target)
     g64, g128 = gluon_model(shape64, target), gluon_model(shape128, target)
+    t128 = gluon_model(shape128, target, "fwd+bwd")
+    mma_step, chain_step = fa3_step_seconds(128, mm, clock_hz(target), target.sm_count)
     return {
         "gpu": target.name,
         "ceilings_source": target.describe_ceilings(),
@@ -542,6 +551,11 @@ def lesson_numbers(target: Target) -> dict:
         "predicted_d128_tflops": f"{_tflops(shape128, f128):.0f}",
         "fa3_d64_tflops": f"{_tflops(shape64, g64):.0f}",
         "fa3_d128_tflops": f"{_tflops(shape128, g128):.0f}",
+        "fa3_train_d128_tflops": f"{_tflops(shape128, t128, 'fwd+bwd'):.0f}",
+        "fa3_bwd_step_mma_us": f"{mma_step * 1e6:.2f}",
+        "fa3_bwd_step_chain_us": f"{chain_step * 1e6:.2f}",
+        "fa3_bwd_chain_pct": f"{100 * chain_step / (mma_step + chain_step):.0f}",
+        "fa3_bwd_instructions_d128": f"{fa3_bwd_instructions(128, False):.0f}",
         "s_gb_16k": f"{big.s_bytes / 1e9:.1f}",
         "naive_fwd_gb_16k": f"{naive_peak_bytes(big, 'fwd') / 1e9:.1f}",
         "naive_train_gb_16k": f"{naive_peak_bytes(big, 'fwd+bwd') / 1e9:.1f}",
