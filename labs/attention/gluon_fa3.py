@@ -45,7 +45,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from labs.attention.fa3_plan import (DEFAULT_CONFIGS, WG_ROWS, FA3Config, check_inputs, heads_per_group,  # noqa: F401
                                      register_budget, smem_bytes, tile_order)
-from labs.attention.launch import aligned, launch, record_encoded, replay
+from labs.attention.launch import aligned, launch, record_encoded, replay, tensors_key
 from labs.attention.tiles import lq_pad
 from labs.engine.gpu import device_sm_count
 from labs.hopper.gluon_support import GluonUnavailable, attention_unavailable_reason, device_capability
@@ -555,14 +555,11 @@ _RECORDED_MAX = 256  # calls remembered (a run reuses a few buffers per shape): 
 
 
 def _call_key(q, k, v, out, causal, config, programs, lse=None):
-    """What a recorded call's arguments follow from: every tensor's address, shape, dtype and device, the mask, the
-    configuration (by identity: the record keeps it alive) and the program count. None where a tensor is not
-    contiguous (the call then copies it, and records nothing)."""
-    tensors = (q, k, v, out) if lse is None else (q, k, v, out, lse)
-    if not all(isinstance(t, torch.Tensor) and t.is_contiguous() for t in tensors):
-        return None
-    return (id(config), bool(causal), programs, *(t.shape for t in tensors), *(t.dtype for t in tensors),
-            *(t.get_device() for t in tensors), *(t.data_ptr() for t in tensors))
+    """What a recorded call's arguments follow from: every tensor's address, shape, dtype and device (tensors_key),
+    the mask, the configuration (by identity: the record keeps it alive) and the program count. None where a tensor
+    is not contiguous (the call then copies it, and records nothing)."""
+    tensors = tensors_key(q, k, v, out) if lse is None else tensors_key(q, k, v, out, lse)
+    return None if tensors is None else (id(config), bool(causal), programs, *tensors)
 
 
 @functools.lru_cache(maxsize=16)

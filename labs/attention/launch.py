@@ -114,6 +114,15 @@ def replay(record) -> None:
     raw(*grid3, torch._C._cuda_getCurrentRawStream(device), *base, *params)
 
 
+def tensors_key(*tensors):
+    """What a recorded call's tensors fix: each one's shape, dtype, device and address; None where one is not a
+    contiguous tensor (the call then copies it, and nothing is recorded)."""
+    if not all(isinstance(t, torch.Tensor) and t.is_contiguous() for t in tensors):
+        return None
+    return (*(t.shape for t in tensors), *(t.dtype for t in tensors), *(t.get_device() for t in tensors),
+            *(t.data_ptr() for t in tensors))
+
+
 def plan_key(kind: str, cfg, causal: bool, q4, k4) -> tuple:
     """The key of a recorded launch: the configuration by identity (hashing its fields costs more than the launch
     saves; the recorded plan holds the configuration, so its id cannot be reused while the plan lives), the mask,
