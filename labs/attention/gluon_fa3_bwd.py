@@ -409,6 +409,14 @@ def gluon_attention_backward(q, k, v, out, grad_out, lse, causal: bool, scale: f
     pad = lq_pad(lq)
     if lse.shape != (batch, heads, pad):
         raise ValueError(f"lse must be (B, H, {pad}): the forward's padded log-sum-exp; got {tuple(lse.shape)}")
+    return _backward(q, k, v, out, grad_out, lse, causal, scale, stages, grads)
+
+
+def _backward(q, k, v, out, grad_out, lse, causal: bool, scale: float, stages: int = BWD_STAGES, grads=None):
+    """gluon_attention_backward once the machine and the inputs are known to suit the kernels (the training call's
+    forward checked them: at N = 1024 the checks were a good share of the CPU's time a call)."""
+    batch, heads, lq, d = q.shape
+    lk, pad = k.shape[2], lse.shape[-1]
     q, k, v, out, grad_out = (t.contiguous() for t in (q, k, v, out, grad_out))
     dq, dk, dv = grads if grads is not None else (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v))
     if lq == 0 or lk == 0 or batch * heads == 0:
@@ -479,8 +487,8 @@ class GluonAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_out):
-        q, k, v, out, lse = ctx.saved_tensors
-        dq, dk, dv = gluon_attention_backward(q, k, v, out, grad_out, lse, ctx.causal)
+        q, k, v, out, lse = ctx.saved_tensors  # the forward checked them (gluon_attention)
+        dq, dk, dv = _backward(q, k, v, out, grad_out, lse, ctx.causal, 1.0 / math.sqrt(q.shape[-1]))
         return dq, dk, dv, None
 
 
