@@ -325,6 +325,9 @@ def fa3_backward_kernel(q_desc, k_desc, v_desc, do_desc, st_desc, dq_ptr, dk_ptr
     for i in gl.static_range(2):
         mbarrier.init(ds_ready.index(i), count=2)
         mbarrier.init(ds_free.index(i), count=2)
+    # the partitions are written out twice, with and without the writer warp: Gluon 3.6 traces warp_specialize's
+    # list as written (a list or tuple built from parts failed to compile: "'int' object has no attribute
+    # '_flatten_ir'"), and a writer with nothing to do at d = 64 would change that kernel, timed as it is
     if WRITER:
         gl.warp_specialize([
             (_bwd_consumer, (dq_ptr, dk_ptr, dv_ptr, LQ, LK, LQ_PAD, qk_scale, scale, k_smem, v_smem, q_ring, do_ring,
