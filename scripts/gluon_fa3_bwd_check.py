@@ -6,7 +6,7 @@ Correctness is tests/test_gluon_fa3_bwd.py's (float64 on odd shapes). Per case (
 cuDNN's forward and its backward (its forward+backward less its forward), the Gluon backward and the Triton
 backward from the same saved output and log-sum-exp, the Gluon forward, and the training call through autograd
 (gluon_attention_train: the Gluon forward writes the log-sum-exp, the Gluon backward reads it) against cuDNN's
-forward+backward. Triton's do_bench medians.
+forward+backward, both through torch.autograd.grad as the lab times them. Triton's do_bench medians.
 """
 from __future__ import annotations
 
@@ -39,11 +39,12 @@ def time_case(d, causal, n, b=4, h=16):
         with torch.no_grad():
             return sdpa(q, k, v, causal, "sdpa-cudnn")
 
+    # both passes as the lab times them: torch.autograd.grad (.backward() would also add the gradients into .grad)
     def cudnn_fwd_bwd():
-        sdpa(qg, kg, vg, causal, "sdpa-cudnn").backward(do)
+        torch.autograd.grad(sdpa(qg, kg, vg, causal, "sdpa-cudnn"), (qg, kg, vg), do)
 
     def gluon_train():
-        gluon_attention_train(qg, kg, vg, causal).backward(do)
+        torch.autograd.grad(gluon_attention_train(qg, kg, vg, causal), (qg, kg, vg), do)
 
     t_cf, t_cfb = bench(cudnn_fwd), bench(cudnn_fwd_bwd)
     t_gb = bench(lambda: gluon_attention_backward(q, k, v, out, do, lse, causal))

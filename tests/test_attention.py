@@ -624,11 +624,11 @@ def test_default_run_checks_every_configuration_it_times(key):
 
 
 @pytest.mark.parametrize("key", ["nvidia-h100-80gb-hbm3", "nvidia-h200"])
-def test_timing_the_default_run_costs_under_25_seconds_of_calls(key):
+def test_timing_the_default_run_costs_under_29_seconds_of_calls(key):
     """The timer's rules against the recorded call times: 31 s with the first rules (2 warm calls, do_bench with
     10 ms of warm-up and 50 ms of timing for every point), ~15 s with 3 long calls a point, 21-23 s with the
     engine's timing rule (5 independent repeats behind every point, their spread kept), 23-25 s with the Gluon rung
-    beside; compiles, checks and plans come on top."""
+    beside, 25.6-27.3 s with its forward and backward (2.1 s of them); compiles, checks and plans come on top."""
     recording = _recording(key)
     flush_ms = Me.FLUSH_BYTES / (recording["meta"]["ceilings"]["copy_tbps"] * 1e12) * 1e3
     total_ms, long_points = 0.0, 0
@@ -640,7 +640,7 @@ def test_timing_the_default_run_costs_under_25_seconds_of_calls(key):
         total_ms += ms
         long_points += row["measured_ms"] >= Me.LONG_CALL_MS
     assert long_points >= 30  # the sweep's long end is where the calls were spent
-    assert total_ms < 27_000, f"{total_ms / 1e3:.1f} s"  # the Gluon rung's 20 forward points: about 1.2 s
+    assert total_ms < 29_000, f"{total_ms / 1e3:.1f} s"  # the Gluon rung: 20 forward points 1.3 s, 20 fwd+bwd 2.1 s
 
 
 def test_timer_cost_hand_numbers():
