@@ -117,8 +117,8 @@ def block_seconds(d: int, block_n: int, mma_rate: float, exp_rate: float, sm_cou
 
 
 def hbm_bytes(shape) -> int:
-    """Q read and O written once; K and V once too, since the programs walk the heads in groups whose K and V fit
-    the L2 (no log-sum-exp: the kernel is forward only)."""
+    """The forward's: Q read and O written once; K and V once too, since the programs walk the heads in groups whose
+    K and V fit the L2 (the log-sum-exp, written for the backward only, is fa3_bwd_model's to count)."""
     return 2 * shape.q_bytes + 2 * shape.kv_bytes
 
 
