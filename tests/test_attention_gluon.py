@@ -165,6 +165,21 @@ def test_the_kernels_groups_of_heads_set_the_causal_span():
     assert F.persistent_span(F.tile_blocks(2048, 2048, 128, True, heads=64, group=64, block_m=128), 132) == 72
 
 
+def test_the_order_snakes_where_that_ends_the_slowest_program_sooner():
+    """Every other round of 132 tiles reversed: at N = 2048, d = 128 the slowest program gets 71 key blocks, not 89
+    (an even share is 65.9). At d = 64, N = 8192 the reversal would pile long tiles where a round spans two groups
+    of heads (938 against 781), and the order stays as it was. Either way every tile is taken once."""
+    for n, d, group, before, after in ((2048, 128, 25, 89, 71), (8192, 64, 12, 781, 781)):
+        block_m = F.fa3_block_m(d)
+        assert F.persistent_span(F.tile_blocks(n, n, 128, True, 64, group, block_m), 132) == before
+        assert F.persistent_span(F.tile_blocks(n, n, 128, True, 64, group, block_m, programs=132), 132) == after
+        lengths = tuple(F.query_tile_blocks(n, n, 128, True, block_m))
+        order = F.tile_sequence(64, len(lengths), True, group, 132, lengths)
+        assert sorted(order) == sorted(F.tile_sequence(64, len(lengths), True, group))
+    # without the mask every tile is as long: nothing to even out
+    assert F.tile_sequence(4, 8, False, 2, 3, (5,) * 8) == F.tile_sequence(4, 8, False, 2)
+
+
 def test_many_tiles_are_spread_over_the_programs_without_playing_them_out():
     """Past SIMULATED_PROGRAMS tiles the model takes each program's share of the work: within 1 % of the round
     robin played out, and fast at the largest parameters."""

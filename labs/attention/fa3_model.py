@@ -29,7 +29,8 @@ warpgroup's GEMMs, g whole.
 
 The programs take the tiles in the kernel's order (tile_sequence): heads in groups whose K and V fit the L2. Under
 the causal mask that order decides the mix of long and short tiles each program gets, and the slowest program
-ends the call.
+ends the call; where reversing every other round of tiles evens that mix, the kernel and the model take that
+order instead.
 """
 
 from __future__ import annotations
@@ -78,16 +79,34 @@ def heads_per_group(lk: int, head_dim: int, l2_bytes: int) -> int:
     return max(1, int(L2_SHARE * l2_bytes) // (2 * lk * head_dim * 2))
 
 
-def tile_sequence(heads: int, q_blocks: int, causal: bool, group: int) -> list[tuple[int, int]]:
+def tile_sequence(heads: int, q_blocks: int, causal: bool, group: int, programs: int = 0,
+                  lengths: tuple = ()) -> list[tuple[int, int]]:
     """(head, query block) of every tile in the order the programs take them (the kernel's table, fa3_plan.tile_order):
     heads in groups of `group`, within a group query blocks in turn, all the group's heads at each; causal tiles
-    from the last query block (the most keys) to the first."""
+    from the last query block (the most keys) to the first.
+
+    Program p takes tiles p, p + programs, ...: under the causal mask the first programs of every round get its
+    longest tiles. Given `programs` and each query block's key blocks (`lengths`), the order is the better of two:
+    that one, or the same with every other round reversed (a snake: the program that took a round's longest tile
+    takes the next round's shortest), whichever lets the slowest program end first (persistent_span, in key blocks).
+    The reversal evens the load within a group of heads, but where a round spans two groups it can pile long tiles
+    on a few programs, so neither order wins everywhere."""
     def place(tile: int) -> tuple[int, int, int]:
         head, rank = divmod(tile, q_blocks)
         return head // group, rank, head
 
     tiles = sorted(range(heads * q_blocks), key=place)
-    return [(t // q_blocks, q_blocks - 1 - t % q_blocks if causal else t % q_blocks) for t in tiles]
+    order = [(t // q_blocks, q_blocks - 1 - t % q_blocks if causal else t % q_blocks) for t in tiles]
+    if not (causal and programs and lengths) or len(order) <= programs:
+        return order
+    snake = [tile for start in range(0, len(order), programs)
+             for tile in (order[start:start + programs][::-1] if (start // programs) % 2 else
+                          order[start:start + programs])]
+
+    def span(tiles_in_order):
+        return persistent_span([lengths[qb] for _, qb in tiles_in_order], programs)
+
+    return snake if span(snake) < span(order) else order
 
 
 def query_tiles(lq: int, block_m: int) -> int:
@@ -139,10 +158,11 @@ def softmax_seconds(d: int, block_n: int, s: float, masked: bool, clock_hz: floa
     return max(s, softmax_chain_seconds(FA3_WG_ROWS, d, block_n, masked, clock_hz))
 
 
-def tile_blocks(lq: int, lk: int, block_n: int, causal: bool, heads: int, group: int, block_m: int) -> list[int]:
-    """Key blocks of every (head, query tile) in the order the programs take them (tile_sequence)."""
+def tile_blocks(lq: int, lk: int, block_n: int, causal: bool, heads: int, group: int, block_m: int,
+                programs: int = 0) -> list[int]:
+    """Key blocks of every (head, query tile) in the order `programs` programs take them (tile_sequence)."""
     one_head = query_tile_blocks(lq, lk, block_n, causal, block_m)
-    return [one_head[qb] for _, qb in tile_sequence(heads, len(one_head), causal, group)]
+    return [one_head[qb] for _, qb in tile_sequence(heads, len(one_head), causal, group, programs, tuple(one_head))]
 
 
 def query_tile_seconds(shape, block_n: int, periods: tuple[float, float]) -> list[float]:
@@ -164,7 +184,9 @@ def work_seconds(shape, one_head: list[float], sm_count: int, l2_bytes: int) -> 
     heads = shape.b * shape.h
     if heads * len(one_head) > SIMULATED_PROGRAMS:
         return heads * sum(one_head) / sm_count
-    order = tile_sequence(heads, len(one_head), shape.causal, heads_per_group(shape.lk, shape.d, l2_bytes))
+    blocks = tuple(query_tile_blocks(shape.lq, shape.lk, FA3_BLOCK_N[shape.d], shape.causal, fa3_block_m(shape.d)))
+    order = tile_sequence(heads, len(one_head), shape.causal, heads_per_group(shape.lk, shape.d, l2_bytes), sm_count,
+                          blocks)
     return persistent_span([one_head[qb] for _, qb in order], sm_count)
 
 

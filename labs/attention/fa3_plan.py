@@ -77,10 +77,13 @@ def register_budget(config: FA3Config) -> int:
 
 
 @functools.lru_cache(maxsize=64)
-def tile_order(heads: int, q_blocks: int, causal: bool, group: int, device: str) -> torch.Tensor:
-    """int32 [heads * q_blocks, 2] of (flattened batch*head, query block), in the order the programs take them:
-    fa3_model.tile_sequence, the order the model plays out too."""
-    return torch.tensor(tile_sequence(heads, q_blocks, causal, group), dtype=torch.int32, device=device)
+def tile_order(heads: int, q_blocks: int, causal: bool, group: int, device: str, programs: int = 0,
+               lengths: tuple = ()) -> torch.Tensor:
+    """int32 [heads * q_blocks, 2] of (flattened batch*head, query block), in the order `programs` programs take
+    them, given each query block's key blocks (`lengths`): fa3_model.tile_sequence, the order the model plays out
+    too."""
+    return torch.tensor(tile_sequence(heads, q_blocks, causal, group, programs, lengths), dtype=torch.int32,
+                        device=device)
 
 
 def heads_per_group(lk: int, head_dim: int, device) -> int:

@@ -43,6 +43,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                                warpgroup_mma_wait)
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+from labs.attention.fa3_model import query_tile_blocks
 from labs.attention.fa3_plan import (DEFAULT_CONFIGS, WG_ROWS, FA3Config, check_inputs, heads_per_group,  # noqa: F401
                                      register_budget, smem_bytes, tile_order)
 from labs.attention.launch import aligned, launch, record_encoded, replay, tensors_key
@@ -510,8 +511,10 @@ def gluon_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
                             not lse.is_contiguous()):
         raise ValueError(f"lse must be a contiguous float32 tensor of shape ({batch}, {heads}, {lq_pad(lq)})")
     q_blocks = -(-lq // config.block_m)
-    order = tile_order(batch * heads, q_blocks, bool(causal), heads_per_group(lk, d, q.device), str(q.device))
-    programs = min(order.shape[0], programs or device_sm_count(q.device, 1))
+    programs = min(batch * heads * q_blocks, programs or device_sm_count(q.device, 1))
+    lengths = tuple(query_tile_blocks(lq, lk, config.block_n, bool(causal), config.block_m))
+    order = tile_order(batch * heads, q_blocks, bool(causal), heads_per_group(lk, d, q.device), str(q.device),
+                       programs, lengths)
     args = (descriptor(q, WG_ROWS), descriptor(k, config.block_n), descriptor(v, config.block_n),
             descriptor(out, WG_ROWS), out, out if lse is None else lse, order, order.shape[0], lq, lk,
             0 if lse is None else lse.shape[-1], LOG2E / math.sqrt(d))
