@@ -448,21 +448,26 @@ def fa3_forward_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, lse_ptr, order_ptr
     rings = (k_ring, v_ring, k_ready, k_empty, v_ready, v_empty)  # the K and V rings with their barriers
     if CONSUMERS == 3:
         gl.warp_specialize([
-            (_consumer, (q_desc, k_desc, o_desc, o_ptr, lse_ptr, LQ_PAD, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem, rings, p_smem,
-                         o_smem, q_ready, q_empty, turn, WG0, CAUSAL, PINGPONG, Q_BUFFERS, P_SMEM, O_TMA, WRITE_LSE)),
-            (_consumer, (q_desc, k_desc, o_desc, o_ptr, lse_ptr, LQ_PAD, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem, rings, p_smem,
-                         o_smem, q_ready, q_empty, turn, WG1, CAUSAL, PINGPONG, Q_BUFFERS, P_SMEM, O_TMA, WRITE_LSE)),
-            (_consumer, (q_desc, k_desc, o_desc, o_ptr, lse_ptr, LQ_PAD, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem, rings, p_smem,
-                         o_smem, q_ready, q_empty, turn, WG2, CAUSAL, PINGPONG, Q_BUFFERS, P_SMEM, O_TMA, WRITE_LSE)),
+            (_consumer, (q_desc, k_desc, o_desc, o_ptr, lse_ptr, LQ_PAD, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem,
+                         rings, p_smem, o_smem, q_ready, q_empty, turn, WG0, CAUSAL, PINGPONG, Q_BUFFERS, P_SMEM,
+                         O_TMA, WRITE_LSE)),
+            (_consumer, (q_desc, k_desc, o_desc, o_ptr, lse_ptr, LQ_PAD, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem,
+                         rings, p_smem, o_smem, q_ready, q_empty, turn, WG1, CAUSAL, PINGPONG, Q_BUFFERS, P_SMEM,
+                         O_TMA, WRITE_LSE)),
+            (_consumer, (q_desc, k_desc, o_desc, o_ptr, lse_ptr, LQ_PAD, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem,
+                         rings, p_smem, o_smem, q_ready, q_empty, turn, WG2, CAUSAL, PINGPONG, Q_BUFFERS, P_SMEM,
+                         O_TMA, WRITE_LSE)),
             (_producer, (q_desc, k_desc, v_desc, order_ptr, num_tiles, LQ, LK, q_smem, k_ring, v_ring, q_ready, q_empty,
                          k_ready, k_empty, v_ready, v_empty, CAUSAL, CONSUMERS, Q_BUFFERS)),
         ], [CONSUMER_WARPS, CONSUMER_WARPS, PRODUCER_WARPS], [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS])
     else:
         gl.warp_specialize([
-            (_consumer, (q_desc, k_desc, o_desc, o_ptr, lse_ptr, LQ_PAD, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem, rings, p_smem,
-                         o_smem, q_ready, q_empty, turn, WG0, CAUSAL, PINGPONG, Q_BUFFERS, P_SMEM, O_TMA, WRITE_LSE)),
-            (_consumer, (q_desc, k_desc, o_desc, o_ptr, lse_ptr, LQ_PAD, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem, rings, p_smem,
-                         o_smem, q_ready, q_empty, turn, WG1, CAUSAL, PINGPONG, Q_BUFFERS, P_SMEM, O_TMA, WRITE_LSE)),
+            (_consumer, (q_desc, k_desc, o_desc, o_ptr, lse_ptr, LQ_PAD, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem,
+                         rings, p_smem, o_smem, q_ready, q_empty, turn, WG0, CAUSAL, PINGPONG, Q_BUFFERS, P_SMEM,
+                         O_TMA, WRITE_LSE)),
+            (_consumer, (q_desc, k_desc, o_desc, o_ptr, lse_ptr, LQ_PAD, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem,
+                         rings, p_smem, o_smem, q_ready, q_empty, turn, WG1, CAUSAL, PINGPONG, Q_BUFFERS, P_SMEM,
+                         O_TMA, WRITE_LSE)),
             (_producer, (q_desc, k_desc, v_desc, order_ptr, num_tiles, LQ, LK, q_smem, k_ring, v_ring, q_ready, q_empty,
                          k_ready, k_empty, v_ready, v_empty, CAUSAL, CONSUMERS, Q_BUFFERS)),
         ], [CONSUMER_WARPS, PRODUCER_WARPS], [CONSUMER_REGS, PRODUCER_REGS])
