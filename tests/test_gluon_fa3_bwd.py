@@ -109,7 +109,7 @@ def test_model_constants_follow_the_kernel():
 
 
 def test_a_step_costs_its_multiplies_plus_one_warps_chain():
-    """Nothing hides: the dS barrier keeps the warpgroups in lock step, so a step is the sum of the two phases."""
+    """Nothing hides: the warpgroups run their chains at about the same time, so a step is the sum of the phases."""
     mma, chain = B.step_seconds(128, 700e12, 1.9e9, 132)
     assert mma == pytest.approx(5 * 2 * 64 * 128 * 128 / (700e12 / 132))
     assert chain == pytest.approx(B.bwd_warp_instructions(128, False) * 4 / 1.9e9)

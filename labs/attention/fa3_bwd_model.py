@@ -8,11 +8,12 @@ them. A step of the walk is five multiplies of 64 x 128 x d (S^T, dP^T, dV, dK, 
 in each consumer warp, a chain of dependent instructions: the accumulators' seeds, the exponentials, dS, the
 conversions to bf16, the dS store, the barriers and the wgmma bookkeeping (bwd_warp_instructions).
 
-The forward's schedule (fa3_model.py) hides one warpgroup's softmax under the other's multiplies. The backward
-cannot: both warpgroups need both halves of dS before either can multiply dQ, so they meet at that barrier every
-step and run their chains at the same time, and each warpgroup's next multiply waits for its own chain. The model
-adds the two: a step lasts its multiplies at the SM's rate plus one warp's chain at DEPENDENT_ISSUE_CLOCKS an
-instruction. Nothing is hidden.
+The forward's schedule (fa3_model.py) hides one warpgroup's softmax under the other's multiplies with turns. The
+backward has none: each warpgroup's next multiply waits for its own chain, and the two warpgroups, which start
+together and do the same work, run their chains at about the same time. Both need both halves of dS before either
+can multiply dQ; the kernel multiplies each block's dQ a step late, so they need not meet at that barrier every
+step, but that bought at most a few per cent. The model adds the two: a step lasts its multiplies at the SM's rate
+plus one warp's chain at DEPENDENT_ISSUE_CLOCKS an instruction. Nothing is hidden.
 
 The programs are not persistent (grid: key blocks x heads, one program an SM for its shared memory): they go to the
 SMs in launch order as SMs free up (schedule.kernel_seconds), and under the causal mask a key block near the start
@@ -40,15 +41,17 @@ MULTIPLIES = 5  # S^T, dP^T, dV, dK, dQ
 PER_SCORE = 6.125
 PER_MASKED_SCORE = 2  # the causal diagonal or a ragged key block: compare and select
 STATS_LOADS = 16  # the block's lse / scale and delta for the thread's 16 query columns, two at a time
-# a barrier wait or arrive behind the warpgroup's bar.sync (about 5 instructions); a step has q_ready, ds_free,
-# ds_ready (arrive and wait), ds_free's arrive and q_empty's, and at d = 128 dq_free's wait and dq_ready's arrive
+# a barrier wait or arrive behind the warpgroup's bar.sync (about 5 instructions); a step has q_ready's and ds_free's
+# waits, ds_ready's arrive and wait (at d = 64 the wait only every other step: the warpgroup whose dQ it is), ds_free's
+# and q_empty's arrives, and at d = 128 dq_free's wait and dq_ready's arrive
 PER_BARRIER = 5
 GROUP_BOOKKEEPING = 3  # each multiply's fence, commit and wait
 
 
-def barriers(head_dim: int) -> int:
-    """Barrier operations a consumer warp issues a step (d = 128 hands dQ to the writer warp: two more)."""
-    return 6 + (2 if head_dim >= 128 else 0)
+def barriers(head_dim: int) -> float:
+    """Barrier operations a consumer warp issues a step (d = 128 hands dQ to the writer warp: two more, and waits
+    for dS every step; d = 64 every other step)."""
+    return 8 if head_dim >= 128 else 5.5
 
 
 def wgmma_instructions(head_dim: int) -> float:

@@ -10,8 +10,10 @@ What you will learn:
   dQ in a kernel of its own instead, which recomputes S and dP a second time: seven multiplies for five;
 - how the work splits: a *producer* warp issues the TMA copies (K and V once, then Q and dO of each query block
   into a ring), and two *consumer* warpgroups each take 64 of the 128 keys: their S^T, dP^T, dV and dK are
-  their own. dQ needs every key, so both write their half of dS^T to shared memory, meet at an mbarrier, and
-  each multiplies all 128 keys for half of dQ's columns (at d = 128) or, at d = 64, every other query block;
+  their own. dQ needs every key, so both write their half of dS^T to shared memory, and once both halves are
+  there each multiplies all 128 keys for half of dQ's columns (at d = 128) or, at d = 64, every other query
+  block. A warpgroup multiplies a block's dQ one step late, after the next block's dV and dK: the other has had
+  a whole step to write its half by then, so neither waits for the other at every step;
 - who adds dQ: at d = 128 a third role, a *writer* warp, takes each finished dQ block from shared memory and
   adds it to global memory with atomics, four floats at a time, while the consumers go on to the next block
   (as FlashAttention-3 does; it was 4-5 % faster on an H100 than the consumers adding their own). At d = 64 the
@@ -24,10 +26,11 @@ What you will learn:
   it with the bytes of Q, dO and the block's lse/scale and delta; both consumers arrive once their last multiply
   that reads the slot is done), `ds_ready` / `ds_free` per dS buffer (both halves written; both dQ multiplies
   done reading), and at d = 128 `dq_ready` / `dq_free` (both halves of dQ written; the writer has read them);
-- what it costs: the dS barrier keeps the two warpgroups in lock step, so their exponentials run at the same
-  time and the tensor cores wait (FlashAttention-3's forward, gluon_fa3.py, lets one warpgroup's softmax run
-  under the other's multiplies). On an H100 the tensor pipe was busy about half the time at d = 128
-  (docs/gluon-fa3-bwd-h100-2026-11-28).
+- what it costs: the five multiplies wait for each step's exponentials, and the two warpgroups, which start
+  together, mostly run theirs at the same time (FlashAttention-3's forward, gluon_fa3.py, makes one warpgroup's
+  softmax run under the other's multiplies with turns). The 64-wide multiplies that read both operands from
+  shared memory (S^T, dP^T, dQ) ask for as many bytes a clock as it serves: on an H100 at d = 128 the tensor
+  pipe was busy half the time and the shared-memory path three quarters (docs/gluon-fa3-bwd-h100-2026-11-28).
 
 Conventions as in gluon_fa3.py and kernels.py: q is (B, H, Lq, d), k and v (B, H, Lk, d), bf16, d = 64 or 128;
 the causal mask is aligned to the bottom right; scores in base-2 units. The forward's log-sum-exp comes in
@@ -173,18 +176,24 @@ def _hand_over_dq(dq_smem, dq_ready, dq_free, dq, step, col0):
 
 
 @gluon.jit
-def _step(k_w, v_w, k_cols, q_t, do_t, st, ds_buf, ds_ready, ds_free, dq_smem, dq_ready, dq_free, dk, dv, keys, m0,
-          full, step, bh, dq_ptr, LQ, LK, LQ_PAD, qk_scale, WG: gl.constexpr, CAUSAL: gl.constexpr):
-    """One query block against our 64 keys: dV += P^T dO, dK += dS^T Q, and our share of dQ = dS K (added by us at
-    d = 64, handed to the writer warp at d = 128). Returns dK and dV."""
+def _step(k_w, v_w, q_ring, do_ring, st_ring, q_ready, ds_buf, ds_ready, ds_free, dk, dv, keys, m0, full, step, LQ,
+          LK, qk_scale, WG: gl.constexpr, CAUSAL: gl.constexpr):
+    """One query block against our 64 keys: issues dV += P^T dO and dK += dS^T Q, and writes our half of dS^T to
+    shared memory for dQ (_dq_part). Returns dK, dV and the operands that their multiplies still read."""
     KEYS: gl.constexpr = k_w.type.shape[0]
     HEAD_DIM: gl.constexpr = k_w.type.shape[1]
-    BLOCK_M: gl.constexpr = q_t.type.shape[0]
-    DQ_COLS: gl.constexpr = k_cols.type.shape[1]
+    STAGES: gl.constexpr = q_ring.type.shape[0]
+    BLOCK_M: gl.constexpr = q_ring.type.shape[1]
+    slot = step % STAGES
+    mbarrier.wait(q_ready.index(slot), (step // STAGES) & 1)  # Q and dO have landed
+    q_t = q_ring.index(slot)
+    do_t = do_ring.index(slot)
+    # the slot's [2, 64] box is plain row-major (no swizzle): lse / scale, then delta, as one row of floats
+    st = st_ring.index(slot)._reinterpret(gl.float32, [2 * BLOCK_M], _FLAT)
     s_layout: gl.constexpr = wgmma_layout(BLOCK_M)  # [64 keys, 64 queries]
     acc_layout: gl.constexpr = wgmma_layout(HEAD_DIM)
-    dq_layout: gl.constexpr = wgmma_layout(DQ_COLS)
-    # S^T = K Q^T and dP^T = V dO^T, issued together (both read shared memory only). Their accumulators start at
+    # S^T = K Q^T and dP^T = V dO^T, issued together (Q and dO from shared memory, K and V from there too or from
+    # registers: kv_from_registers). Their accumulators start at
     # -lse / scale and -delta (the producer brought both in with Q and dO), so they come out as the exponent's
     # argument and dP - delta: the query rows' two numbers take no registers of their own while the multiplies run
     # (at d = 128 that is what kept ptxas from spilling in the loop: docs/gluon-fa3-bwd-h100-2026-11-28)
@@ -219,9 +228,21 @@ def _step(k_w, v_w, k_cols, q_t, do_t, st, ds_buf, ds_ready, ds_free, dq_smem, d
     ds_buf.index(buf).slice(WG * KEYS, KEYS).store(ds_t.to(gl.bfloat16))
     fence_async_shared()  # the generic-proxy writes before the wgmma (async proxy) reads them
     mbarrier.arrive(ds_ready.index(buf))
-    mbarrier.wait(ds_ready.index(buf), (step // 2) & 1)  # both halves are there
-    row0 = bh * LQ_PAD + m0
+    return dk, dv, p_op, ds_op
+
+
+@gluon.jit
+def _dq_part(k_cols, ds_buf, ds_ready, ds_free, dq_smem, dq_ready, dq_free, dk, dv, p_op, ds_op, step, row0,
+             dq_ptr, HEAD_DIM: gl.constexpr, WG: gl.constexpr):
+    """Our share of dQ = dS K for the query block of `step` (whose dS^T both warpgroups have written or are
+    writing): at d = 128 the columns [WG * 64, WG * 64 + 64) over all 128 keys, handed to the writer warp; at
+    d = 64 the whole block every other step, added by us. Waits for every multiply in flight (dK and dV too)."""
+    BLOCK_M: gl.constexpr = ds_buf.type.shape[2]
+    DQ_COLS: gl.constexpr = k_cols.type.shape[1]
+    dq_layout: gl.constexpr = wgmma_layout(DQ_COLS)
+    buf = step % 2
     if DQ_COLS < HEAD_DIM:  # d = 128: we take dQ's columns [WG * 64, WG * 64 + 64) over all 128 keys
+        mbarrier.wait(ds_ready.index(buf), (step // 2) & 1)  # both halves are there
         dq = warpgroup_mma(ds_buf.index(buf).permute((1, 0)), k_cols, gl.zeros([BLOCK_M, DQ_COLS], gl.float32,
                            dq_layout), use_acc=False, is_async=True)
         dq, dv, dk, p_op, ds_op = warpgroup_mma_wait(num_outstanding=0, deps=(dq, dv, dk, p_op, ds_op))
@@ -230,6 +251,7 @@ def _step(k_w, v_w, k_cols, q_t, do_t, st, ds_buf, ds_ready, ds_free, dq_smem, d
     else:  # d = 64: one warpgroup takes the whole of dQ, warpgroup 0 on even steps and 1 on odd ones
         dv, dk, p_op, ds_op = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk, p_op, ds_op))
         if step % 2 == WG:
+            mbarrier.wait(ds_ready.index(buf), (step // 2) & 1)  # both halves are there
             dq = warpgroup_mma(ds_buf.index(buf).permute((1, 0)), k_cols, gl.zeros([BLOCK_M, DQ_COLS], gl.float32,
                                dq_layout), use_acc=False)
             _add_dq(dq_ptr, dq, row0, 0, HEAD_DIM)
@@ -251,7 +273,7 @@ def _store_keys(ptr, x, keys, bh, LK):
 @gluon.jit
 def _bwd_consumer(dq_ptr, dk_ptr, dv_ptr, LQ, LK, LQ_PAD, qk_scale, scale, k_smem, v_smem,
                   q_ring, do_ring, st_ring, ds_buf, kv_ready, q_ready, q_empty, ds_ready, ds_free, dq_smem, dq_ready,
-                  dq_free, WG: gl.constexpr, CAUSAL: gl.constexpr):
+                  dq_free, WG: gl.constexpr, CAUSAL: gl.constexpr, KV_REGS: gl.constexpr):
     BLOCK_M: gl.constexpr = q_ring.type.shape[1]
     HEAD_DIM: gl.constexpr = q_ring.type.shape[2]
     BLOCK_N: gl.constexpr = k_smem.type.shape[0]
@@ -269,19 +291,33 @@ def _bwd_consumer(dq_ptr, dk_ptr, dv_ptr, LQ, LK, LQ_PAD, qk_scale, scale, k_sme
     dk = gl.zeros([KEYS, HEAD_DIM], gl.float32, acc_layout)
     dv = gl.zeros([KEYS, HEAD_DIM], gl.float32, acc_layout)
     mbarrier.wait(kv_ready, 0)
-    # one loop, the mask under a branch: a loop for the masked steps and one for the rest held more registers, and
-    # ptxas spilled in the second (docs/gluon-fa3-bwd-h100-2026-11-28)
+    if KV_REGS:  # our keys of K and V from registers as the A operands of S^T and dP^T (kv_from_registers)
+        operand: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=wgmma_layout(BLOCK_M), k_width=2)
+        k_w = k_w.load(operand)
+        v_w = v_w.load(operand)
+    # One loop, the mask under a branch: a loop for the masked steps and one for the rest held more registers, and
+    # ptxas spilled in the second (docs/gluon-fa3-bwd-h100-2026-11-28).
+    # Each step multiplies the last query block's dQ after issuing its own dV and dK: by then the other warpgroup
+    # has had a whole step to write its half of that block's dS^T, so the two warpgroups need not meet at the
+    # barrier in lock step (multiplying a block's dQ in its own step made every step wait for the slower of the
+    # two; the lag was 0-4 % faster at d = 128 and up to 6 % causal at d = 64 on an H100)
     step = lo * 0
-    for m0 in range(lo, hi, BLOCK_M):
-        slot = step % STAGES
-        mbarrier.wait(q_ready.index(slot), (step // STAGES) & 1)  # Q and dO have landed
-        # the slot's [2, 64] box is plain row-major (no swizzle): lse / scale, then delta, as one row of floats
-        st = st_ring.index(slot)._reinterpret(gl.float32, [2 * BLOCK_M], _FLAT)
-        dk, dv = _step(k_w, v_w, k_cols, q_ring.index(slot), do_ring.index(slot), st, ds_buf, ds_ready, ds_free,
-                       dq_smem, dq_ready, dq_free, dk, dv, keys, m0, full, step, bh, dq_ptr, LQ, LK, LQ_PAD, qk_scale,
-                       WG, CAUSAL)
-        mbarrier.arrive(q_empty.index(slot))  # every multiply that reads the slot is done
+    if lo < hi:  # the first block has no dQ before it
+        dk, dv, p_op, ds_op = _step(k_w, v_w, q_ring, do_ring, st_ring, q_ready, ds_buf, ds_ready, ds_free, dk, dv,
+                                    keys, lo, full, step, LQ, LK, qk_scale, WG, CAUSAL)
+        dv, dk, p_op, ds_op = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk, p_op, ds_op))
+        mbarrier.arrive(q_empty.index(0))
         step += 1
+    for m0 in range(lo + BLOCK_M, hi, BLOCK_M):
+        dk, dv, p_op, ds_op = _step(k_w, v_w, q_ring, do_ring, st_ring, q_ready, ds_buf, ds_ready, ds_free, dk, dv,
+                                    keys, m0, full, step, LQ, LK, qk_scale, WG, CAUSAL)
+        dk, dv = _dq_part(k_cols, ds_buf, ds_ready, ds_free, dq_smem, dq_ready, dq_free, dk, dv, p_op, ds_op,
+                          step - 1, bh * LQ_PAD + m0 - BLOCK_M, dq_ptr, HEAD_DIM, WG)
+        mbarrier.arrive(q_empty.index(step % STAGES))  # every multiply that reads the slot is done
+        step += 1
+    if lo < hi:  # the last block's dQ (nothing else is in flight: dK and dV stand in for the operands)
+        dk, dv = _dq_part(k_cols, ds_buf, ds_ready, ds_free, dq_smem, dq_ready, dq_free, dk, dv, dk, dv, step - 1,
+                          bh * LQ_PAD + hi - BLOCK_M, dq_ptr, HEAD_DIM, WG)
     _store_keys(dk_ptr, dk * scale, keys, bh, LK)
     _store_keys(dv_ptr, dv, keys, bh, LK)
 
@@ -292,7 +328,7 @@ def _bwd_consumer(dq_ptr, dk_ptr, dv_ptr, LQ, LK, LQ_PAD, qk_scale, scale, k_sme
 @gluon.jit(do_not_specialize=["LQ", "LK", "LQ_PAD"])
 def fa3_backward_kernel(q_desc, k_desc, v_desc, do_desc, st_desc, dq_ptr, dk_ptr, dv_ptr, LQ, LK, LQ_PAD,
                         qk_scale, scale, CAUSAL: gl.constexpr, STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-                        PRODUCER_REGS: gl.constexpr):
+                        PRODUCER_REGS: gl.constexpr, KV_REGS: gl.constexpr):
     dtype: gl.constexpr = q_desc.dtype
     BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
@@ -332,10 +368,10 @@ def fa3_backward_kernel(q_desc, k_desc, v_desc, do_desc, st_desc, dq_ptr, dk_ptr
         gl.warp_specialize([
             (_bwd_consumer, (dq_ptr, dk_ptr, dv_ptr, LQ, LK, LQ_PAD, qk_scale, scale, k_smem, v_smem, q_ring, do_ring,
                              st_ring, ds_buf, kv_ready, q_ready, q_empty, ds_ready, ds_free, dq_smem, dq_ready, dq_free,
-                             WG0, CAUSAL)),
+                             WG0, CAUSAL, KV_REGS)),
             (_bwd_consumer, (dq_ptr, dk_ptr, dv_ptr, LQ, LK, LQ_PAD, qk_scale, scale, k_smem, v_smem, q_ring, do_ring,
                              st_ring, ds_buf, kv_ready, q_ready, q_empty, ds_ready, ds_free, dq_smem, dq_ready, dq_free,
-                             WG1, CAUSAL)),
+                             WG1, CAUSAL, KV_REGS)),
             (_bwd_producer, (q_desc, k_desc, v_desc, do_desc, st_desc, LQ, LK, LQ_PAD, k_smem, v_smem, q_ring, do_ring,
                              st_ring, kv_ready, q_ready, q_empty, CAUSAL)),
             (_dq_writer, (dq_ptr, dq_smem, k_smem, dq_ready, dq_free, LQ, LK, LQ_PAD, CAUSAL)),
@@ -344,10 +380,10 @@ def fa3_backward_kernel(q_desc, k_desc, v_desc, do_desc, st_desc, dq_ptr, dk_ptr
         gl.warp_specialize([
             (_bwd_consumer, (dq_ptr, dk_ptr, dv_ptr, LQ, LK, LQ_PAD, qk_scale, scale, k_smem, v_smem, q_ring, do_ring,
                              st_ring, ds_buf, kv_ready, q_ready, q_empty, ds_ready, ds_free, dq_smem, dq_ready, dq_free,
-                             WG0, CAUSAL)),
+                             WG0, CAUSAL, KV_REGS)),
             (_bwd_consumer, (dq_ptr, dk_ptr, dv_ptr, LQ, LK, LQ_PAD, qk_scale, scale, k_smem, v_smem, q_ring, do_ring,
                              st_ring, ds_buf, kv_ready, q_ready, q_empty, ds_ready, ds_free, dq_smem, dq_ready, dq_free,
-                             WG1, CAUSAL)),
+                             WG1, CAUSAL, KV_REGS)),
             (_bwd_producer, (q_desc, k_desc, v_desc, do_desc, st_desc, LQ, LK, LQ_PAD, k_smem, v_smem, q_ring, do_ring,
                              st_ring, kv_ready, q_ready, q_empty, CAUSAL)),
         ], [CONSUMER_WARPS, PRODUCER_WARPS], [CONSUMER_REGS, PRODUCER_REGS])
@@ -438,6 +474,16 @@ def _backward(q, k, v, out, grad_out, lse, causal: bool, scale: float, stages: i
     return dq, dk, dv
 
 
+def kv_from_registers(d: int, causal: bool) -> bool:
+    """Whether the consumers hold their 64 keys of K and V in registers for the whole walk, as the A operands of
+    S^T = K Q^T and dP^T = V dO^T, instead of reading them from shared memory at every step. Those two multiplies,
+    64 wide, read as many shared-memory bytes a clock as the SM serves, and K and V are half of those bytes. At
+    d = 128 the registers are spoken for (dK and dV take 128 of a thread's 240). At d = 64 (16 registers each) it
+    was 3-5 % faster without the mask and 5 % slower under the causal mask on an H100
+    (docs/gluon-fa3-bwd-h100-2026-11-28)."""
+    return d == 64 and not causal
+
+
 _RECORDED: dict = {}  # the backward kernel's launches with their descriptors encoded, by everything they name
 _RECORDED_MAX = 256  # calls remembered (a run reuses a few buffers per shape): forgotten all at once past this
 
@@ -461,7 +507,8 @@ def _launch_backward(q, k, v, grad_out, stats, dq_acc, dk, dv, causal: bool, sca
     args = (descriptor(q, BWD_QUERIES), descriptor(k, BWD_KEYS), descriptor(v, BWD_KEYS),
             descriptor(grad_out, BWD_QUERIES), TensorDescriptor.from_tensor(stats, [2, BWD_QUERIES], _STATS_LAYOUT),
             dq_acc, dk, dv, lq, lk, pad, scale * LOG2E, scale)
-    meta = dict(CAUSAL=bool(causal), STAGES=stages, CONSUMER_REGS=BWD_CONSUMER_REGS, PRODUCER_REGS=BWD_PRODUCER_REGS,
+    meta = dict(CAUSAL=bool(causal), STAGES=stages, KV_REGS=kv_from_registers(d, causal),
+                CONSUMER_REGS=BWD_CONSUMER_REGS, PRODUCER_REGS=BWD_PRODUCER_REGS,
                 num_warps=CONSUMER_WARPS.value, maxnreg=_REGISTER_BUDGET)
     key = (q.shape, k.shape, aligned(dq_acc, dk, dv))
     launch(fa3_backward_kernel, grid, *args, key=key, **meta)
