@@ -13,7 +13,8 @@ What you will learn:
   their own. dQ needs every key, so both write their half of dS^T to shared memory, and once both halves are
   there each multiplies all 128 keys for half of dQ's columns (at d = 128) or, at d = 64, every other query
   block. A warpgroup multiplies a block's dQ one step late, after the next block's dV and dK: the other has had
-  a whole step to write its half by then, so neither waits for the other at every step;
+  a whole step to write its half by then, so neither waits for the other at every step, and warpgroup 1 starts
+  one chain of exponentials after warpgroup 0 (`offset_bar`) so that their chains need not coincide;
 - who adds dQ: at d = 128 a third role, a *writer* warp, takes each finished dQ block from shared memory and
   adds it to global memory with atomics, four floats at a time, while the consumers go on to the next block
   (as FlashAttention-3 does; it was 4-5 % faster on an H100 than the consumers adding their own). At d = 64 the
@@ -26,9 +27,10 @@ What you will learn:
   it with the bytes of Q, dO and the block's lse/scale and delta; both consumers arrive once their last multiply
   that reads the slot is done), `ds_ready` / `ds_free` per dS buffer (both halves written; both dQ multiplies
   done reading), and at d = 128 `dq_ready` / `dq_free` (both halves of dQ written; the writer has read them);
-- what it costs: the five multiplies wait for each step's exponentials, and the two warpgroups, which start
-  together, mostly run theirs at the same time (FlashAttention-3's forward, gluon_fa3.py, makes one warpgroup's
-  softmax run under the other's multiplies with turns). The 64-wide multiplies that read both operands from
+- what it costs: the five multiplies wait for each step's exponentials. Staggered by one chain, the two
+  warpgroups overlap some of theirs at d = 64 (2-5 % on an H100) and none measurably at d = 128
+  (FlashAttention-3's forward, gluon_fa3.py, makes one warpgroup's softmax run under the other's multiplies with
+  turns). The 64-wide multiplies that read both operands from
   shared memory (S^T, dP^T, dQ) ask for as many bytes a clock as it serves: on an H100 at d = 128 the tensor
   pipe was busy half the time and the shared-memory path three quarters (docs/gluon-fa3-bwd-h100-2026-11-28).
 
@@ -273,7 +275,7 @@ def _store_keys(ptr, x, keys, bh, LK):
 @gluon.jit
 def _bwd_consumer(dq_ptr, dk_ptr, dv_ptr, LQ, LK, LQ_PAD, qk_scale, scale, k_smem, v_smem,
                   q_ring, do_ring, st_ring, ds_buf, kv_ready, q_ready, q_empty, ds_ready, ds_free, dq_smem, dq_ready,
-                  dq_free, WG: gl.constexpr, CAUSAL: gl.constexpr, KV_REGS: gl.constexpr):
+                  dq_free, offset_bar, WG: gl.constexpr, CAUSAL: gl.constexpr, KV_REGS: gl.constexpr):
     BLOCK_M: gl.constexpr = q_ring.type.shape[1]
     HEAD_DIM: gl.constexpr = q_ring.type.shape[2]
     BLOCK_N: gl.constexpr = k_smem.type.shape[0]
@@ -303,8 +305,15 @@ def _bwd_consumer(dq_ptr, dk_ptr, dv_ptr, LQ, LK, LQ_PAD, qk_scale, scale, k_sme
     # two; the lag was 0-4 % faster at d = 128 and up to 6 % causal at d = 64 on an H100)
     step = lo * 0
     if lo < hi:  # the first block has no dQ before it
+        # warpgroup 1 starts once warpgroup 0 has run its first chain, and the late dQ lets them stay that far apart:
+        # one's exponentials can then run while the other's multiplies do (at d = 64 2-5 % faster on an H100; no
+        # change at d = 128)
+        if WG == 1:
+            mbarrier.wait(offset_bar, 0)
         dk, dv, p_op, ds_op = _step(k_w, v_w, q_ring, do_ring, st_ring, q_ready, ds_buf, ds_ready, ds_free, dk, dv,
                                     keys, lo, full, step, LQ, LK, qk_scale, WG, CAUSAL)
+        if WG == 0:
+            mbarrier.arrive(offset_bar)
         dv, dk, p_op, ds_op = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk, p_op, ds_op))
         mbarrier.arrive(q_empty.index(0))
         step += 1
@@ -352,6 +361,8 @@ def fa3_backward_kernel(q_desc, k_desc, v_desc, do_desc, st_desc, dq_ptr, dk_ptr
     dq_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     dq_ready = dq_bars.index(0)
     dq_free = dq_bars.index(1)
+    offset_bar = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout()).index(0)
+    mbarrier.init(offset_bar, count=1)  # warpgroup 0's first chain is done: warpgroup 1 may start
     mbarrier.init(dq_ready, count=2)  # both warpgroups' halves
     mbarrier.init(dq_free, count=1)
     mbarrier.init(kv_ready, count=1)
@@ -368,10 +379,10 @@ def fa3_backward_kernel(q_desc, k_desc, v_desc, do_desc, st_desc, dq_ptr, dk_ptr
         gl.warp_specialize([
             (_bwd_consumer, (dq_ptr, dk_ptr, dv_ptr, LQ, LK, LQ_PAD, qk_scale, scale, k_smem, v_smem, q_ring, do_ring,
                              st_ring, ds_buf, kv_ready, q_ready, q_empty, ds_ready, ds_free, dq_smem, dq_ready, dq_free,
-                             WG0, CAUSAL, KV_REGS)),
+                             offset_bar, WG0, CAUSAL, KV_REGS)),
             (_bwd_consumer, (dq_ptr, dk_ptr, dv_ptr, LQ, LK, LQ_PAD, qk_scale, scale, k_smem, v_smem, q_ring, do_ring,
                              st_ring, ds_buf, kv_ready, q_ready, q_empty, ds_ready, ds_free, dq_smem, dq_ready, dq_free,
-                             WG1, CAUSAL, KV_REGS)),
+                             offset_bar, WG1, CAUSAL, KV_REGS)),
             (_bwd_producer, (q_desc, k_desc, v_desc, do_desc, st_desc, LQ, LK, LQ_PAD, k_smem, v_smem, q_ring, do_ring,
                              st_ring, kv_ready, q_ready, q_empty, CAUSAL)),
             (_dq_writer, (dq_ptr, dq_smem, k_smem, dq_ready, dq_free, LQ, LK, LQ_PAD, CAUSAL)),
@@ -380,14 +391,15 @@ def fa3_backward_kernel(q_desc, k_desc, v_desc, do_desc, st_desc, dq_ptr, dk_ptr
         gl.warp_specialize([
             (_bwd_consumer, (dq_ptr, dk_ptr, dv_ptr, LQ, LK, LQ_PAD, qk_scale, scale, k_smem, v_smem, q_ring, do_ring,
                              st_ring, ds_buf, kv_ready, q_ready, q_empty, ds_ready, ds_free, dq_smem, dq_ready, dq_free,
-                             WG0, CAUSAL, KV_REGS)),
+                             offset_bar, WG0, CAUSAL, KV_REGS)),
             (_bwd_consumer, (dq_ptr, dk_ptr, dv_ptr, LQ, LK, LQ_PAD, qk_scale, scale, k_smem, v_smem, q_ring, do_ring,
                              st_ring, ds_buf, kv_ready, q_ready, q_empty, ds_ready, ds_free, dq_smem, dq_ready, dq_free,
-                             WG1, CAUSAL, KV_REGS)),
+                             offset_bar, WG1, CAUSAL, KV_REGS)),
             (_bwd_producer, (q_desc, k_desc, v_desc, do_desc, st_desc, LQ, LK, LQ_PAD, k_smem, v_smem, q_ring, do_ring,
                              st_ring, kv_ready, q_ready, q_empty, CAUSAL)),
         ], [CONSUMER_WARPS, PRODUCER_WARPS], [CONSUMER_REGS, PRODUCER_REGS])
     mbarrier.invalidate(kv_ready)
+    mbarrier.invalidate(offset_bar)
     for i in gl.static_range(STAGES):
         mbarrier.invalidate(q_ready.index(i))
         mbarrier.invalidate(q_empty.index(i))
