@@ -30,9 +30,9 @@ What you will learn:
 - what it costs: the five multiplies wait for each step's exponentials. Staggered by one chain, the two
   warpgroups overlap some of theirs at d = 64 (2-5 % on an H100) and none measurably at d = 128
   (FlashAttention-3's forward, gluon_fa3.py, makes one warpgroup's softmax run under the other's multiplies with
-  turns). The 64-wide multiplies that read both operands from
-  shared memory (S^T, dP^T, dQ) ask for as many bytes a clock as it serves: on an H100 at d = 128 the tensor
-  pipe was busy half the time and the shared-memory path three quarters (docs/gluon-fa3-bwd-h100-2026-11-28).
+  turns). The 64-wide multiplies that read both operands from shared memory (S^T, dP^T, dQ) ask for as many bytes
+  a clock as it serves: on an H100 at d = 128 the tensor pipe was busy half the time and the shared-memory path
+  three quarters (docs/gluon-fa3-bwd-h100-2026-11-28).
 
 Conventions as in gluon_fa3.py and kernels.py: q is (B, H, Lq, d), k and v (B, H, Lk, d), bf16, d = 64 or 128;
 the causal mask is aligned to the bottom right; scores in base-2 units. The forward's log-sum-exp comes in
