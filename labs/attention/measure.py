@@ -190,8 +190,9 @@ def _runner(fn, mode: str, q, k, v, do):
     return forward if mode == "fwd" else forward_backward
 
 
-# Timing budget (the default run should finish in about a minute, compile time included: 71-78 s on an H100 and an
-# H200 once the Gluon rung's backward joined, recordings of 2026-11-28). A point's first call compiles,
+# Timing budget (the default run should finish in about a minute, compile time included: it took 103 s on an H100
+# and 107 s on an H200 with the Gluon rung's backward, on fresh machines, recordings of 2026-11-28). A point's first
+# call compiles,
 # builds library plans and takes workspaces; the second gives its peak memory and, timed with events after an L2
 # flush, how long a call is. A call of LONG_CALL_MS or more (milliseconds of streaming gigabytes or of hundreds of
 # GFLOPs, nothing a launch or a clock step moves by much) is timed as the median of LONG_CALL_REPS such calls (that
