@@ -190,15 +190,14 @@ def _runner(fn, mode: str, q, k, v, do):
     return forward if mode == "fwd" else forward_backward
 
 
-# Timing budget (the default run should finish in about a minute, compile time included: it took 103 s on an H100
-# and 107 s on an H200 with the Gluon rung's backward, on fresh machines, recordings of 2026-11-28). A point's first
-# call compiles,
-# builds library plans and takes workspaces; the second gives its peak memory and, timed with events after an L2
-# flush, how long a call is. A call of LONG_CALL_MS or more (milliseconds of streaming gigabytes or of hundreds of
+# Timing budget (the default run should finish in about a minute, compile time included: it took 103 s on an H100 and
+# 107 s on an H200 with the Gluon rung's backward, on fresh machines, recordings of 2026-11-28). A point's first call
+# compiles, builds library plans and takes workspaces; the second gives its peak memory and, timed with events after an
+# L2 flush, how long a call is. A call of LONG_CALL_MS or more (milliseconds of streaming gigabytes or of hundreds of
 # GFLOPs, nothing a launch or a clock step moves by much) is timed as the median of LONG_CALL_REPS such calls (that
-# second one included), where do_bench would spend five calls estimating, one warming up and one or more timing. A shorter call is timed by do_bench (median, L2
-# flushed before each call) with SHORT_WARMUP_MS of warm-up and SHORT_REP_MS of timed calls: 25 samples or more
-# of any call under a millisecond.
+# second one included), where do_bench would spend five calls estimating, one warming up and one or more timing. A
+# shorter call is timed by do_bench (median, L2 flushed before each call) with SHORT_WARMUP_MS of warm-up and
+# SHORT_REP_MS of timed calls: 25 samples or more of any call under a millisecond.
 LONG_CALL_MS = 5.0
 LONG_CALL_REPS = timing.REPEATS  # the timing rule's repeats (in one window; one a pass inside passes)
 SHORT_WARMUP_MS, SHORT_REP_MS = 5, 25
