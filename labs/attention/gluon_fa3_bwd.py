@@ -64,8 +64,12 @@ from labs.hopper.gluon_ws import tma_load
 
 # a plain row of shared memory
 _FLAT = gl.constexpr(gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[0]))
-# dQ's FP32 block: the consumers write pairs from the wgmma layout, 8 rows a warp; the writer reads whole rows
-_DQ_LAYOUT = gl.constexpr(gl.SwizzledSharedLayout(vec=4, per_phase=1, max_phase=4, order=[1, 0]))
+# dQ's FP32 block. A consumer warp's store puts pairs from the wgmma layout into 8 rows at once, 8 floats (32 bytes)
+# a row. Rows are 128 floats (512 bytes) long, so without a swizzle every row starts on the same bank. Each row's
+# 32-byte units are XORed with the row mod 4: the store's 8 rows then fall on the 32 banks two deep, the fewest passes
+# for 256 bytes. With 16-byte units, as before, four rows shared 8 banks: twice the passes. The period of 4 rows lets
+# the writer read 4 rows at a time, 16 bytes a thread.
+_DQ_LAYOUT = gl.constexpr(gl.SwizzledSharedLayout(vec=8, per_phase=1, max_phase=4, order=[1, 0]))
 BWD_KEYS = 128  # keys per program: 64 per consumer warpgroup (one m64 wgmma each)
 BWD_QUERIES = 64  # queries per step of the walk
 BWD_STAGES = 2  # Q and dO blocks the producer may run ahead
