@@ -223,6 +223,27 @@ def test_model_constants_follow_the_kernel():
     assert F.FA3_CONSUMERS == {d: c.consumers for d, c in gluon_fa3.DEFAULT_CONFIGS.items()}
 
 
+def test_the_plan_and_the_model_take_the_same_consumers():
+    """Two consumers at d = 64 under the causal mask up to SHORT_CAUSAL_LQ queries (measured faster there), the
+    head dim's default elsewhere; the plan's configuration and the model's tile agree, and every one fits."""
+    from labs.attention import fa3_plan
+
+    for d in (64, 128):
+        for causal in (False, True):
+            for lq in (333, 1024, F.SHORT_CAUSAL_LQ, F.SHORT_CAUSAL_LQ + 1, 8192):
+                config = fa3_plan.config_for(d, causal, lq)
+                assert config.consumers == F.fa3_consumers(d, causal, lq)
+                assert config.block_m == F.fa3_block_m(d, causal, lq)
+                assert fa3_plan.smem_bytes(d, config) <= 227 * 1024 and fa3_plan.register_budget(config)  # Hopper
+    assert F.fa3_consumers(64, True, 2048) == 2 and F.fa3_consumers(64, True, 4096) == 3
+    assert F.fa3_consumers(64, False, 1024) == 3 and F.fa3_consumers(128, True, 1024) == 2
+    assert F.fa3_consumers(64, True) == 3  # no length: a long sequence
+    # the model plays out the tiles the kernel runs: 128-query tiles for a short causal d = 64 call
+    short = M.Shape(4, 16, 2048, 2048, 64, True, "bf16")
+    assert F.query_tile_seconds(short, 128, (1.0, 1.0)) == [float(n) for n in F.query_tile_blocks(2048, 2048, 128,
+                                                                                                   True, 128)]
+
+
 def test_short_calls_get_the_cpu_floor_with_the_rungs_own_model():
     shape = M.Shape(4, 16, 1024, 1024, 64, False, "bf16")
     assert M._needs_host_floor(shape, "fwd", H200, M.GLUON_IMPL)

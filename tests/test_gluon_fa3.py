@@ -116,6 +116,7 @@ VARIANTS = {
     "P-smem": dict(p_smem=True),  # P through shared memory
     "192-rows": dict(consumers=3, consumer_regs=160, p_smem=True, o_tma=True),  # three consumers (d 64's tile)
     "192x64": dict(consumers=3, consumer_regs=160, block_n=64, stages=3),  # three consumers, P in registers
+    "two-consumers": dict(consumers=2, consumer_regs=240),  # d 64's short causal tile (fa3_plan.SHORT_CAUSAL_D64)
 }
 
 

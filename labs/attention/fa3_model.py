@@ -6,7 +6,7 @@ model.py calls it with its own rates (the measured bf16 matrix rate, the SFUs' e
 Our FlashAttention-2 (model.py, schedule.py) pays, per tile, the tensor cores' time *plus* the exponentials', less
 the half of the shorter one that the SM's second program hides. FlashAttention-3's schedule overlaps them on
 purpose. Each program (one per SM, persistent) has W consumer warpgroups of 64 query rows each (W = 2 at d = 128,
-3 at d = 64: FA3_CONSUMERS); they take turns on the tensor cores. While one warpgroup's two GEMMs (S = Q K^T of the
+3 at d = 64: fa3_consumers); they take turns on the tensor cores. While one warpgroup's two GEMMs (S = Q K^T of the
 next key block, O += P V of the last) run, the others compute their softmax. For one key block of the program's
 W x 64 queries, with g one warpgroup's GEMM time, c its softmax time and s its exponentials' time through the SM's
 special-function lanes:
@@ -42,6 +42,7 @@ from labs.engine.gpu import KERNEL_LAUNCH_US
 # as gluon_fa3.DEFAULT_CONFIGS and WG_ROWS (tests/test_attention_gluon.py checks they agree where Gluon imports)
 FA3_WG_ROWS = 64  # query rows per consumer warpgroup: one m64 wgmma
 FA3_CONSUMERS = {64: 3, 128: 2}  # consumer warpgroups by head dim: a program's query tile is 192 or 128 rows
+SHORT_CAUSAL_LQ = 2048  # at d = 64 under the causal mask up to this many queries: two consumers (fa3_consumers)
 FA3_BLOCK_N = {64: 128, 128: 128}  # keys per block, by head dim
 FA3_HEAD_DIMS = tuple(FA3_BLOCK_N)
 FA3_DTYPE = "bf16"
@@ -52,9 +53,20 @@ def fa3_supports(dtype: str, head_dim: int, compute_capability: str) -> bool:
     return dtype == FA3_DTYPE and head_dim in FA3_HEAD_DIMS and str(compute_capability).startswith("9.")
 
 
-def fa3_block_m(head_dim: int) -> int:
-    """Query rows of one program's tile at this head dim: 64 a consumer warpgroup."""
-    return FA3_CONSUMERS[head_dim] * FA3_WG_ROWS
+def fa3_consumers(head_dim: int, causal: bool = False, lq: int = None) -> int:
+    """Consumer warpgroups the kernel takes (fa3_plan.config_for): FA3_CONSUMERS, but two at d = 64 under the
+    causal mask up to SHORT_CAUSAL_LQ queries (lq None: a long sequence). That is a measured choice, and this model
+    follows it rather than makes it: on an H100, causal N 1024 and 2048 ran 1.11x and 1.05x cuDNN with two and 0.93x
+    with three; at 4096 they tied, and unmasked three won (1.05x against 0.94x at 4096). The model puts three
+    ahead at every length: its period for three is about 20 % fast on short causal tiles."""
+    if head_dim == 64 and causal and lq is not None and lq <= SHORT_CAUSAL_LQ:
+        return 2
+    return FA3_CONSUMERS[head_dim]
+
+
+def fa3_block_m(head_dim: int, causal: bool = False, lq: int = None) -> int:
+    """Query rows of one program's tile: 64 a consumer warpgroup (fa3_consumers)."""
+    return fa3_consumers(head_dim, causal, lq) * FA3_WG_ROWS
 
 
 def key_blocks(qm0: int, lq: int, lk: int, block_n: int, causal: bool, block_m: int) -> int:
@@ -169,7 +181,7 @@ def query_tile_seconds(shape, block_n: int, periods: tuple[float, float]) -> lis
     """Seconds of each query tile of one head (query block 0 first), from the (unmasked, masked) key block
     periods."""
     plain, masked = periods
-    block_m = fa3_block_m(shape.d)
+    block_m = fa3_block_m(shape.d, shape.causal, shape.lq)
     seconds = []
     for qb in range(query_tiles(shape.lq, block_m)):
         n = key_blocks(qb * block_m, shape.lq, shape.lk, block_n, shape.causal, block_m)
@@ -184,7 +196,8 @@ def work_seconds(shape, one_head: list[float], sm_count: int, l2_bytes: int) -> 
     heads = shape.b * shape.h
     if heads * len(one_head) > SIMULATED_PROGRAMS:
         return heads * sum(one_head) / sm_count
-    blocks = tuple(query_tile_blocks(shape.lq, shape.lk, FA3_BLOCK_N[shape.d], shape.causal, fa3_block_m(shape.d)))
+    blocks = tuple(query_tile_blocks(shape.lq, shape.lk, FA3_BLOCK_N[shape.d], shape.causal,
+                                     fa3_block_m(shape.d, shape.causal, shape.lq)))
     order = tile_sequence(heads, len(one_head), shape.causal, heads_per_group(shape.lk, shape.d, l2_bytes), sm_count,
                           blocks)
     return persistent_span([one_head[qb] for _, qb in order], sm_count)
@@ -197,14 +210,14 @@ def fa3_forward(shape, mma_rate: float, exp_rate: float, copy_bps: float, sm_cou
     the persistent schedule's waves and starts and the masked blocks' extra (schedule_s), and the HBM time (mem_s:
     Q, K, V read once, O written, nothing else). clock_hz: the SM's clock, for the softmax's chain; l2_bytes: the
     L2's size, which sets the kernel's groups of heads."""
-    block_n, consumers = FA3_BLOCK_N[shape.d], FA3_CONSUMERS[shape.d]
+    block_n, consumers = FA3_BLOCK_N[shape.d], fa3_consumers(shape.d, shape.causal, shape.lq)
     g, s = block_seconds(shape.d, block_n, mma_rate, exp_rate, sm_count)
     periods = tuple(block_period(shape.d, block_n, g, s, m, clock_hz, consumers) for m in (False, True))
     work_s = work_seconds(shape, query_tile_seconds(shape, block_n, periods), sm_count, l2_bytes)
     start_s = KERNEL_LAUNCH_US * 1e-6  # the program's first loads and last store (and the kernel's own start)
     span = work_s + 2 * start_s
     blocks = shape.b * shape.h * sum(query_tile_blocks(shape.lq, shape.lk, block_n, shape.causal,
-                                                       fa3_block_m(shape.d))) / sm_count
+                                                       fa3_block_m(shape.d, shape.causal, shape.lq))) / sm_count
     c = softmax_seconds(shape.d, block_n, s, False, clock_hz)
     mma_s, exp_s = blocks * consumers * g, blocks * consumers * c
     exposed = blocks * (periods[0] - consumers * g)  # the softmax's part that leaves the tensor cores idle

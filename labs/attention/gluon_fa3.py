@@ -44,8 +44,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from labs.attention.fa3_model import query_tile_blocks
-from labs.attention.fa3_plan import (DEFAULT_CONFIGS, WG_ROWS, FA3Config, check_inputs, heads_per_group,  # noqa: F401
-                                     register_budget, smem_bytes, tile_order)
+from labs.attention.fa3_plan import (DEFAULT_CONFIGS, WG_ROWS, FA3Config, check_inputs, config_for,  # noqa: F401
+                                     heads_per_group, register_budget, smem_bytes, tile_order)
 from labs.attention.launch import aligned, launch, record_encoded, replay, tensors_key
 from labs.attention.tiles import lq_pad
 from labs.engine.gpu import device_sm_count
@@ -490,7 +490,8 @@ def gluon_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
                     out: torch.Tensor = None, programs: int = None, return_kernel: bool = False,
                     lse: torch.Tensor = None):
     """softmax(q k^T / sqrt(d)) v with FlashAttention-3's schedule: q (B, H, Lq, d), k and v (B, H, Lk, d), bf16.
-    Runs on one program per SM (or `programs`: fewer makes each walk more tiles, as the tests want). Returns the
+    Runs `config` (by default fa3_plan.config_for's for these inputs) on one program per SM (or `programs`: fewer
+    makes each walk more tiles, as the tests want). Returns the
     output (B, H, Lq, d), and the compiled kernel (its .asm holds the PTX) with return_kernel. With `lse` (float32,
     (B, H, tiles.lq_pad(Lq)), contiguous) it also writes each row's natural-log log-sum-exp there, for the backward
     (gluon_fa3_bwd.py); rows past Lq are left as they are."""
@@ -501,7 +502,7 @@ def gluon_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
         replay(recorded)
         return out
     batch, heads, lq, d, lk = runnable_shapes(q, k, v)
-    config = config or DEFAULT_CONFIGS[d]
+    config = config or config_for(d, bool(causal), lq)
     if smem_bytes(d, config) > SMEM_BYTES:
         raise ValueError(f"{config.label} at d = {d} needs {smem_bytes(d, config) // 1024} KiB of shared memory; "
                          f"a Hopper block has {SMEM_BYTES // 1024} KiB")
