@@ -70,14 +70,14 @@ def fa3_block_m(head_dim: int, causal: bool = False, lq: int = None) -> int:
 
 
 def key_blocks(qm0: int, lq: int, lk: int, block_n: int, causal: bool, block_m: int) -> int:
-    """Key blocks the query tile [qm0, qm0 + block_m) visits (the kernel's _key_blocks: causal tiles stop at the
-    last row's diagonal, aligned bottom right)."""
+    """Key blocks the query tile [qm0, qm0 + block_m) visits, as the kernel's work table gives them: causal tiles stop
+    at the last row's diagonal, aligned bottom right."""
     hi = min(max(qm0 + block_m + lk - lq, 0), lk) if causal else lk
     return -(-hi // block_n)
 
 
 def masked_blocks(qm0: int, lq: int, lk: int, block_n: int, causal: bool, block_m: int) -> int:
-    """Of the key blocks the tile visits, those some row sees only in part (the kernel's _key_blocks: the causal
+    """Of the key blocks the tile visits, those some row sees only in part (the kernel's _full_blocks: the causal
     diagonal and the keys' ragged end), which run the loop with a mask."""
     full_end = min(max(qm0 + 1 + lk - lq, 0), lk) if causal else lk
     return key_blocks(qm0, lq, lk, block_n, causal, block_m) - full_end // block_n
@@ -93,7 +93,7 @@ def heads_per_group(lk: int, head_dim: int, l2_bytes: int) -> int:
 
 def tile_sequence(heads: int, q_blocks: int, causal: bool, group: int, programs: int = 0,
                   lengths: tuple = ()) -> list[tuple[int, int]]:
-    """(head, query block) of every tile in the order the programs take them (the kernel's table, fa3_plan.tile_order):
+    """(head, query block) of every tile in the order the programs take them (the kernel's table, fa3_plan.work_table):
     heads in groups of `group`, within a group query blocks in turn, all the group's heads at each; causal tiles
     from the last query block (the most keys) to the first.
 
@@ -119,6 +119,41 @@ def tile_sequence(heads: int, q_blocks: int, causal: bool, group: int, programs:
         return persistent_span([lengths[qb] for _, qb in tiles_in_order], programs)
 
     return snake if span(snake) < span(order) else order
+
+
+MIN_PIECE_BLOCKS = 4  # key blocks of a piece at least: its start (S_0 alone) and end (the last P V alone, its
+# partial rows' store) then stay small beside its loop
+MAX_PIECES = 16  # pieces of one tile at most: the kernel that adds them up holds them all at once
+
+
+def tail_pieces(tiles: int, programs: int, blocks: int, causal: bool) -> int:
+    """Into how many pieces (along the keys) each tile of the last round is cut: 1 for none. With T tiles on P
+    programs the last round has T mod P of them and leaves the other programs idle: at N 2048, d 64 (704 tiles of
+    192 queries on 132 SMs) 44 programs run a sixth tile while 88 wait, 11 % of the call. Cut into P // (T mod P)
+    pieces, those tiles keep every program busy for a third as long; a second kernel adds the pieces up
+    (fa3_split.py). Unmasked tiles only: under the causal mask the tiles' lengths differ and the tile order already
+    evens the programs' ends (tile_sequence)."""
+    left = tiles % programs
+    if causal or left == 0:
+        return 1
+    return max(1, min(programs // left, blocks // MIN_PIECE_BLOCKS, MAX_PIECES))
+
+
+def work_items(order: list, lengths: tuple, programs: int, causal: bool) -> tuple[list, list]:
+    """The kernel's table (fa3_plan.work_table): (items, split) where items are (head, query block, first key block,
+    end key block, slot) in the order the programs take them, slot -1 for a whole tile and otherwise the piece's
+    place in the partial results; split lists (head, query block, first slot, pieces) of each tile cut up. The
+    last round's tiles (tail_pieces) are cut into pieces of nearly equal numbers of key blocks."""
+    blocks = max(lengths) if lengths else 0
+    pieces = tail_pieces(len(order), programs, blocks, causal) if order else 1
+    whole = len(order) - (len(order) % programs if pieces > 1 else 0)
+    items = [(head, qb, 0, lengths[qb], -1) for head, qb in order[:whole]]
+    split = []
+    for rank, (head, qb) in enumerate(order[whole:]):
+        n = lengths[qb]
+        split.append((head, qb, rank * pieces, pieces))
+        items += [(head, qb, i * n // pieces, (i + 1) * n // pieces, rank * pieces + i) for i in range(pieces)]
+    return items, split
 
 
 def query_tiles(lq: int, block_m: int) -> int:
@@ -190,17 +225,28 @@ def query_tile_seconds(shape, block_n: int, periods: tuple[float, float]) -> lis
     return seconds
 
 
-def work_seconds(shape, one_head: list[float], sm_count: int, l2_bytes: int) -> float:
-    """When the last program ends: the kernel's tile order played out over the programs (static round robin), or,
-    with more tiles than SIMULATED_PROGRAMS, each program's share of the work (its tail is under 1 %)."""
+def work_seconds(shape, one_head: list[float], sm_count: int, l2_bytes: int) -> tuple[float, list]:
+    """(when the last program ends, the tiles cut into pieces: work_items' split). The kernel's table played out
+    over the programs (static round robin): whole tiles, then the last round's pieces, each its share of its tile's
+    key blocks. With more tiles than SIMULATED_PROGRAMS, each program's share of the work (its tail is under 1 %)."""
     heads = shape.b * shape.h
     if heads * len(one_head) > SIMULATED_PROGRAMS:
-        return heads * sum(one_head) / sm_count
+        return heads * sum(one_head) / sm_count, []
     blocks = tuple(query_tile_blocks(shape.lq, shape.lk, FA3_BLOCK_N[shape.d], shape.causal,
                                      fa3_block_m(shape.d, shape.causal, shape.lq)))
     order = tile_sequence(heads, len(one_head), shape.causal, heads_per_group(shape.lk, shape.d, l2_bytes), sm_count,
                           blocks)
-    return persistent_span([one_head[qb] for _, qb in order], sm_count)
+    items, split = work_items(order, blocks, sm_count, shape.causal)
+    durations = [one_head[qb] if slot < 0 else one_head[qb] * (hi - lo) / blocks[qb] for _, qb, lo, hi, slot in items]
+    return persistent_span(durations, sm_count), split
+
+
+def combine_bytes(shape, split: list) -> int:
+    """What the kernel that adds the pieces up moves (fa3_split.py): each piece's rows in FP32 and their log-sum-exp
+    read, each cut tile's output rows written in bf16."""
+    rows = fa3_block_m(shape.d, shape.causal, shape.lq)
+    pieces = sum(n for *_, n in split)
+    return pieces * rows * (shape.d + 1) * 4 + len(split) * rows * shape.d * 2
 
 
 def fa3_forward(shape, mma_rate: float, exp_rate: float, copy_bps: float, sm_count: int, clock_hz: float,
@@ -213,9 +259,11 @@ def fa3_forward(shape, mma_rate: float, exp_rate: float, copy_bps: float, sm_cou
     block_n, consumers = FA3_BLOCK_N[shape.d], fa3_consumers(shape.d, shape.causal, shape.lq)
     g, s = block_seconds(shape.d, block_n, mma_rate, exp_rate, sm_count)
     periods = tuple(block_period(shape.d, block_n, g, s, m, clock_hz, consumers) for m in (False, True))
-    work_s = work_seconds(shape, query_tile_seconds(shape, block_n, periods), sm_count, l2_bytes)
+    work_s, split = work_seconds(shape, query_tile_seconds(shape, block_n, periods), sm_count, l2_bytes)
     start_s = KERNEL_LAUNCH_US * 1e-6  # the program's first loads and last store (and the kernel's own start)
-    span = work_s + 2 * start_s
+    # the pieces' sum: a second kernel, launched behind the first, moving little
+    combine_s = KERNEL_LAUNCH_US * 1e-6 + combine_bytes(shape, split) / copy_bps if split else 0.0
+    span = work_s + 2 * start_s + combine_s
     blocks = shape.b * shape.h * sum(query_tile_blocks(shape.lq, shape.lk, block_n, shape.causal,
                                                        fa3_block_m(shape.d, shape.causal, shape.lq))) / sm_count
     c = softmax_seconds(shape.d, block_n, s, False, clock_hz)

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 
 import torch
 
-from labs.attention.fa3_model import fa3_consumers, heads_per_group as model_heads_per_group, tile_sequence
+from labs.attention.fa3_model import (fa3_consumers, heads_per_group as model_heads_per_group, tile_sequence,
+                                      work_items)
 
 WG_ROWS = 64  # query rows per consumer warpgroup: one m64 wgmma; a tile is 2 or 3 of them (128 or 192 rows)
 
@@ -89,13 +90,18 @@ def register_budget(config: FA3Config) -> int:
 
 
 @functools.lru_cache(maxsize=64)
-def tile_order(heads: int, q_blocks: int, causal: bool, group: int, device: str, programs: int = 0,
-               lengths: tuple = ()) -> torch.Tensor:
-    """int32 [heads * q_blocks, 2] of (flattened batch*head, query block), in the order `programs` programs take
-    them, given each query block's key blocks (`lengths`): fa3_model.tile_sequence, the order the model plays out
-    too."""
-    return torch.tensor(tile_sequence(heads, q_blocks, causal, group, programs, lengths), dtype=torch.int32,
-                        device=device)
+def work_table(heads: int, q_blocks: int, causal: bool, group: int, device: str, programs: int,
+               lengths: tuple) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """The kernel's table and the pieces' (fa3_model.work_items, the schedule the model plays out too): int32
+    [items, 5] of (flattened batch*head, query block, first key block, end key block, slot of a piece or -1), in the
+    order `programs` programs take them, given each query block's key blocks (`lengths`); int32 [cut tiles, 4] of
+    (flattened batch*head, query block, first slot, pieces) for the kernel that adds the pieces up; and the pieces of
+    each cut tile, 0 for none (counted here: reading it back from the GPU would stop the CPU until it caught up)."""
+    order = tile_sequence(heads, q_blocks, causal, group, programs, lengths)
+    items, split = work_items(order, lengths, programs, causal)
+    return (torch.tensor(items, dtype=torch.int32, device=device),
+            torch.tensor(split or [(0, 0, 0, 0)], dtype=torch.int32, device=device)[:len(split)],
+            max((n for *_, n in split), default=0))
 
 
 def heads_per_group(lk: int, head_dim: int, device) -> int:

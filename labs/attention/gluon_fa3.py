@@ -45,12 +45,14 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from labs.attention.fa3_model import query_tile_blocks
 from labs.attention.fa3_plan import (DEFAULT_CONFIGS, WG_ROWS, FA3Config, check_inputs, config_for,  # noqa: F401
-                                     heads_per_group, register_budget, smem_bytes, tile_order)
+                                     heads_per_group, register_budget, smem_bytes, work_table)
+from labs.attention.fa3_split import add_pieces, piece_buffers
+from labs.attention.gluon_fa3_store import store_lse, store_piece, store_rows
 from labs.attention.launch import aligned, launch, record_encoded, replay, tensors_key
 from labs.attention.tiles import lq_pad
 from labs.engine.gpu import device_sm_count
 from labs.hopper.gluon_support import GluonUnavailable, attention_unavailable_reason, device_capability
-from labs.hopper.gluon_ws import SMEM_BYTES, tma_load, tma_store
+from labs.hopper.gluon_ws import SMEM_BYTES, tma_load
 
 LOG2E = 1.4426950408889634  # exp(x) = exp2(x * log2 e)
 WG0, WG1, WG2 = gl.constexpr(0), gl.constexpr(1), gl.constexpr(2)  # the consumer warpgroups' indices
@@ -69,23 +71,24 @@ def wgmma_layout(n):
 # 1. Which key blocks a tile visits (the producer and every consumer must agree)
 # ---------------------------------------------------------------------------------------------
 @gluon.jit
-def _key_blocks(qm0, LQ, LK, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
-    """For the query tile [qm0, qm0 + BLOCK_M): (blocks visited, blocks every row sees whole). Blocks [0, full)
-    need no mask; [full, visited) are the causal diagonal or the ragged end (tiles.visible_range's rule)."""
+def _full_blocks(row0, LQ, LK, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
+    """Key blocks [0, full) that every one of the rows from row0 on sees whole, with no mask; later ones are the
+    causal diagonal or the keys' ragged end (tiles.visible_range's rule). How many blocks a tile visits, the host
+    counts the same way (fa3_model.key_blocks) and writes in the work table."""
     if CAUSAL:
-        shift = LK - LQ
-        hi = gl.minimum(gl.maximum(qm0 + BLOCK_M + shift, 0), LK)  # past the last row's diagonal: never loaded
-        full_end = gl.minimum(gl.maximum(qm0 + 1 + shift, 0), LK)  # keys the tile's first row already sees
+        full_end = gl.minimum(gl.maximum(row0 + 1 + LK - LQ, 0), LK)  # keys the first row already sees
     else:
-        hi = LK
         full_end = LK
-    return gl.cdiv(hi, BLOCK_N), full_end // BLOCK_N
+    return full_end // BLOCK_N
 
 
 @gluon.jit
-def _tile_at(order_ptr, tile):
-    """(flattened batch*head, query block) of a tile, from the host's order table."""
-    return gl.load(order_ptr + 2 * tile), gl.load(order_ptr + 2 * tile + 1)
+def _item_at(order_ptr, item):
+    """(flattened batch*head, query block, first key block, end key block, slot) of a work item, from the host's
+    table (fa3_plan.work_table): a whole tile (slot -1), or a piece of a last-round tile cut along its keys, whose
+    partial rows go to `slot` of the pieces' buffer."""
+    row = order_ptr + 5 * item
+    return gl.load(row), gl.load(row + 1), gl.load(row + 2), gl.load(row + 3), gl.load(row + 4)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -93,17 +96,16 @@ def _tile_at(order_ptr, tile):
 # ---------------------------------------------------------------------------------------------
 @gluon.jit
 def _producer(q_desc, k_desc, v_desc, order_ptr, num_tiles, LQ, LK, q_smem, k_ring, v_ring,
-              q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, CAUSAL: gl.constexpr,
-              CONSUMERS: gl.constexpr, Q_BUFFERS: gl.constexpr):
+              q_ready, q_empty, k_ready, k_empty, v_ready, v_empty, CONSUMERS: gl.constexpr,
+              Q_BUFFERS: gl.constexpr):
     M: gl.constexpr = q_desc.block_type.shape[0]
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
     STAGES: gl.constexpr = k_ring.type.shape[0]
     count = 0  # key blocks issued over every tile: ring slot count % STAGES, its use count // STAGES
     tiles_done = 0
     for tile in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
-        bh, qb = _tile_at(order_ptr, tile)
+        bh, qb, lo, hi, _ = _item_at(order_ptr, tile)
         qm0 = qb * (CONSUMERS * M)
-        n_blocks, _ = _key_blocks(qm0, LQ, LK, CONSUMERS * M, BLOCK_N, CAUSAL)
         # each consumer's 64 query rows, in buffer set tiles_done % Q_BUFFERS: wait until that set's last tile has
         # finished its S GEMMs (a fresh barrier counts as having completed the phase before phase 0). With two
         # sets this wait is long over: the next tile's Q and K arrive while the consumers finish this one
@@ -114,7 +116,7 @@ def _producer(q_desc, k_desc, v_desc, order_ptr, num_tiles, LQ, LK, q_smem, k_ri
             mbarrier.expect(q_ready.index(q_buf), q_desc.block_type.nbytes)
             tma_load(q_desc, [bh * LQ + qm0 + wg * M, 0], q_ready.index(q_buf), q_smem.index(q_buf))  # [64, d]
         # K and V in separate rings, K first: the consumers' S GEMM needs K_j before their P V GEMM needs V_j
-        for j in range(n_blocks):
+        for j in range(lo, hi):  # the tile's key blocks (fa3_model.key_blocks), or a piece's
             slot = count % STAGES
             free_phase = ((count // STAGES) & 1) ^ 1
             mbarrier.wait(k_empty.index(slot), free_phase)  # every consumer has finished S with this slot
@@ -256,9 +258,9 @@ def _key_blocks_from(first, q_tile, rings, turn, p_slot, acc, p, m_i, l_i, count
                      qk_scale, LQ, LK, WG: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
                      P_SMEM: gl.constexpr):
     """Blocks [first, n_blocks) of a tile: those every row of ours sees whole without a mask, then the causal
-    diagonal and the ragged end with one."""
+    diagonal and the ragged end with one (a piece may end before either)."""
     BLOCK_N: gl.constexpr = rings[0].type.shape[1]
-    for start_n in range(first * BLOCK_N, n_full * BLOCK_N, BLOCK_N):
+    for start_n in range(first * BLOCK_N, gl.minimum(n_full, n_blocks) * BLOCK_N, BLOCK_N):
         acc, p, m_i, l_i, alpha, count, turns = _key_block(q_tile, rings, turn, p_slot, acc, p, m_i, l_i, count,
                                                            turns, start_n, row0, qk_scale, LQ, LK, WG, CAUSAL,
                                                            PINGPONG, False, P_SMEM)
@@ -272,10 +274,10 @@ def _key_blocks_from(first, q_tile, rings, turn, p_slot, acc, p, m_i, l_i, count
 
 
 @gluon.jit
-def _first_block(q_tile, rings, turn, p_slot, m_i, l_i, count, turns, n_full, row0, qk_scale, LQ, LK,
+def _first_block(q_tile, rings, turn, p_slot, m_i, l_i, count, turns, lo, n_full, row0, qk_scale, LQ, LK,
                  WG: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, P_SMEM: gl.constexpr):
-    """A tile's prologue with nothing before it: S_0 alone, then its softmax (masked unless every row of ours
-    sees the whole block). Returns P_0 staged for the P V wgmma."""
+    """A tile's prologue with nothing before it: S of its first key block (0, or a piece's `lo`) alone, then its
+    softmax (masked unless every row of ours sees the whole block). Returns that P staged for the P V wgmma."""
     k_ring, v_ring, k_ready, k_empty, v_ready, v_empty = rings
     STAGES: gl.constexpr = k_ring.type.shape[0]
     M: gl.constexpr = q_tile.type.shape[0]
@@ -289,10 +291,10 @@ def _first_block(q_tile, rings, turn, p_slot, m_i, l_i, count, turns, n_full, ro
     _pass_turn(turn, WG, PINGPONG)
     s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
     mbarrier.arrive(k_empty.index(slot))
-    if n_full > 0:
-        p, m_i, l_i, alpha = _softmax(s, m_i, l_i, 0, row0, qk_scale, LQ, LK, s_layout, CAUSAL, False)
+    if n_full > lo:
+        p, m_i, l_i, alpha = _softmax(s, m_i, l_i, lo * BLOCK_N, row0, qk_scale, LQ, LK, s_layout, CAUSAL, False)
     else:
-        p, m_i, l_i, alpha = _softmax(s, m_i, l_i, 0, row0, qk_scale, LQ, LK, s_layout, CAUSAL, True)
+        p, m_i, l_i, alpha = _softmax(s, m_i, l_i, lo * BLOCK_N, row0, qk_scale, LQ, LK, s_layout, CAUSAL, True)
     return _stage_p(p, p_slot, wgmma_layout(q_tile.type.shape[1]), P_SMEM), m_i, l_i, turns
 
 
@@ -312,51 +314,10 @@ def _last_pv(rings, turn, acc, p, count, turns, WG: gl.constexpr, PINGPONG: gl.c
 
 
 @gluon.jit
-def _store_masked(o_ptr, out, bh, row0, LQ):
-    """Our rows straight from registers to global memory; rows past Lq (the next head's, or past the end) not."""
-    M: gl.constexpr = out.shape[0]
-    HEAD_DIM: gl.constexpr = out.shape[1]
-    o_layout: gl.constexpr = out.type.layout
-    rows = gl.expand_dims(row0 + gl.arange(0, M, layout=gl.SliceLayout(1, o_layout)), 1)  # [M, 1]
-    cols = gl.expand_dims(gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout)), 0)  # [1, d]
-    ptrs = o_ptr + (bh.to(gl.int64) * LQ + rows) * HEAD_DIM + cols
-    gl.store(ptrs, out, mask=(rows < LQ) & (cols < HEAD_DIM))
-
-
-@gluon.jit
-def _store_rows(o_desc, o_ptr, o_slot, acc, l_i, bh, row0, LQ, O_TMA: gl.constexpr):
-    """Normalise once and store our 64 rows. With O_TMA, through shared memory and one TMA copy that runs on while
-    the next tile starts (a ragged last block still goes the masked way: the copy would write the next head's
-    rows)."""
-    M: gl.constexpr = acc.shape[0]
-    l_o = gl.convert_layout(l_i, gl.SliceLayout(1, acc.type.layout))
-    out = (acc / gl.expand_dims(gl.where(l_o == 0.0, 1.0, l_o), 1)).to(gl.bfloat16)  # a row that saw no key: 0
-    if O_TMA:
-        if row0 + M <= LQ:
-            tma.store_wait(pendings=0)  # our last tile's copy has finished reading the slot
-            o_slot.store(out)
-            fence_async_shared()  # the generic-proxy writes before the TMA (async proxy) reads them
-            tma_store(o_desc, [bh * LQ + row0, 0], o_slot)
-        else:
-            _store_masked(o_ptr, out, bh, row0, LQ)
-    else:
-        _store_masked(o_ptr, out, bh, row0, LQ)
-
-
-@gluon.jit
-def _store_lse(lse_ptr, m_i, l_i, bh, row0, LQ, LQ_PAD):
-    """Our rows' log-sum-exp for the backward, in natural-log units: m and l are in base 2 (the running max of the
-    scaled scores and the sum of exp2 under it), so lse = (m + log2 l) ln 2; -inf where a row saw no key. Rows past
-    Lq are not stored (the backward gives them P = 0 itself)."""
-    rows = row0 + gl.arange(0, m_i.shape[0], layout=m_i.type.layout)
-    lse = gl.where(l_i > 0.0, (m_i + gl.log2(gl.where(l_i > 0.0, l_i, 1.0))) * 0.6931471805599453, float("-inf"))
-    gl.store(lse_ptr + bh.to(gl.int64) * LQ_PAD + rows, lse, mask=rows < LQ)
-
-
-@gluon.jit
-def _consumer(q_desc, k_desc, o_desc, o_ptr, lse_ptr, LQ_PAD, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem, rings,
-              p_smem, o_smem, q_ready, q_empty, turn, WG: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
-              Q_BUFFERS: gl.constexpr, P_SMEM: gl.constexpr, O_TMA: gl.constexpr, WRITE_LSE: gl.constexpr):
+def _consumer(q_desc, k_desc, o_desc, o_ptr, lse_ptr, parts, LQ_PAD, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem,
+              rings, p_smem, o_smem, q_ready, q_empty, turn, WG: gl.constexpr, CAUSAL: gl.constexpr,
+              PINGPONG: gl.constexpr, Q_BUFFERS: gl.constexpr, P_SMEM: gl.constexpr, O_TMA: gl.constexpr,
+              WRITE_LSE: gl.constexpr):
     M: gl.constexpr = q_desc.block_type.shape[0]
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
@@ -370,35 +331,37 @@ def _consumer(q_desc, k_desc, o_desc, o_ptr, lse_ptr, LQ_PAD, order_ptr, num_til
     acc = gl.zeros([M, HEAD_DIM], gl.float32, o_layout)  # running unnormalised output, 64 x d FP32
     p = _no_p(p_slot, M, BLOCK_N, o_layout, P_SMEM)
     for tile in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
-        bh, qb = _tile_at(order_ptr, tile)
+        bh, qb, lo, hi, slot = _item_at(order_ptr, tile)  # key blocks [lo, hi): every consumer's turns
         qm0 = qb * (CONSUMERS * M)
         row0 = qm0 + WG * M  # our first query row in the head
-        n_blocks, _ = _key_blocks(qm0, LQ, LK, CONSUMERS * M, BLOCK_N, CAUSAL)  # the tile's: every consumer's turns
-        _, n_full = _key_blocks(row0, LQ, LK, M, BLOCK_N, CAUSAL)  # ours: our later rows see more blocks whole
+        n_full = _full_blocks(row0, LQ, LK, BLOCK_N, CAUSAL)  # ours: our later rows see more blocks whole
         q_buf = (tiles_done % Q_BUFFERS) * CONSUMERS + WG
         q_tile = q_smem.index(q_buf)  # our 64 rows of Q stay in shared memory for the whole tile
         mbarrier.wait(q_ready.index(q_buf), (tiles_done // Q_BUFFERS) & 1)  # ... once they have landed
-        if n_blocks > 0:
+        if hi > lo:
             m_i = gl.full([M], float("-inf"), gl.float32, gl.SliceLayout(1, wgmma_layout(BLOCK_N)))  # running max
             l_i = gl.zeros([M], gl.float32, gl.SliceLayout(1, wgmma_layout(BLOCK_N)))  # running sum of exp2(s - max)
-            p, m_i, l_i, turns = _first_block(q_tile, rings, turn, p_slot, m_i, l_i, count, turns, n_full, row0,
-                                              qk_scale, LQ, LK, WG, CAUSAL, PINGPONG, P_SMEM)
+            p, m_i, l_i, turns = _first_block(q_tile, rings, turn, p_slot, m_i, l_i, count, turns, lo, n_full,
+                                              row0, qk_scale, LQ, LK, WG, CAUSAL, PINGPONG, P_SMEM)
             acc = gl.zeros([M, HEAD_DIM], gl.float32, o_layout)
-            acc, p, m_i, l_i, count, turns = _key_blocks_from(1, q_tile, rings, turn, p_slot, acc, p, m_i, l_i, count,
-                                                              turns, n_full, n_blocks, row0, qk_scale, LQ, LK, WG,
+            acc, p, m_i, l_i, count, turns = _key_blocks_from(lo + 1, q_tile, rings, turn, p_slot, acc, p, m_i, l_i,
+                                                              count, turns, n_full, hi, row0, qk_scale, LQ, LK, WG,
                                                               CAUSAL, PINGPONG, P_SMEM)
             mbarrier.arrive(q_empty.index(q_buf))  # every S GEMM of this tile is done: the producer may reuse Q
             acc, count, turns = _last_pv(rings, turn, acc, p, count, turns, WG, PINGPONG, P_SMEM)
-            _store_rows(o_desc, o_ptr, o_slot, acc, l_i, bh, row0, LQ, O_TMA)
-            if WRITE_LSE:  # a training call: the backward recomputes P from it
-                _store_lse(lse_ptr, m_i, l_i, bh, row0, LQ, LQ_PAD)
+            if slot < 0:
+                store_rows(o_desc, o_ptr, o_slot, acc, l_i, bh, row0, LQ, O_TMA)
+                if WRITE_LSE:  # a training call: the backward recomputes P from it
+                    store_lse(lse_ptr, m_i, l_i, bh, row0, LQ, LQ_PAD)
+            else:  # a piece: fa3_split.py adds the pieces up, and writes the rows and their log-sum-exp
+                store_piece(parts[0], parts[1], acc, m_i, l_i, slot, WG, CONSUMERS * M)
         else:  # a tile that sees no key (causal, Lq > Lk): Q is never read, its rows are 0
             mbarrier.arrive(q_empty.index(q_buf))
             zeros = gl.zeros([M, HEAD_DIM], gl.float32, o_layout)
             no_sum = gl.zeros([M], gl.float32, gl.SliceLayout(1, wgmma_layout(BLOCK_N)))
-            _store_rows(o_desc, o_ptr, o_slot, zeros, no_sum, bh, row0, LQ, O_TMA)
+            store_rows(o_desc, o_ptr, o_slot, zeros, no_sum, bh, row0, LQ, O_TMA)
             if WRITE_LSE:
-                _store_lse(lse_ptr, no_sum, no_sum, bh, row0, LQ, LQ_PAD)
+                store_lse(lse_ptr, no_sum, no_sum, bh, row0, LQ, LQ_PAD)
         tiles_done += 1
     if O_TMA:
         tma.store_wait(pendings=0)
@@ -408,7 +371,8 @@ def _consumer(q_desc, k_desc, o_desc, o_ptr, lse_ptr, LQ_PAD, order_ptr, num_til
 # 4. The kernel: allocate the buffers and barriers, then fork into the consumers and the producer
 # ---------------------------------------------------------------------------------------------
 @gluon.jit(do_not_specialize=["num_tiles", "LQ", "LK", "LQ_PAD"])
-def fa3_forward_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, lse_ptr, order_ptr, num_tiles, LQ, LK, LQ_PAD, qk_scale,
+def fa3_forward_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, lse_ptr, part_ptr, part_lse_ptr, order_ptr, num_tiles, LQ,
+                       LK, LQ_PAD, qk_scale,
                        CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, STAGES: gl.constexpr,
                        CONSUMERS: gl.constexpr, Q_BUFFERS: gl.constexpr, P_SMEM: gl.constexpr, O_TMA: gl.constexpr,
                        CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr, WRITE_LSE: gl.constexpr = False):
@@ -446,30 +410,31 @@ def fa3_forward_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, lse_ptr, order_ptr
         mbarrier.init(v_empty.index(i), count=CONSUMERS)
     # the default partition (first) runs on the kernel's 4 warps: consumer 0; the workers get their own warps
     rings = (k_ring, v_ring, k_ready, k_empty, v_ready, v_empty)  # the K and V rings with their barriers
+    parts = (part_ptr, part_lse_ptr)  # the pieces' partial rows and log-sum-exps (only where a tile is cut)
     if CONSUMERS == 3:
         gl.warp_specialize([
-            (_consumer, (q_desc, k_desc, o_desc, o_ptr, lse_ptr, LQ_PAD, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem,
-                         rings, p_smem, o_smem, q_ready, q_empty, turn, WG0, CAUSAL, PINGPONG, Q_BUFFERS, P_SMEM,
-                         O_TMA, WRITE_LSE)),
-            (_consumer, (q_desc, k_desc, o_desc, o_ptr, lse_ptr, LQ_PAD, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem,
-                         rings, p_smem, o_smem, q_ready, q_empty, turn, WG1, CAUSAL, PINGPONG, Q_BUFFERS, P_SMEM,
-                         O_TMA, WRITE_LSE)),
-            (_consumer, (q_desc, k_desc, o_desc, o_ptr, lse_ptr, LQ_PAD, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem,
-                         rings, p_smem, o_smem, q_ready, q_empty, turn, WG2, CAUSAL, PINGPONG, Q_BUFFERS, P_SMEM,
-                         O_TMA, WRITE_LSE)),
+            (_consumer, (q_desc, k_desc, o_desc, o_ptr, lse_ptr, parts, LQ_PAD, order_ptr, num_tiles, LQ, LK, qk_scale,
+                         q_smem, rings, p_smem, o_smem, q_ready, q_empty, turn, WG0, CAUSAL, PINGPONG, Q_BUFFERS,
+                         P_SMEM, O_TMA, WRITE_LSE)),
+            (_consumer, (q_desc, k_desc, o_desc, o_ptr, lse_ptr, parts, LQ_PAD, order_ptr, num_tiles, LQ, LK, qk_scale,
+                         q_smem, rings, p_smem, o_smem, q_ready, q_empty, turn, WG1, CAUSAL, PINGPONG, Q_BUFFERS,
+                         P_SMEM, O_TMA, WRITE_LSE)),
+            (_consumer, (q_desc, k_desc, o_desc, o_ptr, lse_ptr, parts, LQ_PAD, order_ptr, num_tiles, LQ, LK, qk_scale,
+                         q_smem, rings, p_smem, o_smem, q_ready, q_empty, turn, WG2, CAUSAL, PINGPONG, Q_BUFFERS,
+                         P_SMEM, O_TMA, WRITE_LSE)),
             (_producer, (q_desc, k_desc, v_desc, order_ptr, num_tiles, LQ, LK, q_smem, k_ring, v_ring, q_ready, q_empty,
-                         k_ready, k_empty, v_ready, v_empty, CAUSAL, CONSUMERS, Q_BUFFERS)),
+                         k_ready, k_empty, v_ready, v_empty, CONSUMERS, Q_BUFFERS)),
         ], [CONSUMER_WARPS, CONSUMER_WARPS, PRODUCER_WARPS], [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS])
     else:
         gl.warp_specialize([
-            (_consumer, (q_desc, k_desc, o_desc, o_ptr, lse_ptr, LQ_PAD, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem,
-                         rings, p_smem, o_smem, q_ready, q_empty, turn, WG0, CAUSAL, PINGPONG, Q_BUFFERS, P_SMEM,
-                         O_TMA, WRITE_LSE)),
-            (_consumer, (q_desc, k_desc, o_desc, o_ptr, lse_ptr, LQ_PAD, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem,
-                         rings, p_smem, o_smem, q_ready, q_empty, turn, WG1, CAUSAL, PINGPONG, Q_BUFFERS, P_SMEM,
-                         O_TMA, WRITE_LSE)),
+            (_consumer, (q_desc, k_desc, o_desc, o_ptr, lse_ptr, parts, LQ_PAD, order_ptr, num_tiles, LQ, LK, qk_scale,
+                         q_smem, rings, p_smem, o_smem, q_ready, q_empty, turn, WG0, CAUSAL, PINGPONG, Q_BUFFERS,
+                         P_SMEM, O_TMA, WRITE_LSE)),
+            (_consumer, (q_desc, k_desc, o_desc, o_ptr, lse_ptr, parts, LQ_PAD, order_ptr, num_tiles, LQ, LK, qk_scale,
+                         q_smem, rings, p_smem, o_smem, q_ready, q_empty, turn, WG1, CAUSAL, PINGPONG, Q_BUFFERS,
+                         P_SMEM, O_TMA, WRITE_LSE)),
             (_producer, (q_desc, k_desc, v_desc, order_ptr, num_tiles, LQ, LK, q_smem, k_ring, v_ring, q_ready, q_empty,
-                         k_ready, k_empty, v_ready, v_empty, CAUSAL, CONSUMERS, Q_BUFFERS)),
+                         k_ready, k_empty, v_ready, v_empty, CONSUMERS, Q_BUFFERS)),
         ], [CONSUMER_WARPS, PRODUCER_WARPS], [CONSUMER_REGS, PRODUCER_REGS])
     for i in gl.static_range(Q_SLOTS):
         mbarrier.invalidate(q_ready.index(i))
@@ -499,7 +464,8 @@ def gluon_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     call = None if return_kernel else _call_key(q, k, v, out, causal, config, programs, lse)
     recorded = _RECORDED.get(call)
     if recorded is not None:  # the same tensors (addresses, shapes) as a call before: checked and encoded then
-        replay(recorded)
+        replay(recorded[0])
+        _add_pieces(recorded[1], out, lse)
         return out
     batch, heads, lq, d, lk = runnable_shapes(q, k, v)
     config = config or config_for(d, bool(causal), lq)
@@ -517,33 +483,45 @@ def gluon_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
                             not lse.is_contiguous()):
         raise ValueError(f"lse must be a contiguous float32 tensor of shape ({batch}, {heads}, {lq_pad(lq)})")
     q_blocks = -(-lq // config.block_m)
-    programs = min(batch * heads * q_blocks, programs or device_sm_count(q.device, 1))
+    slots = programs or device_sm_count(q.device, 1)
     lengths = tuple(query_tile_blocks(lq, lk, config.block_n, bool(causal), config.block_m))
-    order = tile_order(batch * heads, q_blocks, bool(causal), heads_per_group(lk, d, q.device), str(q.device),
-                       programs, lengths)
+    order, split, pieces = work_table(batch * heads, q_blocks, bool(causal), heads_per_group(lk, d, q.device),
+                                      str(q.device), slots, lengths)
+    programs = min(order.shape[0], slots)
+    parts = piece_buffers(split.shape[0], pieces, config.block_m, d, q.device)  # where the last round's tiles are cut
+    # the second kernel's arguments but the output's (a record must not keep the output alive)
+    finish = None if parts is None else (parts, split, pieces, lq, config.block_m)
     args = (descriptor(q, WG_ROWS), descriptor(k, config.block_n), descriptor(v, config.block_n),
-            descriptor(out, WG_ROWS), out, out if lse is None else lse, order, order.shape[0], lq, lk,
-            0 if lse is None else lse.shape[-1], LOG2E / math.sqrt(d))
+            descriptor(out, WG_ROWS), out, out if lse is None else lse, *(parts or (out, out)), order, order.shape[0],
+            lq, lk, 0 if lse is None else lse.shape[-1], LOG2E / math.sqrt(d))
     meta = dict(CAUSAL=bool(causal), PINGPONG=config.pingpong, STAGES=config.stages, CONSUMERS=config.consumers,
                 Q_BUFFERS=config.q_buffers, P_SMEM=config.p_smem, O_TMA=config.o_tma,
                 CONSUMER_REGS=config.consumer_regs, PRODUCER_REGS=config.producer_regs, WRITE_LSE=lse is not None,
                 num_warps=CONSUMER_WARPS.value, maxnreg=register_budget(config))
     if return_kernel:  # the compiled kernel itself (its PTX): through Triton's own launch
         kernel = fa3_forward_kernel[(programs, )](*args, **meta)
+        _add_pieces(finish, out, lse)
         return out, kernel
     # the lab times short calls with the CPU's share: Triton binds and specializes every argument on each
     # kernel[grid](...) call (about 0.25 ms a call on an H100's host, more than the GPU's time at N = 2048), so
     # after the first call of a kind the compiled kernel's C launcher is called directly (labs/attention/launch.py)
-    key = (q.shape, k.shape, config, programs, lse is not None, aligned(out, order) if lse is None else
-           aligned(out, order, lse))
+    key = (q.shape, k.shape, config, programs, lse is not None, parts is not None, aligned(*args[4:9]))
     launch(fa3_forward_kernel, (programs, ), *args, **meta, key=key)
+    _add_pieces(finish, out, lse)
     if call is not None:  # the next call on these tensors skips the checks and the descriptors' encoding
         if len(_RECORDED) >= _RECORDED_MAX:
             _RECORDED.clear()
-        recorded = record_encoded(fa3_forward_kernel, (programs, ), args, key, meta, keep=(config, order))
+        recorded = record_encoded(fa3_forward_kernel, (programs, ), args, key, meta, keep=(config, order, parts))
         if recorded is not None:
-            _RECORDED[call] = recorded
+            _RECORDED[call] = (recorded, finish)
     return out
+
+
+def _add_pieces(finish, out: torch.Tensor, lse) -> None:
+    """The second kernel, where the last round's tiles were cut (finish: fa3_split.add_pieces' other arguments)."""
+    if finish is not None:
+        parts, split, pieces, lq, tile_rows = finish
+        add_pieces(parts, split, pieces, out, lse, lq, tile_rows)
 
 
 def runnable_shapes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple:
