@@ -63,9 +63,9 @@ def test_tile_order_covers_every_tile_once_longest_causal_first():
     fa3 = _fa3()
     heads, q_blocks, group = 5, 4, 2
     for causal in (False, True):
-        items, split, pieces = fa3.work_table(heads, q_blocks, causal, group, "cpu", 20, (3, 3, 3, 3))
+        items, cut, pieces = fa3.work_table(heads, q_blocks, causal, group, "cpu", 20, (3, 3, 3, 3))
         # 20 tiles on 20 programs: none cut
-        assert split.shape == (0, 4) and pieces == 0 and items[:, 2:].tolist() == [[0, 3, -1]] * 20
+        assert cut == pieces == 0 and items[:, 2:].tolist() == [[0, 3, -1]] * 20
         order = items[:, :2].tolist()
         assert sorted(map(tuple, order)) == [(h, b) for h in range(heads) for b in range(q_blocks)]
         # heads 0-1, then 2-3, then 4: a group's K and V are done before the next group starts
@@ -77,21 +77,24 @@ def test_tile_order_covers_every_tile_once_longest_causal_first():
 def test_the_last_rounds_tiles_are_cut_along_their_keys():
     """N 2048, d 64, 64 heads: 704 tiles of 192 queries on 132 programs leave 44 for a sixth round. Each is cut into
     three pieces of 5, 5 and 6 of its 16 key blocks, so the last round has one piece for every program; the pieces'
-    slots number them in turn, and the combine table says where each tile's begin."""
-    fa3 = _fa3()
-    lengths = (16,) * 11
-    items, split, pieces = fa3.work_table(64, 11, False, 25, "cpu", 132, lengths)
-    items, split = items.tolist(), split.tolist()
-    assert len(items) == 660 + 132 and len(split) == 44 and pieces == 3
+    slots number them in turn, three to a tile."""
+    from labs.attention import fa3_model as F
+
+    order = F.tile_sequence(64, 11, False, 25, 132, (16,) * 11)
+    items, split = F.work_items(order, (16,) * 11, 132, False)
+    assert len(items) == 660 + 132 and len(split) == 44
     assert all(slot == -1 and (lo, hi) == (0, 16) for _, _, lo, hi, slot in items[:660])
     pieces = items[660:]
     assert [hi - lo for _, _, lo, hi, _ in pieces[:3]] == [5, 5, 6] and [p[4] for p in pieces] == list(range(132))
     for head, qb, first, n in split:
         mine = [p for p in pieces if (p[0], p[1]) == (head, qb)]
-        assert n == 3 and [p[4] for p in mine] == [first, first + 1, first + 2]
+        assert n == 3 and first % 3 == 0 and [p[4] for p in mine] == [first, first + 1, first + 2]
         assert [(p[2], p[3]) for p in mine] == [(0, 5), (5, 10), (10, 16)]  # the key blocks, each once
     whole = {(h, b) for h, b, *_ in items[:660]} | {(h, b) for h, b, *_ in split}
     assert len(whole) == 704  # every tile, whole or cut, once
+    fa3 = _fa3()
+    table, cut, each = fa3.work_table(64, 11, False, 25, "cpu", 132, (16,) * 11)
+    assert table.tolist() == [list(item) for item in items] and (cut, each) == (44, 3)
 
 
 def test_only_a_thin_unmasked_last_round_is_cut():
@@ -104,48 +107,6 @@ def test_only_a_thin_unmasked_last_round_is_cut():
     assert F.tail_pieces(4096, 132, 64, causal=False) == 16  # d 128, N 8192: 4 tiles, pieces of 4 key blocks
     assert F.tail_pieces(704, 132, 7, causal=False) == 1  # pieces under MIN_PIECE_BLOCKS key blocks: not worth it
     assert F.tail_pieces(12, 132, 8, causal=False) == 2  # fewer tiles than programs: the first round is the last
-
-
-def test_the_pieces_add_up_to_the_whole_softmax():
-    """The combine kernel (fa3_split.py; Triton's interpreter on a CPU) against float64: rows of random scores cut
-    into 1, 2 and 3 pieces of keys, each piece's output and base-2 log-sum-exp as the forward writes them, a tile of
-    192 rows of which only 150 lie inside Lq, and rows that see no key in one piece or in any."""
-    from labs.attention import fa3_split as S
-
-    torch.manual_seed(0)
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    rows, d, lq, keys = 192, 64, 342, 48  # two query blocks of one head; block 1 has 150 rows inside Lq
-    bounds = {1: (0, 48), 2: (0, 20, 48), 3: (0, 10, 33, 48)}
-    scores = torch.randn(2, rows, keys, dtype=torch.float64) * 3
-    scores[0, 5] = float("-inf")  # a row that sees no key at all
-    scores[1, 7, :20] = float("-inf")  # a row that sees none of the first piece's keys
-    values = torch.randn(keys, d, dtype=torch.float64)
-    table, part_o, part_lse, slot = [], [], [], 0
-    for qb, n in ((0, 3), (1, 2)):
-        cut = bounds[n]
-        table.append((0, qb, slot, n))
-        for lo, hi in zip(cut, cut[1:]):
-            s2 = scores[qb, :, lo:hi] / torch.log(torch.tensor(2.0, dtype=torch.float64))  # base-2 units
-            m = s2.max(1).values
-            m_use = torch.where(torch.isinf(m), torch.zeros_like(m), m)
-            p = torch.exp2(s2 - m_use[:, None])
-            total = p.sum(1)
-            part_o.append(p @ values[lo:hi] / torch.where(total == 0, 1.0, total)[:, None])
-            part_lse.append(torch.where(total > 0, m_use + torch.log2(torch.where(total > 0, total, 1.0)), -torch.inf))
-            slot += 1
-    parts = (torch.cat(part_o).float().to(device), torch.cat(part_lse).float().to(device))
-    split = torch.tensor(table, dtype=torch.int32, device=device)
-    out = torch.full((1, 1, lq, d), float("nan"), dtype=torch.bfloat16, device=device)
-    lse = torch.full((1, 1, 384), 7.0, dtype=torch.float32, device=device)
-    S.add_pieces(parts, split, 3, out, lse, lq, rows)
-    probs = torch.softmax(scores, -1).nan_to_num(0.0)
-    want = (probs @ values).reshape(1, 1, 2 * rows, d)[:, :, :lq]
-    want_lse = torch.logsumexp(scores, -1).reshape(1, 1, 2 * rows)[:, :, :lq]
-    assert (out.double().cpu() - want).abs().max().item() < 0.02
-    assert out[0, 0, 5].abs().max().item() == 0.0  # no key: 0, as the forward gives
-    assert torch.isneginf(lse[0, 0, 5]) and torch.allclose(lse[0, 0, :lq].double().cpu()[want_lse.isfinite()[0, 0]],
-                                                            want_lse[want_lse.isfinite()], atol=1e-4)
-    assert (lse[0, 0, lq:] == 7.0).all()  # rows past Lq left as they were
 
 
 def test_register_and_shared_memory_budgets():
@@ -257,8 +218,8 @@ def test_cut_tiles_give_the_rows_and_log_sum_exp_of_whole_ones(head_dim, program
     config = fa3.DEFAULT_CONFIGS[head_dim]
     lengths = tuple(fa3.query_tile_blocks(lq, lk, config.block_n, False, config.block_m))
     tiles = heads * len(lengths)
-    _, split, _ = fa3.work_table(heads, len(lengths), False, 1, "cpu", programs, lengths)
-    assert split.shape[0] == tiles % programs and (split[:, 3] == 4).all()
+    _, cut, pieces = fa3.work_table(heads, len(lengths), False, 1, "cpu", programs, lengths)
+    assert (cut, pieces) == (tiles % programs, 4)
     q = timing.random_tensor((batch, heads, lq, head_dim), "bf16", "cuda")
     k = timing.random_tensor((batch, heads, lk, head_dim), "bf16", "cuda")
     v = timing.random_tensor((batch, heads, lk, head_dim), "bf16", "cuda")

@@ -30,7 +30,9 @@ warpgroup's GEMMs, g whole.
 The programs take the tiles in the kernel's order (tile_sequence): heads in groups whose K and V fit the L2. Under
 the causal mask that order decides the mix of long and short tiles each program gets, and the slowest program
 ends the call; where reversing every other round of tiles evens that mix, the kernel and the model take that
-order instead.
+order instead. Without the mask a thin last round is cut along the keys into one piece a program (tail_pieces,
+work_items); the model plays the pieces out as their share of a tile's blocks and adds the FP32 rows they write and
+read back (combine_bytes).
 """
 
 from __future__ import annotations
@@ -123,16 +125,16 @@ def tile_sequence(heads: int, q_blocks: int, causal: bool, group: int, programs:
 
 MIN_PIECE_BLOCKS = 4  # key blocks of a piece at least: its start (S_0 alone) and end (the last P V alone, its
 # partial rows' store) then stay small beside its loop
-MAX_PIECES = 16  # pieces of one tile at most: the kernel that adds them up holds them all at once
+MAX_PIECES = 16  # pieces of one tile at most: the last piece reads every one of them back, one after another
 
 
 def tail_pieces(tiles: int, programs: int, blocks: int, causal: bool) -> int:
     """Into how many pieces (along the keys) each tile of the last round is cut: 1 for none. With T tiles on P
     programs the last round has T mod P of them and leaves the other programs idle: at N 2048, d 64 (704 tiles of
     192 queries on 132 SMs) 44 programs run a sixth tile while 88 wait, 11 % of the call. Cut into P // (T mod P)
-    pieces, those tiles keep every program busy for a third as long; a second kernel adds the pieces up
-    (fa3_split.py). Unmasked tiles only: under the causal mask the tiles' lengths differ and the tile order already
-    evens the programs' ends (tile_sequence)."""
+    pieces, those tiles keep every program busy for a third as long; the last piece of a tile adds them up
+    (gluon_fa3_store.store_piece). Unmasked tiles only: under the causal mask the tiles' lengths differ and the tile
+    order already evens the programs' ends (tile_sequence)."""
     left = tiles % programs
     if causal or left == 0:
         return 1
@@ -242,27 +244,26 @@ def work_seconds(shape, one_head: list[float], sm_count: int, l2_bytes: int) -> 
 
 
 def combine_bytes(shape, split: list) -> int:
-    """What the kernel that adds the pieces up moves (fa3_split.py): each piece's rows in FP32 and their log-sum-exp
-    read, each cut tile's output rows written in bf16."""
+    """What adding the pieces up moves: each piece's rows in FP32 and their log-sum-exp, written once and read back
+    once by the tile's last piece (gluon_fa3_store.store_piece)."""
     rows = fa3_block_m(shape.d, shape.causal, shape.lq)
     pieces = sum(n for *_, n in split)
-    return pieces * rows * (shape.d + 1) * 4 + len(split) * rows * shape.d * 2
+    return 2 * pieces * rows * (shape.d + 1) * 4
 
 
 def fa3_forward(shape, mma_rate: float, exp_rate: float, copy_bps: float, sm_count: int, clock_hz: float,
                 l2_bytes: int) -> dict:
     """Predicted seconds of one forward call, with its parts: the tensor cores' work spread over the SMs (mma_s),
     the softmax's (exp_s: both warpgroups' softmax_seconds a block), how much of it the ping-pong hides (hidden_s),
-    the persistent schedule's waves and starts and the masked blocks' extra (schedule_s), and the HBM time (mem_s:
-    Q, K, V read once, O written, nothing else). clock_hz: the SM's clock, for the softmax's chain; l2_bytes: the
-    L2's size, which sets the kernel's groups of heads."""
+    the persistent schedule's waves, starts and pieces and the masked blocks' extra (schedule_s), and the HBM time
+    (mem_s: Q, K, V read once, O written, nothing else). clock_hz: the SM's clock, for the softmax's chain;
+    l2_bytes: the L2's size, which sets the kernel's groups of heads."""
     block_n, consumers = FA3_BLOCK_N[shape.d], fa3_consumers(shape.d, shape.causal, shape.lq)
     g, s = block_seconds(shape.d, block_n, mma_rate, exp_rate, sm_count)
     periods = tuple(block_period(shape.d, block_n, g, s, m, clock_hz, consumers) for m in (False, True))
     work_s, split = work_seconds(shape, query_tile_seconds(shape, block_n, periods), sm_count, l2_bytes)
     start_s = KERNEL_LAUNCH_US * 1e-6  # the program's first loads and last store (and the kernel's own start)
-    # the pieces' sum: a second kernel, launched behind the first, moving little
-    combine_s = KERNEL_LAUNCH_US * 1e-6 + combine_bytes(shape, split) / copy_bps if split else 0.0
+    combine_s = combine_bytes(shape, split) / copy_bps  # the pieces' rows out and back, at the end
     span = work_s + 2 * start_s + combine_s
     blocks = shape.b * shape.h * sum(query_tile_blocks(shape.lq, shape.lk, block_n, shape.causal,
                                                        fa3_block_m(shape.d, shape.causal, shape.lq))) / sm_count

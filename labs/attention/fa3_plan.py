@@ -91,17 +91,14 @@ def register_budget(config: FA3Config) -> int:
 
 @functools.lru_cache(maxsize=64)
 def work_table(heads: int, q_blocks: int, causal: bool, group: int, device: str, programs: int,
-               lengths: tuple) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """The kernel's table and the pieces' (fa3_model.work_items, the schedule the model plays out too): int32
-    [items, 5] of (flattened batch*head, query block, first key block, end key block, slot of a piece or -1), in the
-    order `programs` programs take them, given each query block's key blocks (`lengths`); int32 [cut tiles, 4] of
-    (flattened batch*head, query block, first slot, pieces) for the kernel that adds the pieces up; and the pieces of
-    each cut tile, 0 for none (counted here: reading it back from the GPU would stop the CPU until it caught up)."""
+               lengths: tuple) -> tuple[torch.Tensor, int, int]:
+    """The kernel's table (fa3_model.work_items, the schedule the model plays out too): int32 [items, 5] of
+    (flattened batch*head, query block, first key block, end key block, slot of a piece or -1), in the order
+    `programs` programs take them, given each query block's key blocks (`lengths`); then how many tiles are cut,
+    and into how many pieces each (0 for none)."""
     order = tile_sequence(heads, q_blocks, causal, group, programs, lengths)
     items, split = work_items(order, lengths, programs, causal)
-    return (torch.tensor(items, dtype=torch.int32, device=device),
-            torch.tensor(split or [(0, 0, 0, 0)], dtype=torch.int32, device=device)[:len(split)],
-            max((n for *_, n in split), default=0))
+    return torch.tensor(items, dtype=torch.int32, device=device), len(split), max((n for *_, n in split), default=0)
 
 
 def heads_per_group(lk: int, head_dim: int, device) -> int:

@@ -46,7 +46,6 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from labs.attention.fa3_model import query_tile_blocks
 from labs.attention.fa3_plan import (DEFAULT_CONFIGS, WG_ROWS, FA3Config, check_inputs, config_for,  # noqa: F401
                                      heads_per_group, register_budget, smem_bytes, work_table)
-from labs.attention.fa3_split import add_pieces, piece_buffers
 from labs.attention.gluon_fa3_store import store_lse, store_piece, store_rows
 from labs.attention.launch import aligned, launch, record_encoded, replay, tensors_key
 from labs.attention.tiles import lq_pad
@@ -353,8 +352,9 @@ def _consumer(q_desc, k_desc, o_desc, o_ptr, lse_ptr, parts, LQ_PAD, order_ptr, 
                 store_rows(o_desc, o_ptr, o_slot, acc, l_i, bh, row0, LQ, O_TMA)
                 if WRITE_LSE:  # a training call: the backward recomputes P from it
                     store_lse(lse_ptr, m_i, l_i, bh, row0, LQ, LQ_PAD)
-            else:  # a piece: fa3_split.py adds the pieces up, and writes the rows and their log-sum-exp
-                store_piece(parts[0], parts[1], acc, m_i, l_i, slot, WG, CONSUMERS * M)
+            else:  # a piece: the last of a tile's pieces adds them up, and stores the rows and their log-sum-exp
+                store_piece(o_ptr, lse_ptr, parts, acc, m_i, l_i, bh, row0, slot, LQ, LQ_PAD, WG, CONSUMERS * M,
+                            WRITE_LSE)
         else:  # a tile that sees no key (causal, Lq > Lk): Q is never read, its rows are 0
             mbarrier.arrive(q_empty.index(q_buf))
             zeros = gl.zeros([M, HEAD_DIM], gl.float32, o_layout)
@@ -370,9 +370,9 @@ def _consumer(q_desc, k_desc, o_desc, o_ptr, lse_ptr, parts, LQ_PAD, order_ptr, 
 # ---------------------------------------------------------------------------------------------
 # 4. The kernel: allocate the buffers and barriers, then fork into the consumers and the producer
 # ---------------------------------------------------------------------------------------------
-@gluon.jit(do_not_specialize=["num_tiles", "LQ", "LK", "LQ_PAD"])
-def fa3_forward_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, lse_ptr, part_ptr, part_lse_ptr, order_ptr, num_tiles, LQ,
-                       LK, LQ_PAD, qk_scale,
+@gluon.jit(do_not_specialize=["pieces", "num_tiles", "LQ", "LK", "LQ_PAD"])
+def fa3_forward_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, lse_ptr, part_ptr, part_lse_ptr, counter_ptr, pieces,
+                       order_ptr, num_tiles, LQ, LK, LQ_PAD, qk_scale,
                        CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, STAGES: gl.constexpr,
                        CONSUMERS: gl.constexpr, Q_BUFFERS: gl.constexpr, P_SMEM: gl.constexpr, O_TMA: gl.constexpr,
                        CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr, WRITE_LSE: gl.constexpr = False):
@@ -410,7 +410,7 @@ def fa3_forward_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, lse_ptr, part_ptr,
         mbarrier.init(v_empty.index(i), count=CONSUMERS)
     # the default partition (first) runs on the kernel's 4 warps: consumer 0; the workers get their own warps
     rings = (k_ring, v_ring, k_ready, k_empty, v_ready, v_empty)  # the K and V rings with their barriers
-    parts = (part_ptr, part_lse_ptr)  # the pieces' partial rows and log-sum-exps (only where a tile is cut)
+    parts = (part_ptr, part_lse_ptr, counter_ptr, pieces)  # where a tile is cut: its pieces' rows, who is last
     if CONSUMERS == 3:
         gl.warp_specialize([
             (_consumer, (q_desc, k_desc, o_desc, o_ptr, lse_ptr, parts, LQ_PAD, order_ptr, num_tiles, LQ, LK, qk_scale,
@@ -464,8 +464,7 @@ def gluon_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     call = None if return_kernel else _call_key(q, k, v, out, causal, config, programs, lse)
     recorded = _RECORDED.get(call)
     if recorded is not None:  # the same tensors (addresses, shapes) as a call before: checked and encoded then
-        replay(recorded[0])
-        _add_pieces(recorded[1], out, lse)
+        replay(recorded)
         return out
     batch, heads, lq, d, lk = runnable_shapes(q, k, v)
     config = config or config_for(d, bool(causal), lq)
@@ -485,43 +484,42 @@ def gluon_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     q_blocks = -(-lq // config.block_m)
     slots = programs or device_sm_count(q.device, 1)
     lengths = tuple(query_tile_blocks(lq, lk, config.block_n, bool(causal), config.block_m))
-    order, split, pieces = work_table(batch * heads, q_blocks, bool(causal), heads_per_group(lk, d, q.device),
+    order, cut, pieces = work_table(batch * heads, q_blocks, bool(causal), heads_per_group(lk, d, q.device),
                                       str(q.device), slots, lengths)
     programs = min(order.shape[0], slots)
-    parts = piece_buffers(split.shape[0], pieces, config.block_m, d, q.device)  # where the last round's tiles are cut
-    # the second kernel's arguments but the output's (a record must not keep the output alive)
-    finish = None if parts is None else (parts, split, pieces, lq, config.block_m)
+    parts = _piece_buffers(cut, pieces, config.block_m, d, q.device)  # where the last round's tiles are cut
     args = (descriptor(q, WG_ROWS), descriptor(k, config.block_n), descriptor(v, config.block_n),
-            descriptor(out, WG_ROWS), out, out if lse is None else lse, *(parts or (out, out)), order, order.shape[0],
-            lq, lk, 0 if lse is None else lse.shape[-1], LOG2E / math.sqrt(d))
+            descriptor(out, WG_ROWS), out, out if lse is None else lse, *parts, pieces, order, order.shape[0], lq, lk,
+            0 if lse is None else lse.shape[-1], LOG2E / math.sqrt(d))
     meta = dict(CAUSAL=bool(causal), PINGPONG=config.pingpong, STAGES=config.stages, CONSUMERS=config.consumers,
                 Q_BUFFERS=config.q_buffers, P_SMEM=config.p_smem, O_TMA=config.o_tma,
                 CONSUMER_REGS=config.consumer_regs, PRODUCER_REGS=config.producer_regs, WRITE_LSE=lse is not None,
                 num_warps=CONSUMER_WARPS.value, maxnreg=register_budget(config))
     if return_kernel:  # the compiled kernel itself (its PTX): through Triton's own launch
         kernel = fa3_forward_kernel[(programs, )](*args, **meta)
-        _add_pieces(finish, out, lse)
         return out, kernel
     # the lab times short calls with the CPU's share: Triton binds and specializes every argument on each
     # kernel[grid](...) call (about 0.25 ms a call on an H100's host, more than the GPU's time at N = 2048), so
     # after the first call of a kind the compiled kernel's C launcher is called directly (labs/attention/launch.py)
-    key = (q.shape, k.shape, config, programs, lse is not None, parts is not None, aligned(*args[4:9]))
+    key = (q.shape, k.shape, config, programs, lse is not None, pieces > 0, aligned(*args[4:9], order))
     launch(fa3_forward_kernel, (programs, ), *args, **meta, key=key)
-    _add_pieces(finish, out, lse)
     if call is not None:  # the next call on these tensors skips the checks and the descriptors' encoding
         if len(_RECORDED) >= _RECORDED_MAX:
             _RECORDED.clear()
         recorded = record_encoded(fa3_forward_kernel, (programs, ), args, key, meta, keep=(config, order, parts))
         if recorded is not None:
-            _RECORDED[call] = (recorded, finish)
+            _RECORDED[call] = recorded
     return out
 
 
-def _add_pieces(finish, out: torch.Tensor, lse) -> None:
-    """The second kernel, where the last round's tiles were cut (finish: fa3_split.add_pieces' other arguments)."""
-    if finish is not None:
-        parts, split, pieces, lq, tile_rows = finish
-        add_pieces(parts, split, pieces, out, lse, lq, tile_rows)
+def _piece_buffers(tiles: int, pieces: int, tile_rows: int, head_dim: int, device) -> tuple:
+    """Where the last round's tiles are cut (`tiles` of them, `pieces` each): FP32 room for every piece's rows and
+    their log-sum-exps, and a counter for every 64 rows of a cut tile (zero; the last piece sets it back). One float
+    and one int where nothing is cut."""
+    rows = max(1, tiles * pieces * tile_rows)
+    return (torch.empty(rows, head_dim if tiles else 1, device=device, dtype=torch.float32),
+            torch.empty(rows, device=device, dtype=torch.float32),
+            torch.zeros(max(1, tiles * tile_rows // WG_ROWS), device=device, dtype=torch.int32))
 
 
 def runnable_shapes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple:

@@ -1,7 +1,7 @@
 """The Gluon FlashAttention-3 forward's consumers' last step (gluon_fa3.py): a warpgroup's 64 rows of a tile leave
 for global memory, normalised once, through a TMA copy from shared memory or straight from registers; their
-log-sum-exp for the backward; or, for a piece of a tile cut along its keys, its partial rows for fa3_split.py to add
-up. Needs a Triton with Gluon (labs/hopper/gluon_support.py)."""
+log-sum-exp for the backward; or, for a piece of a tile cut along its keys, its partial rows, which the tile's
+last piece adds up. Needs a Triton with Gluon (labs/hopper/gluon_support.py)."""
 
 from __future__ import annotations
 
@@ -55,18 +55,64 @@ def store_lse(lse_ptr, m_i, l_i, bh, row0, LQ, LQ_PAD):
 
 
 @gluon.jit
-def store_piece(part_ptr, part_lse_ptr, acc, m_i, l_i, slot, WG: gl.constexpr, TILE_ROWS: gl.constexpr):
-    """A piece's result for fa3_split.py to add up: our 64 rows of the output over the piece's keys alone (FP32,
-    normalised by the piece's own sum), and their base-2 log-sum-exp (-inf where a row saw none of its keys), in
-    rows slot * TILE_ROWS + 64 WG onwards of the pieces' buffers."""
+def _fence_gpu(x):
+    """fence.acq_rel.gpu from every thread (once for each element of x it holds): its stores before it are seen
+    GPU-wide before anything it does after (CUDA's __threadfence)."""
+    return gl.inline_asm_elementwise("fence.acq_rel.gpu;\n mov.b32 $0, $1;", "=r,r", [x], dtype=gl.int32,
+                                     is_pure=False, pack=1)
+
+
+@gluon.jit
+def store_piece(o_ptr, lse_ptr, parts, acc, m_i, l_i, bh, row0, slot, LQ, LQ_PAD, WG: gl.constexpr,
+                TILE_ROWS: gl.constexpr, WRITE_LSE: gl.constexpr):
+    """A piece of a tile cut along its keys: our 64 rows over the piece's keys alone (FP32, normalised by the
+    piece's own sum) and their base-2 log-sum-exp go to the pieces' buffers, slot * TILE_ROWS + 64 WG onwards. The
+    warpgroup that stores the last piece of these rows adds every piece up and stores the rows (and their
+    log-sum-exp for the backward).
+
+    How pieces combine: piece i's output o_i and L_i = m_i + log2 l_i give the row's o = sum_i 2^(L_i - L) o_i with
+    L = log2 sum_i 2^L_i, shifted by the largest L_i so no exp2 overflows. Who is last (CUDA's last-block pattern):
+    every thread's stores, a GPU-wide fence, a barrier of the warpgroup's four warps, then one atomic add on the
+    rows' counter; the warpgroup that reads pieces - 1 adds up, and sets the counter back to 0 for the next call."""
+    part_o, part_lse, counters, pieces = parts
     M: gl.constexpr = acc.shape[0]
     HEAD_DIM: gl.constexpr = acc.shape[1]
     o_layout: gl.constexpr = acc.type.layout
-    l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
-    out = acc / gl.expand_dims(gl.where(l_o == 0.0, 1.0, l_o), 1)
-    first = slot.to(gl.int64) * TILE_ROWS + WG * M
-    rows = gl.expand_dims(first + gl.arange(0, M, layout=gl.SliceLayout(1, o_layout)), 1)  # [M, 1]
+    row_layout: gl.constexpr = gl.SliceLayout(1, o_layout)
+    l_o = gl.convert_layout(l_i, row_layout)
+    m_o = gl.convert_layout(m_i, row_layout)
+    lse2 = gl.where(l_o > 0.0, m_o + gl.log2(gl.where(l_o > 0.0, l_o, 1.0)), float("-inf"))
+    r = gl.arange(0, M, layout=row_layout)
+    rows = gl.expand_dims(r, 1)  # [M, 1]
     cols = gl.expand_dims(gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout)), 0)  # [1, d]
-    gl.store(part_ptr + rows * HEAD_DIM + cols, out)
-    lse2 = gl.where(l_i > 0.0, m_i + gl.log2(gl.where(l_i > 0.0, l_i, 1.0)), float("-inf"))
-    gl.store(part_lse_ptr + first + gl.arange(0, M, layout=m_i.type.layout), lse2)
+    mine = slot.to(gl.int64) * TILE_ROWS + WG * M
+    gl.store(part_o + (mine + rows) * HEAD_DIM + cols, acc / gl.expand_dims(gl.where(l_o == 0.0, 1.0, l_o), 1))
+    gl.store(part_lse + mine + r, lse2)
+    _fence_gpu(lse2.to(gl.int32, bitcast=True))
+    gl.thread_barrier()
+    counter = counters + (slot // pieces) * (TILE_ROWS // M) + WG
+    if gl.atomic_add(counter, 1, sem="acq_rel", scope="gpu") == pieces - 1:  # ours is the last piece of these rows
+        m_run = gl.full([M], float("-inf"), gl.float32, row_layout)
+        total = gl.zeros([M], gl.float32, row_layout)
+        out = gl.zeros([M, HEAD_DIM], gl.float32, o_layout)
+        first = slot - slot % pieces  # the tile's first piece
+        for i in range(pieces):
+            at = (first + i).to(gl.int64) * TILE_ROWS + WG * M
+            lse_i = gl.load(part_lse + at + r, cache_modifier=".cg")  # past L1: written by other SMs
+            o_i = gl.load(part_o + (at + rows) * HEAD_DIM + cols, cache_modifier=".cg")
+            m_new = gl.maximum(m_run, lse_i)
+            m_use = gl.where(m_new == float("-inf"), 0.0, m_new)  # no key in any piece yet: no NaN
+            alpha = gl.exp2(m_run - m_use)
+            weight = gl.exp2(lse_i - m_use)
+            out = out * gl.expand_dims(alpha, 1) + o_i * gl.expand_dims(weight, 1)
+            total = total * alpha + weight
+            m_run = m_new
+        out = out / gl.expand_dims(gl.where(total == 0.0, 1.0, total), 1)  # a row that saw no key: 0
+        head_rows = row0 + rows
+        gl.store(o_ptr + (bh.to(gl.int64) * LQ + head_rows) * HEAD_DIM + cols, out.to(gl.bfloat16),
+                 mask=(head_rows < LQ) & (cols < HEAD_DIM))
+        if WRITE_LSE:  # natural-log units
+            lse = gl.where(total > 0.0, (m_run + gl.log2(gl.where(total > 0.0, total, 1.0))) * 0.6931471805599453,
+                           float("-inf"))
+            gl.store(lse_ptr + bh.to(gl.int64) * LQ_PAD + row0 + r, lse, mask=row0 + r < LQ)
+        gl.atomic_xchg(counter, 0, sem="relaxed", scope="gpu")  # ready for the next call
