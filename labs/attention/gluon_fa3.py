@@ -21,7 +21,10 @@ What you will learn:
 - the register budget: P feeds the P V wgmma from registers, or from shared memory when three consumers (160
   registers a thread each) leave too few to hold S, O and two P's at once;
 - persistence: one program per SM walks (head, query block) tiles from a table built on the host, causal tiles
-  longest first, heads in groups whose K and V fit the L2 cache.
+  longest first, heads in groups whose K and V fit the L2 cache;
+- the tail: where the last round of tiles would leave most SMs idle (unmasked), its tiles are cut along the keys
+  into one piece a program, and the warpgroup that stores a tile's last piece adds the pieces up with their
+  log-sum-exps (gluon_fa3_store.store_piece: a fence, a barrier and one atomic counter say which one is last).
 
 Conventions as in kernels.py: q is (B, H, Lq, d), k and v are (B, H, Lk, d), bf16, d = 64 or 128; the causal mask
 is aligned to the bottom right (query i sees key j when j <= i + Lk - Lq); scores are kept in base-2 units
@@ -67,7 +70,7 @@ def wgmma_layout(n):
 
 
 # ---------------------------------------------------------------------------------------------
-# 1. Which key blocks a tile visits (the producer and every consumer must agree)
+# 1. The work table: which key blocks each item visits (the host's, so the producer and every consumer agree)
 # ---------------------------------------------------------------------------------------------
 @gluon.jit
 def _full_blocks(row0, LQ, LK, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
