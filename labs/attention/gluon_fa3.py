@@ -517,12 +517,22 @@ def gluon_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
 
 def _piece_buffers(tiles: int, pieces: int, tile_rows: int, head_dim: int, device) -> tuple:
     """Where the last round's tiles are cut (`tiles` of them, `pieces` each): FP32 room for every piece's rows and
-    their log-sum-exps, and a counter for every 64 rows of a cut tile (zero; the last piece sets it back). One float
-    and one int where nothing is cut."""
-    rows = max(1, tiles * pieces * tile_rows)
-    return (torch.empty(rows, head_dim if tiles else 1, device=device, dtype=torch.float32),
+    their log-sum-exps, and a counter for every 64 rows of a cut tile (zero; the last piece sets it back). Where
+    nothing is cut, stand-ins that the kernel never reads or writes, made once a device."""
+    if not tiles:
+        key = str(device)
+        if key not in _NO_PIECES:
+            _NO_PIECES[key] = (torch.empty(1, 1, device=device, dtype=torch.float32),
+                               torch.empty(1, device=device, dtype=torch.float32),
+                               torch.zeros(1, device=device, dtype=torch.int32))
+        return _NO_PIECES[key]
+    rows = tiles * pieces * tile_rows
+    return (torch.empty(rows, head_dim, device=device, dtype=torch.float32),
             torch.empty(rows, device=device, dtype=torch.float32),
-            torch.zeros(max(1, tiles * tile_rows // WG_ROWS), device=device, dtype=torch.int32))
+            torch.zeros(tiles * tile_rows // WG_ROWS, device=device, dtype=torch.int32))
+
+
+_NO_PIECES: dict = {}  # the stand-ins of _piece_buffers, by device
 
 
 def runnable_shapes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple:

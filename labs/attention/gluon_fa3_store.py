@@ -25,13 +25,25 @@ def _store_masked(o_ptr, out, bh, row0, LQ):
 
 
 @gluon.jit
+def _normalised(acc, l_i):
+    """Each row of acc over its sum l (in any layout of rows); a row that saw no key (l = 0) stays 0."""
+    l_o = gl.convert_layout(l_i, gl.SliceLayout(1, acc.type.layout))
+    return acc / gl.expand_dims(gl.where(l_o == 0.0, 1.0, l_o), 1)
+
+
+@gluon.jit
+def _lse2(m_i, l_i):
+    """A row's log-sum-exp in base 2 from its running max and sum (both in base 2): m + log2 l, -inf where l = 0."""
+    return gl.where(l_i > 0.0, m_i + gl.log2(gl.where(l_i > 0.0, l_i, 1.0)), float("-inf"))
+
+
+@gluon.jit
 def store_rows(o_desc, o_ptr, o_slot, acc, l_i, bh, row0, LQ, O_TMA: gl.constexpr):
     """Normalise once and store our 64 rows. With O_TMA, through shared memory and one TMA copy that runs on while
     the next tile starts (a ragged last block still goes the masked way: the copy would write the next head's
     rows)."""
     M: gl.constexpr = acc.shape[0]
-    l_o = gl.convert_layout(l_i, gl.SliceLayout(1, acc.type.layout))
-    out = (acc / gl.expand_dims(gl.where(l_o == 0.0, 1.0, l_o), 1)).to(gl.bfloat16)  # a row that saw no key: 0
+    out = _normalised(acc, l_i).to(gl.bfloat16)
     if O_TMA:
         if row0 + M <= LQ:
             tma.store_wait(pendings=0)  # our last tile's copy has finished reading the slot
@@ -50,7 +62,7 @@ def store_lse(lse_ptr, m_i, l_i, bh, row0, LQ, LQ_PAD):
     scaled scores and the sum of exp2 under it), so lse = (m + log2 l) ln 2; -inf where a row saw no key. Rows past
     Lq are not stored (the backward gives them P = 0 itself)."""
     rows = row0 + gl.arange(0, m_i.shape[0], layout=m_i.type.layout)
-    lse = gl.where(l_i > 0.0, (m_i + gl.log2(gl.where(l_i > 0.0, l_i, 1.0))) * 0.6931471805599453, float("-inf"))
+    lse = _lse2(m_i, l_i) * 0.6931471805599453
     gl.store(lse_ptr + bh.to(gl.int64) * LQ_PAD + rows, lse, mask=rows < LQ)
 
 
@@ -79,14 +91,12 @@ def store_piece(o_ptr, lse_ptr, parts, acc, m_i, l_i, bh, row0, slot, LQ, LQ_PAD
     HEAD_DIM: gl.constexpr = acc.shape[1]
     o_layout: gl.constexpr = acc.type.layout
     row_layout: gl.constexpr = gl.SliceLayout(1, o_layout)
-    l_o = gl.convert_layout(l_i, row_layout)
-    m_o = gl.convert_layout(m_i, row_layout)
-    lse2 = gl.where(l_o > 0.0, m_o + gl.log2(gl.where(l_o > 0.0, l_o, 1.0)), float("-inf"))
+    lse2 = _lse2(gl.convert_layout(m_i, row_layout), gl.convert_layout(l_i, row_layout))
     r = gl.arange(0, M, layout=row_layout)
     rows = gl.expand_dims(r, 1)  # [M, 1]
     cols = gl.expand_dims(gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout)), 0)  # [1, d]
     mine = slot.to(gl.int64) * TILE_ROWS + WG * M
-    gl.store(part_o + (mine + rows) * HEAD_DIM + cols, acc / gl.expand_dims(gl.where(l_o == 0.0, 1.0, l_o), 1))
+    gl.store(part_o + (mine + rows) * HEAD_DIM + cols, _normalised(acc, l_i))
     gl.store(part_lse + mine + r, lse2)
     _fence_gpu(lse2.to(gl.int32, bitcast=True))
     gl.thread_barrier()
@@ -107,12 +117,7 @@ def store_piece(o_ptr, lse_ptr, parts, acc, m_i, l_i, bh, row0, slot, LQ, LQ_PAD
             out = out * gl.expand_dims(alpha, 1) + o_i * gl.expand_dims(weight, 1)
             total = total * alpha + weight
             m_run = m_new
-        out = out / gl.expand_dims(gl.where(total == 0.0, 1.0, total), 1)  # a row that saw no key: 0
-        head_rows = row0 + rows
-        gl.store(o_ptr + (bh.to(gl.int64) * LQ + head_rows) * HEAD_DIM + cols, out.to(gl.bfloat16),
-                 mask=(head_rows < LQ) & (cols < HEAD_DIM))
-        if WRITE_LSE:  # natural-log units
-            lse = gl.where(total > 0.0, (m_run + gl.log2(gl.where(total > 0.0, total, 1.0))) * 0.6931471805599453,
-                           float("-inf"))
-            gl.store(lse_ptr + bh.to(gl.int64) * LQ_PAD + row0 + r, lse, mask=row0 + r < LQ)
+        _store_masked(o_ptr, _normalised(out, total).to(gl.bfloat16), bh, row0, LQ)
+        if WRITE_LSE:  # the running max and sum over the pieces are the row's, in base 2
+            store_lse(lse_ptr, m_run, total, bh, row0, LQ, LQ_PAD)
         gl.atomic_xchg(counter, 0, sem="relaxed", scope="gpu")  # ready for the next call
