@@ -319,7 +319,7 @@ def _last_pv(rings, turn, acc, p, count, turns, WG: gl.constexpr, PINGPONG: gl.c
 def _consumer(q_desc, k_desc, o_desc, o_ptr, lse_ptr, parts, LQ_PAD, order_ptr, num_tiles, LQ, LK, qk_scale, q_smem,
               rings, p_smem, o_smem, q_ready, q_empty, turn, WG: gl.constexpr, CAUSAL: gl.constexpr,
               PINGPONG: gl.constexpr, Q_BUFFERS: gl.constexpr, P_SMEM: gl.constexpr, O_TMA: gl.constexpr,
-              WRITE_LSE: gl.constexpr):
+              WRITE_LSE: gl.constexpr, CUT: gl.constexpr):
     M: gl.constexpr = q_desc.block_type.shape[0]
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
@@ -351,13 +351,13 @@ def _consumer(q_desc, k_desc, o_desc, o_ptr, lse_ptr, parts, LQ_PAD, order_ptr, 
                                                               CAUSAL, PINGPONG, P_SMEM)
             mbarrier.arrive(q_empty.index(q_buf))  # every S GEMM of this tile is done: the producer may reuse Q
             acc, count, turns = _last_pv(rings, turn, acc, p, count, turns, WG, PINGPONG, P_SMEM)
-            if slot < 0:
+            if CUT and slot >= 0:  # a piece: the last of a tile's pieces adds them up and stores the rows
+                store_piece(o_ptr, lse_ptr, parts, acc, m_i, l_i, bh, row0, slot, LQ, LQ_PAD, WG, CONSUMERS * M,
+                            WRITE_LSE)
+            else:
                 store_rows(o_desc, o_ptr, o_slot, acc, l_i, bh, row0, LQ, O_TMA)
                 if WRITE_LSE:  # a training call: the backward recomputes P from it
                     store_lse(lse_ptr, m_i, l_i, bh, row0, LQ, LQ_PAD)
-            else:  # a piece: the last of a tile's pieces adds them up, and stores the rows and their log-sum-exp
-                store_piece(o_ptr, lse_ptr, parts, acc, m_i, l_i, bh, row0, slot, LQ, LQ_PAD, WG, CONSUMERS * M,
-                            WRITE_LSE)
         else:  # a tile that sees no key (causal, Lq > Lk): Q is never read, its rows are 0
             mbarrier.arrive(q_empty.index(q_buf))
             zeros = gl.zeros([M, HEAD_DIM], gl.float32, o_layout)
@@ -378,7 +378,8 @@ def fa3_forward_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, lse_ptr, part_ptr,
                        order_ptr, num_tiles, LQ, LK, LQ_PAD, qk_scale,
                        CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, STAGES: gl.constexpr,
                        CONSUMERS: gl.constexpr, Q_BUFFERS: gl.constexpr, P_SMEM: gl.constexpr, O_TMA: gl.constexpr,
-                       CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr, WRITE_LSE: gl.constexpr = False):
+                       CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr, WRITE_LSE: gl.constexpr = False,
+                       CUT: gl.constexpr = False):
     dtype: gl.constexpr = q_desc.dtype
     Q_SLOTS: gl.constexpr = Q_BUFFERS * CONSUMERS  # one [64, d] block of Q per consumer per buffer set
     q_smem = gl.allocate_shared_memory(dtype, [Q_SLOTS] + q_desc.block_type.shape, q_desc.layout)  # [., 64, d]
@@ -418,13 +419,13 @@ def fa3_forward_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, lse_ptr, part_ptr,
         gl.warp_specialize([
             (_consumer, (q_desc, k_desc, o_desc, o_ptr, lse_ptr, parts, LQ_PAD, order_ptr, num_tiles, LQ, LK, qk_scale,
                          q_smem, rings, p_smem, o_smem, q_ready, q_empty, turn, WG0, CAUSAL, PINGPONG, Q_BUFFERS,
-                         P_SMEM, O_TMA, WRITE_LSE)),
+                         P_SMEM, O_TMA, WRITE_LSE, CUT)),
             (_consumer, (q_desc, k_desc, o_desc, o_ptr, lse_ptr, parts, LQ_PAD, order_ptr, num_tiles, LQ, LK, qk_scale,
                          q_smem, rings, p_smem, o_smem, q_ready, q_empty, turn, WG1, CAUSAL, PINGPONG, Q_BUFFERS,
-                         P_SMEM, O_TMA, WRITE_LSE)),
+                         P_SMEM, O_TMA, WRITE_LSE, CUT)),
             (_consumer, (q_desc, k_desc, o_desc, o_ptr, lse_ptr, parts, LQ_PAD, order_ptr, num_tiles, LQ, LK, qk_scale,
                          q_smem, rings, p_smem, o_smem, q_ready, q_empty, turn, WG2, CAUSAL, PINGPONG, Q_BUFFERS,
-                         P_SMEM, O_TMA, WRITE_LSE)),
+                         P_SMEM, O_TMA, WRITE_LSE, CUT)),
             (_producer, (q_desc, k_desc, v_desc, order_ptr, num_tiles, LQ, LK, q_smem, k_ring, v_ring, q_ready, q_empty,
                          k_ready, k_empty, v_ready, v_empty, CONSUMERS, Q_BUFFERS)),
         ], [CONSUMER_WARPS, CONSUMER_WARPS, PRODUCER_WARPS], [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS])
@@ -432,10 +433,10 @@ def fa3_forward_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, lse_ptr, part_ptr,
         gl.warp_specialize([
             (_consumer, (q_desc, k_desc, o_desc, o_ptr, lse_ptr, parts, LQ_PAD, order_ptr, num_tiles, LQ, LK, qk_scale,
                          q_smem, rings, p_smem, o_smem, q_ready, q_empty, turn, WG0, CAUSAL, PINGPONG, Q_BUFFERS,
-                         P_SMEM, O_TMA, WRITE_LSE)),
+                         P_SMEM, O_TMA, WRITE_LSE, CUT)),
             (_consumer, (q_desc, k_desc, o_desc, o_ptr, lse_ptr, parts, LQ_PAD, order_ptr, num_tiles, LQ, LK, qk_scale,
                          q_smem, rings, p_smem, o_smem, q_ready, q_empty, turn, WG1, CAUSAL, PINGPONG, Q_BUFFERS,
-                         P_SMEM, O_TMA, WRITE_LSE)),
+                         P_SMEM, O_TMA, WRITE_LSE, CUT)),
             (_producer, (q_desc, k_desc, v_desc, order_ptr, num_tiles, LQ, LK, q_smem, k_ring, v_ring, q_ready, q_empty,
                          k_ready, k_empty, v_ready, v_empty, CONSUMERS, Q_BUFFERS)),
         ], [CONSUMER_WARPS, PRODUCER_WARPS], [CONSUMER_REGS, PRODUCER_REGS])
@@ -497,6 +498,7 @@ def gluon_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     meta = dict(CAUSAL=bool(causal), PINGPONG=config.pingpong, STAGES=config.stages, CONSUMERS=config.consumers,
                 Q_BUFFERS=config.q_buffers, P_SMEM=config.p_smem, O_TMA=config.o_tma,
                 CONSUMER_REGS=config.consumer_regs, PRODUCER_REGS=config.producer_regs, WRITE_LSE=lse is not None,
+                CUT=pieces > 0,  # a kernel without the pieces' code where no tile is cut (causal: never)
                 num_warps=CONSUMER_WARPS.value, maxnreg=register_budget(config))
     if return_kernel:  # the compiled kernel itself (its PTX): through Triton's own launch
         kernel = fa3_forward_kernel[(programs, )](*args, **meta)
