@@ -165,6 +165,21 @@ def test_the_kernels_groups_of_heads_set_the_causal_span():
     assert F.persistent_span(F.tile_blocks(2048, 2048, 128, True, heads=64, group=64, block_m=128), 132) == 72
 
 
+def test_the_programs_walk_one_head_at_a_time_unless_larger_groups_even_the_causal_ends():
+    """Without the mask every tile is as long, and one head at a time keeps the fewest K and V in the L2. Under it,
+    N = 2048, d = 128: one head at a time lets the slowest program end after 68 key blocks, groups of 25 heads after
+    71, so one head. d = 64, N = 8192: groups of 12 end after 781, one head after 834, so groups of 12."""
+    short = tuple(F.query_tile_blocks(2048, 2048, 128, True, 128))
+    assert F.tile_group(64, short, False, 2048, 128, L2, 132) == 1
+    assert F.tile_group(64, short, True, 2048, 128, L2, 132) == 1
+    long = tuple(F.query_tile_blocks(8192, 8192, 128, True, F.fa3_block_m(64)))
+    assert F.tile_group(64, long, True, 8192, 64, L2, 132) == F.heads_per_group(8192, 64, L2) == 12
+    for lengths, d, group, n in ((short, 128, 1, 2048), (long, 64, 12, 8192)):
+        spans = {g: F.persistent_span([lengths[qb] for _, qb in F.tile_sequence(64, len(lengths), True, g, 132,
+                                                                                   lengths)], 132) for g in (1, 12, 25)}
+        assert spans[group] == min(spans[1], spans[F.heads_per_group(n, d, L2)])
+
+
 def test_the_order_snakes_where_that_ends_the_slowest_program_sooner():
     """Every other round of 132 tiles reversed: at N = 2048, d = 128 the slowest program gets 71 key blocks, not 89
     (an even share is 65.9). At d = 64, N = 8192 the reversal would pile long tiles where a round spans two groups

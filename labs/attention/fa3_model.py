@@ -27,7 +27,8 @@ overlap the warpgroup's own P V product too (it waits for S alone), but ptxas pu
 softmax (WARPGROUP.DEPBAR.LE gsb0, 0x0 in the sm_90a SASS, read on an H200), so the softmax follows both of the
 warpgroup's GEMMs, g whole.
 
-The programs take the tiles in the kernel's order (tile_sequence): heads in groups whose K and V fit the L2. Under
+The programs take the tiles in the kernel's order (tile_sequence): one head at a time, or under the causal mask
+heads in groups whose K and V fit the L2 where that evens the programs' ends (tile_group). Under
 the causal mask that order decides the mix of long and short tiles each program gets, and the slowest program
 ends the call; where reversing every other round of tiles evens that mix, the kernel and the model take that
 order instead. Without the mask a thin last round is cut along the keys into one piece a program (tail_pieces,
@@ -36,6 +37,8 @@ read back (combine_bytes).
 """
 
 from __future__ import annotations
+
+import functools
 
 from labs.attention.fa3_issue import softmax_chain_seconds
 from labs.attention.schedule import SIMULATED_PROGRAMS
@@ -89,8 +92,27 @@ L2_SHARE = 0.5  # of the L2 the K and V of one group of heads may fill (the rest
 
 
 def heads_per_group(lk: int, head_dim: int, l2_bytes: int) -> int:
-    """Heads whose K and V (bf16) fit the L2's share together: the programs walk the heads in groups this large."""
+    """Heads whose K and V (bf16) fit the L2's share together."""
     return max(1, int(L2_SHARE * l2_bytes) // (2 * lk * head_dim * 2))
+
+
+@functools.lru_cache(maxsize=64)
+def tile_group(heads: int, lengths: tuple, causal: bool, lk: int, head_dim: int, l2_bytes: int,
+               programs: int) -> int:
+    """How many heads the programs walk at a time (tile_sequence's group), given each query block's key blocks.
+    One head at a time keeps the fewest heads' K and V in flight, so the L2 serves a smaller working set: on an
+    H200 that ran 1-4 % faster without the mask, and up to 11 % faster under it at N 2048, than groups that fill
+    half the L2 (heads_per_group). Under the causal mask the larger groups can mix long and short tiles better; the
+    kernel takes them where they let the slowest program end sooner (persistent_span), and one head otherwise."""
+    fitting = heads_per_group(lk, head_dim, l2_bytes)
+    if not causal or fitting == 1:
+        return 1
+
+    def span(group: int) -> float:
+        order = tile_sequence(heads, len(lengths), True, group, programs, lengths)
+        return persistent_span([lengths[qb] for _, qb in order], programs)
+
+    return fitting if span(fitting) < span(1) else 1
 
 
 def tile_sequence(heads: int, q_blocks: int, causal: bool, group: int, programs: int = 0,
@@ -185,8 +207,8 @@ def block_seconds(d: int, block_n: int, mma_rate: float, exp_rate: float, sm_cou
 
 
 def hbm_bytes(shape) -> int:
-    """The forward's: Q read and O written once; K and V once too, since the programs walk the heads in groups whose
-    K and V fit the L2 (the log-sum-exp, written for the backward only, is fa3_bwd_model's to count)."""
+    """The forward's: Q read and O written once; K and V once too, since the programs walk one head, or a group
+    whose K and V fit the L2, at a time (the log-sum-exp, written for the backward only, is fa3_bwd_model's)."""
     return 2 * shape.q_bytes + 2 * shape.kv_bytes
 
 
@@ -236,8 +258,8 @@ def work_seconds(shape, one_head: list[float], sm_count: int, l2_bytes: int) -> 
         return heads * sum(one_head) / sm_count, []
     blocks = tuple(query_tile_blocks(shape.lq, shape.lk, FA3_BLOCK_N[shape.d], shape.causal,
                                      fa3_block_m(shape.d, shape.causal, shape.lq)))
-    order = tile_sequence(heads, len(one_head), shape.causal, heads_per_group(shape.lk, shape.d, l2_bytes), sm_count,
-                          blocks)
+    group = tile_group(heads, blocks, shape.causal, shape.lk, shape.d, l2_bytes, sm_count)
+    order = tile_sequence(heads, len(one_head), shape.causal, group, sm_count, blocks)
     items, split = work_items(order, blocks, sm_count, shape.causal)
     durations = [one_head[qb] if slot < 0 else one_head[qb] * (hi - lo) / blocks[qb] for _, qb, lo, hi, slot in items]
     return persistent_span(durations, sm_count), split

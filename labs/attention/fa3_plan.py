@@ -9,8 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
-from labs.attention.fa3_model import (fa3_consumers, heads_per_group as model_heads_per_group, tile_sequence,
-                                      work_items)
+from labs.attention.fa3_model import fa3_consumers, tile_group, tile_sequence, work_items
 
 WG_ROWS = 64  # query rows per consumer warpgroup: one m64 wgmma; a tile is 2 or 3 of them (128 or 192 rows)
 
@@ -101,10 +100,10 @@ def work_table(heads: int, q_blocks: int, causal: bool, group: int, device: str,
     return torch.tensor(items, dtype=torch.int32, device=device), len(split), max((n for *_, n in split), default=0)
 
 
-def heads_per_group(lk: int, head_dim: int, device) -> int:
-    """Heads whose K and V fit this GPU's L2 share (fa3_model.heads_per_group)."""
+def walk_group(heads: int, lengths: tuple, causal: bool, lk: int, head_dim: int, device, programs: int) -> int:
+    """How many heads the programs walk at a time on this GPU (fa3_model.tile_group, given its L2's size)."""
     l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 50 * 2**20)
-    return model_heads_per_group(lk, head_dim, l2)
+    return tile_group(heads, lengths, causal, lk, head_dim, l2, programs)
 
 
 def check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:

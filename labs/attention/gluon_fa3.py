@@ -48,7 +48,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from labs.attention.fa3_model import query_tile_blocks
 from labs.attention.fa3_plan import (DEFAULT_CONFIGS, WG_ROWS, FA3Config, check_inputs, config_for,  # noqa: F401
-                                     heads_per_group, register_budget, smem_bytes, work_table)
+                                     register_budget, smem_bytes, walk_group, work_table)
 from labs.attention.gluon_fa3_store import store_lse, store_piece, store_rows
 from labs.attention.launch import aligned, launch, record_encoded, replay, tensors_key
 from labs.attention.tiles import lq_pad
@@ -488,8 +488,8 @@ def gluon_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     q_blocks = -(-lq // config.block_m)
     slots = programs or device_sm_count(q.device, 1)
     lengths = tuple(query_tile_blocks(lq, lk, config.block_n, bool(causal), config.block_m))
-    order, cut, pieces = work_table(batch * heads, q_blocks, bool(causal), heads_per_group(lk, d, q.device),
-                                      str(q.device), slots, lengths)
+    group = walk_group(batch * heads, lengths, bool(causal), lk, d, q.device, slots)
+    order, cut, pieces = work_table(batch * heads, q_blocks, bool(causal), group, str(q.device), slots, lengths)
     programs = min(order.shape[0], slots)
     parts = _piece_buffers(cut, pieces, config.block_m, d, q.device)  # where the last round's tiles are cut
     args = (descriptor(q, WG_ROWS), descriptor(k, config.block_n), descriptor(v, config.block_n),
