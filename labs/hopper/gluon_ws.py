@@ -27,10 +27,12 @@ this machine has both, so the lab can leave the step out with a note where it do
 from __future__ import annotations
 
 import torch
+from triton._C.libtriton import ir
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                                warpgroup_mma_wait)
+from triton.experimental.gluon.language._core import builtin
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 GL_DTYPES = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}
@@ -42,6 +44,17 @@ PRODUCER_REGS = 24  # registers per producer thread after setmaxnreg: the least 
 # them async_load / async_store (and make the old names raise). Look for the feature, not the version.
 tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared  # (desc, coord, barrier, dst)
 tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global  # (desc, coord, src)
+
+
+def _tma_add_from_builder(tensor_desc, coord, src, _semantic=None):
+    """global[box at coord] += shared `src` by the TMA unit (cp.reduce.async.bulk.tensor .add), tracked as a TMA
+    store is (tma.store_wait). Triton 3.6 has the operation in its builder but no Gluon function for it."""
+    coord = _semantic._convert_to_ir_values(coord, require_i64=False)
+    _semantic.builder.create_async_tma_reduce(ir.DESCRIPTOR_REDUCE_KIND.ADD, tensor_desc.handle, coord, src.handle)
+
+
+# later Tritons call it async_atomic_add (desc, coord, src)
+tma_add = getattr(tma, "async_atomic_add", None) or builtin(_tma_add_from_builder)
 
 
 @gluon.constexpr_function
