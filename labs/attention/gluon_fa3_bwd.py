@@ -17,7 +17,8 @@ What you will learn:
   one chain of exponentials after warpgroup 0 (`offset_bar`) so that their chains need not coincide;
 - who adds dQ: at d = 128 a third role, a *writer* warp, has the TMA unit add each finished dQ block from shared
   memory into global memory (a bulk atomic add), while the consumers go on to the next block
-  (as FlashAttention-3 does; it was 4-5 % faster on an H100 than the consumers adding their own). At d = 64 the
+  (as FlashAttention-3 does; the writer was 4-5 % faster on an H100 than the consumers adding their own, and the
+  TMA's add 8-12 % faster again on an H200 than the writer's own atomics). At d = 64 the
   warpgroup whose turn it is adds its block itself (a writer was slower there);
 - the register budget: dK and dV (64 x d FP32 each) live the whole walk, S^T, dP^T and the dQ half beside them:
   224 of a consumer thread's 240 registers at d = 128, which is why each warpgroup takes 64 keys, not 128, and
@@ -26,13 +27,13 @@ What you will learn:
 - where the barriers are: `kv_ready` (K and V landed), `q_ready` / `q_empty` per ring slot (the producer arms
   it with the bytes of Q, dO and the block's lse/scale and delta; both consumers arrive once their last multiply
   that reads the slot is done), `ds_ready` / `ds_free` per dS buffer (both halves written; both dQ multiplies
-  done reading), and at d = 128 `dq_ready` / `dq_free` (both halves of dQ written; the writer has read them);
+  done reading), and at d = 128 `dq_ready` / `dq_free` (both halves of dQ written; the TMA unit has read them);
 - what it costs: the five multiplies wait for each step's exponentials. Staggered by one chain, the two
-  warpgroups overlap some of theirs at d = 64 (2-5 % on an H100) and none measurably at d = 128
+  warpgroups overlap some of theirs at d = 64 (2-5 % on an H100), and at d = 128 only since the TMA unit adds dQ
   (FlashAttention-3's forward, gluon_fa3.py, makes one warpgroup's softmax run under the other's multiplies with
   turns). The 64-wide multiplies that read both operands from shared memory (S^T, dP^T, dQ) ask for as many bytes
-  a clock as it serves: on an H100 at d = 128 the tensor pipe was busy half the time and the shared-memory path
-  three quarters (docs/gluon-fa3-bwd-h100-2026-11-28).
+  a clock as it serves: on an H100 at d = 128, with the writer's own atomics, the tensor pipe was busy half the
+  time and the shared-memory path three quarters (docs/gluon-fa3-bwd-h100-2026-11-28).
 
 Conventions as in gluon_fa3.py and kernels.py: q is (B, H, Lq, d), k and v (B, H, Lk, d), bf16, d = 64 or 128;
 the causal mask is aligned to the bottom right; scores in base-2 units. The forward's log-sum-exp comes in
