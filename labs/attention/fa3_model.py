@@ -109,10 +109,15 @@ def tile_group(heads: int, lengths: tuple, causal: bool, lk: int, head_dim: int,
         return 1
 
     def span(group: int) -> float:
-        order = tile_sequence(heads, len(lengths), True, group, programs, lengths)
-        return persistent_span([lengths[qb] for _, qb in order], programs)
+        return order_span(tile_sequence(heads, len(lengths), True, group, programs, lengths), lengths, programs)
 
     return fitting if span(fitting) < span(1) else 1
+
+
+def order_span(order: list, lengths: tuple, programs: int) -> float:
+    """When the slowest of `programs` programs ends, in key blocks, taking the (head, query block) tiles of `order`
+    round robin, each query block `lengths[qb]` long."""
+    return persistent_span([lengths[qb] for _, qb in order], programs)
 
 
 def tile_sequence(heads: int, q_blocks: int, causal: bool, group: int, programs: int = 0,
@@ -139,10 +144,7 @@ def tile_sequence(heads: int, q_blocks: int, causal: bool, group: int, programs:
              for tile in (order[start:start + programs][::-1] if (start // programs) % 2 else
                           order[start:start + programs])]
 
-    def span(tiles_in_order):
-        return persistent_span([lengths[qb] for _, qb in tiles_in_order], programs)
-
-    return snake if span(snake) < span(order) else order
+    return snake if order_span(snake, lengths, programs) < order_span(order, lengths, programs) else order
 
 
 MIN_PIECE_BLOCKS = 4  # key blocks of a piece at least: its start (S_0 alone) and end (the last P V alone, its
