@@ -46,15 +46,15 @@ PER_MASKED_SCORE = 2  # the causal diagonal or a ragged key block: compare and s
 STATS_LOADS = 16  # the block's lse / scale and delta for the thread's 16 query columns, two at a time
 # a barrier wait or arrive behind the warpgroup's bar.sync (about 5 instructions); a step has q_ready's and ds_free's
 # waits, ds_ready's arrive and wait (at d = 64 the wait only every other step: the warpgroup whose dQ it is), ds_free's
-# and q_empty's arrives, and at d = 128 dq_free's wait and dq_ready's arrive
+# and q_empty's arrives, and dq_free's wait and dq_ready's arrive (at d = 64 every other step)
 PER_BARRIER = 5
 GROUP_BOOKKEEPING = 3  # each multiply's fence, commit and wait
 
 
 def barriers(head_dim: int) -> float:
-    """Barrier operations a consumer warp issues a step (d = 128 hands dQ to the writer warp: two more, and waits
-    for dS every step; d = 64 every other step)."""
-    return 8 if head_dim >= 128 else 5.5
+    """Barrier operations a consumer warp issues a step: at d = 128 it waits for dS and hands dQ to the writer warp
+    (dq_free's wait, dq_ready's arrive) every step, at d = 64 every other step."""
+    return 8 if head_dim >= 128 else 6.5
 
 
 def wgmma_instructions(head_dim: int) -> float:
@@ -66,9 +66,9 @@ def wgmma_instructions(head_dim: int) -> float:
 
 
 def dq_instructions(head_dim: int) -> float:
-    """Getting a step's dQ out of the registers: at d = 128 a thread's 32 FP32 values to shared memory for the writer
-    warp (16 st.shared.v2); at d = 64 the atomic adds (16, each with its address) every other step."""
-    return 16 if head_dim >= 128 else 32 / 2
+    """Getting a step's dQ out of the registers to shared memory for the writer warp: a thread's 32 FP32 values
+    (16 st.shared.v2) every step at d = 128 (half the columns), every other step at d = 64 (the whole block)."""
+    return 16 if head_dim >= 128 else 16 / 2
 
 
 def bwd_warp_instructions(head_dim: int, masked: bool) -> float:

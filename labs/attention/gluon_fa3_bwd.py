@@ -15,11 +15,10 @@ What you will learn:
   block. A warpgroup multiplies a block's dQ one step late, after the next block's dV and dK: the other has had
   a whole step to write its half by then, so neither waits for the other at every step, and warpgroup 1 starts
   one chain of exponentials after warpgroup 0 (`offset_bar`) so that their chains need not coincide;
-- who adds dQ: at d = 128 a third role, a *writer* warp, has the TMA unit add each finished dQ block from shared
-  memory into global memory (a bulk atomic add), while the consumers go on to the next block
-  (as FlashAttention-3 does; the writer was 4-5 % faster on an H100 than the consumers adding their own, and the
-  TMA's add 8-12 % faster again on an H200 than the writer's own atomics). At d = 64 the
-  warpgroup whose turn it is adds its block itself (a writer was slower there);
+- who adds dQ: a third role, a *writer* warp, has the TMA unit add each finished dQ block from shared memory
+  into global memory (a bulk atomic add), while the consumers go on to the next block (as FlashAttention-3 does;
+  at d = 128 a writer with its own atomics was 4-5 % faster on an H100 than the consumers adding theirs, and the
+  TMA's add 8-12 % faster again on an H200). At d = 64 the warpgroups take turns, each with its own buffer;
 - the register budget: dK and dV (64 x d FP32 each) live the whole walk, S^T, dP^T and the dQ half beside them:
   224 of a consumer thread's 240 registers at d = 128, which is why each warpgroup takes 64 keys, not 128, and
   why S^T's and dP^T's accumulators start at -lse/scale and -delta (those two rows then need no registers of
@@ -27,7 +26,7 @@ What you will learn:
 - where the barriers are: `kv_ready` (K and V landed), `q_ready` / `q_empty` per ring slot (the producer arms
   it with the bytes of Q, dO and the block's lse/scale and delta; both consumers arrive once their last multiply
   that reads the slot is done), `ds_ready` / `ds_free` per dS buffer (both halves written; both dQ multiplies
-  done reading), and at d = 128 `dq_ready` / `dq_free` (both halves of dQ written; the TMA unit has read them);
+  done reading), and `dq_ready` / `dq_free` per dQ buffer (the block written; the TMA unit has read it);
 - what it costs: the five multiplies wait for each step's exponentials. Staggered by one chain, the two
   warpgroups overlap some of theirs at d = 64 (2-5 % on an H100), and at d = 128 only since the TMA unit adds dQ
   (FlashAttention-3's forward, gluon_fa3.py, makes one warpgroup's softmax run under the other's multiplies with
@@ -69,7 +68,6 @@ _FLAT = gl.constexpr(gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, or
 # the row mod 8. A consumer warp's store puts pairs from the wgmma layout into 8 rows at once, 8 floats (32 bytes) a
 # row; with the swizzle those 8 rows fall on the 32 banks two deep, the fewest passes for 256 bytes.
 _DQ_LAYOUT = gl.constexpr(gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=32, rank=2))
-_NO_DQ_LAYOUT = gl.constexpr(gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[1, 0]))  # d = 64
 BWD_KEYS = 128  # keys per program: 64 per consumer warpgroup (one m64 wgmma each)
 BWD_QUERIES = 64  # queries per step of the walk
 BWD_STAGES = 2  # Q and dO blocks the producer may run ahead
@@ -129,17 +127,21 @@ def _bwd_producer(q_desc, k_desc, v_desc, do_desc, st_desc, LQ, LK, LQ_PAD, k_sm
 def _dq_writer(dq_desc, dq_smem, k_smem, dq_ready, dq_free, LQ, LK, LQ_PAD, CAUSAL: gl.constexpr):
     """One warp that adds each query block's finished dQ (FP32, in shared memory) into dQ's FP32 copy in global
     memory while the consumers go on to the next block. The TMA unit adds the whole block (cp.reduce.async.bulk
-    .tensor, as FlashAttention-3 does): no thread reads it out of shared memory or issues an atomic."""
-    BLOCK_M: gl.constexpr = dq_smem.type.shape[0]
+    .tensor, as FlashAttention-3 does): no thread reads it out of shared memory or issues an atomic. Block s is in
+    buffer s mod BUFFERS (one at d = 128, where both warpgroups write half of each block; two at d = 64, where
+    they take turns)."""
+    BUFFERS: gl.constexpr = dq_smem.type.shape[0]
+    BLOCK_M: gl.constexpr = dq_smem.type.shape[1]
     BLOCK_N: gl.constexpr = k_smem.type.shape[0]  # the program's keys (only its shape is used here)
     n0 = gl.program_id(0) * BLOCK_N
     bh = gl.program_id(1)
     lo, _, hi = _query_range(n0, LQ, LK, BLOCK_N, BLOCK_M, CAUSAL)
     for step in range((hi - lo) // BLOCK_M):
-        mbarrier.wait(dq_ready, step & 1)  # both consumers' halves are there
-        tma_add(dq_desc, [bh * LQ_PAD + lo + step * BLOCK_M, 0], dq_smem)
-        tma.store_wait(pendings=0)  # the TMA unit has read the block: the consumers may write the next one
-        mbarrier.arrive(dq_free)
+        buf = step % BUFFERS
+        mbarrier.wait(dq_ready.index(buf), (step // BUFFERS) & 1)  # the block is all there
+        tma_add(dq_desc, [bh * LQ_PAD + lo + step * BLOCK_M, 0], dq_smem.index(buf))
+        tma.store_wait(pendings=0)  # the TMA unit has read the block: the buffer may take the next one
+        mbarrier.arrive(dq_free.index(buf))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -155,24 +157,15 @@ def _as_a_operand(x, acc_layout: gl.constexpr):
 
 
 @gluon.jit
-def _add_dq(dq_ptr, dq, row0, col0, HEAD_DIM: gl.constexpr):
-    """d = 64: dQ's FP32 copy += a finished [64, 64] block at row row0 (rows are padded: no mask), straight from the
-    accumulator (`REDG.E.ADD.F32x2`: its layout gives each thread two neighbours). The consumer staging the block
-    through shared memory itself, to add four at a time, was slower, and so was the writer warp at this head dim:
-    docs/gluon-fa3-bwd-h100-2026-11-28."""
-    layout: gl.constexpr = dq.type.layout
-    rows = gl.expand_dims(row0 + gl.arange(0, dq.shape[0], layout=gl.SliceLayout(1, layout)), 1)
-    cols = gl.expand_dims(col0 + gl.arange(0, dq.shape[1], layout=gl.SliceLayout(0, layout)), 0)
-    gl.atomic_add(dq_ptr + rows.to(gl.int64) * HEAD_DIM + cols, dq, sem="relaxed")
-
-
-@gluon.jit
 def _hand_over_dq(dq_smem, dq_ready, dq_free, dq, step, col0):
-    """Our finished part of dQ to shared memory for the writer warp, once it has read out the last block's."""
-    mbarrier.wait(dq_free, (step & 1) ^ 1)  # a fresh barrier: the first pass goes straight on
-    dq_smem.slice(col0, dq.shape[1], dim=1).store(dq)
+    """Our finished part of block `step`'s dQ to shared memory for the writer warp, once the TMA unit has read the
+    block that was in its buffer before."""
+    BUFFERS: gl.constexpr = dq_smem.type.shape[0]
+    buf = step % BUFFERS
+    mbarrier.wait(dq_free.index(buf), ((step // BUFFERS) & 1) ^ 1)  # a fresh barrier: the first pass goes on
+    dq_smem.index(buf).slice(col0, dq.shape[1], dim=1).store(dq)
     fence_async_shared()  # our stores before the TMA unit (the async proxy) reads them
-    mbarrier.arrive(dq_ready)
+    mbarrier.arrive(dq_ready.index(buf))
 
 
 @gluon.jit
@@ -232,11 +225,11 @@ def _step(k_w, v_w, q_ring, do_ring, st_ring, q_ready, ds_buf, ds_ready, ds_free
 
 
 @gluon.jit
-def _dq_part(k_cols, ds_buf, ds_ready, ds_free, dq_smem, dq_ready, dq_free, dk, dv, p_op, ds_op, step, row0,
-             dq_ptr, HEAD_DIM: gl.constexpr, WG: gl.constexpr):
+def _dq_part(k_cols, ds_buf, ds_ready, ds_free, dq_smem, dq_ready, dq_free, dk, dv, p_op, ds_op, step,
+             HEAD_DIM: gl.constexpr, WG: gl.constexpr):
     """Our share of dQ = dS K for the query block of `step` (whose dS^T both warpgroups have written or are
-    writing): at d = 128 the columns [WG * 64, WG * 64 + 64) over all 128 keys, handed to the writer warp; at
-    d = 64 the whole block every other step, added by us. Waits for every multiply in flight (dK and dV too)."""
+    writing), handed to the writer warp: at d = 128 the columns [WG * 64, WG * 64 + 64) over all 128 keys; at
+    d = 64 the whole block every other step. Waits for every multiply in flight (dK and dV too)."""
     BLOCK_M: gl.constexpr = ds_buf.type.shape[2]
     DQ_COLS: gl.constexpr = k_cols.type.shape[1]
     dq_layout: gl.constexpr = wgmma_layout(DQ_COLS)
@@ -254,7 +247,7 @@ def _dq_part(k_cols, ds_buf, ds_ready, ds_free, dq_smem, dq_ready, dq_free, dk, 
             mbarrier.wait(ds_ready.index(buf), (step // 2) & 1)  # both halves are there
             dq = warpgroup_mma(ds_buf.index(buf).permute((1, 0)), k_cols, gl.zeros([BLOCK_M, DQ_COLS], gl.float32,
                                dq_layout), use_acc=False)
-            _add_dq(dq_ptr, dq, row0, 0, HEAD_DIM)
+            _hand_over_dq(dq_smem, dq_ready, dq_free, dq, step, 0)
         mbarrier.arrive(ds_free.index(buf))
     return dk, dv
 
@@ -271,7 +264,7 @@ def _store_keys(ptr, x, keys, bh, LK):
 
 
 @gluon.jit
-def _bwd_consumer(dq_ptr, dk_ptr, dv_ptr, LQ, LK, LQ_PAD, qk_scale, scale, k_smem, v_smem,
+def _bwd_consumer(dk_ptr, dv_ptr, LQ, LK, LQ_PAD, qk_scale, scale, k_smem, v_smem,
                   q_ring, do_ring, st_ring, ds_buf, kv_ready, q_ready, q_empty, ds_ready, ds_free, dq_smem, dq_ready,
                   dq_free, offset_bar, WG: gl.constexpr, CAUSAL: gl.constexpr, KV_REGS: gl.constexpr):
     BLOCK_M: gl.constexpr = q_ring.type.shape[1]
@@ -319,12 +312,12 @@ def _bwd_consumer(dq_ptr, dk_ptr, dv_ptr, LQ, LK, LQ_PAD, qk_scale, scale, k_sme
         dk, dv, p_op, ds_op = _step(k_w, v_w, q_ring, do_ring, st_ring, q_ready, ds_buf, ds_ready, ds_free, dk, dv,
                                     keys, m0, full, step, LQ, LK, qk_scale, WG, CAUSAL)
         dk, dv = _dq_part(k_cols, ds_buf, ds_ready, ds_free, dq_smem, dq_ready, dq_free, dk, dv, p_op, ds_op,
-                          step - 1, bh * LQ_PAD + m0 - BLOCK_M, dq_ptr, HEAD_DIM, WG)
+                          step - 1, HEAD_DIM, WG)
         mbarrier.arrive(q_empty.index(step % STAGES))  # every multiply that reads the slot is done
         step += 1
     if lo < hi:  # the last block's dQ (nothing else is in flight: dK and dV stand in for the operands)
         dk, dv = _dq_part(k_cols, ds_buf, ds_ready, ds_free, dq_smem, dq_ready, dq_free, dk, dv, dk, dv, step - 1,
-                          bh * LQ_PAD + hi - BLOCK_M, dq_ptr, HEAD_DIM, WG)
+                          HEAD_DIM, WG)
     _store_keys(dk_ptr, dk * scale, keys, bh, LK)
     _store_keys(dv_ptr, dv, keys, bh, LK)
 
@@ -333,7 +326,7 @@ def _bwd_consumer(dq_ptr, dk_ptr, dv_ptr, LQ, LK, LQ_PAD, qk_scale, scale, k_sme
 # 4. The kernel: shared memory and barriers, then the fork
 # ---------------------------------------------------------------------------------------------
 @gluon.jit(do_not_specialize=["LQ", "LK", "LQ_PAD"])
-def fa3_backward_kernel(q_desc, k_desc, v_desc, do_desc, st_desc, dq_desc, dq_ptr, dk_ptr, dv_ptr, LQ, LK, LQ_PAD,
+def fa3_backward_kernel(q_desc, k_desc, v_desc, do_desc, st_desc, dq_desc, dk_ptr, dv_ptr, LQ, LK, LQ_PAD,
                         qk_scale, scale, CAUSAL: gl.constexpr, STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr,
                         PRODUCER_REGS: gl.constexpr, KV_REGS: gl.constexpr):
     dtype: gl.constexpr = q_desc.dtype
@@ -347,23 +340,23 @@ def fa3_backward_kernel(q_desc, k_desc, v_desc, do_desc, st_desc, dq_desc, dq_pt
     ds_buf = gl.allocate_shared_memory(dtype, [2] + DS_BLOCK, gl.NVMMASharedLayout.get_default_for(DS_BLOCK, dtype))
     st_ring = gl.allocate_shared_memory(gl.float32, [STAGES] + st_desc.block_type.shape, st_desc.layout)  # [S, 2, 64]
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
-    # d = 128: a query block's dQ in FP32 for the writer warp (d = 64 adds dQ from the consumers: a [1, 1] stand-in)
-    WRITER: gl.constexpr = HEAD_DIM >= 128
-    dq_smem = gl.allocate_shared_memory(gl.float32, [BLOCK_M, HEAD_DIM] if WRITER else [1, 1],
-                                        _DQ_LAYOUT if WRITER else _NO_DQ_LAYOUT)
+    # query blocks' dQ in FP32 for the writer warp: one at d = 128 (both warpgroups write half of it; two would not
+    # fit), two at d = 64 (the warpgroups take turns, each with its own)
+    DQ_BUFFERS: gl.constexpr = 1 if HEAD_DIM >= 128 else 2
+    dq_smem = gl.allocate_shared_memory(gl.float32, [DQ_BUFFERS, BLOCK_M, HEAD_DIM], _DQ_LAYOUT)
     kv_bar = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
     kv_ready = kv_bar.index(0)
     q_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     q_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     ds_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     ds_free = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    dq_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    dq_ready = dq_bars.index(0)
-    dq_free = dq_bars.index(1)
+    dq_ready = gl.allocate_shared_memory(gl.int64, [DQ_BUFFERS, 1], mbarrier.MBarrierLayout())
+    dq_free = gl.allocate_shared_memory(gl.int64, [DQ_BUFFERS, 1], mbarrier.MBarrierLayout())
     offset_bar = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout()).index(0)
     mbarrier.init(offset_bar, count=1)  # warpgroup 0's first chain is done: warpgroup 1 may start
-    mbarrier.init(dq_ready, count=2)  # both warpgroups' halves
-    mbarrier.init(dq_free, count=1)
+    for i in gl.static_range(DQ_BUFFERS):
+        mbarrier.init(dq_ready.index(i), count=3 - DQ_BUFFERS)  # d = 128: both warpgroups' halves
+        mbarrier.init(dq_free.index(i), count=1)
     mbarrier.init(kv_ready, count=1)
     for i in gl.static_range(STAGES):
         mbarrier.init(q_ready.index(i), count=1)  # the producer's expect, then the bytes
@@ -371,32 +364,17 @@ def fa3_backward_kernel(q_desc, k_desc, v_desc, do_desc, st_desc, dq_desc, dq_pt
     for i in gl.static_range(2):
         mbarrier.init(ds_ready.index(i), count=2)
         mbarrier.init(ds_free.index(i), count=2)
-    # the partitions are written out twice, with and without the writer warp: Gluon 3.6 traces warp_specialize's
-    # list as written (a list or tuple built from parts failed to compile: "'int' object has no attribute
-    # '_flatten_ir'"), and a writer with nothing to do at d = 64 would change that kernel, timed as it is
-    if WRITER:
-        gl.warp_specialize([
-            (_bwd_consumer, (dq_ptr, dk_ptr, dv_ptr, LQ, LK, LQ_PAD, qk_scale, scale, k_smem, v_smem, q_ring, do_ring,
-                             st_ring, ds_buf, kv_ready, q_ready, q_empty, ds_ready, ds_free, dq_smem, dq_ready, dq_free,
-                             offset_bar, WG0, CAUSAL, KV_REGS)),
-            (_bwd_consumer, (dq_ptr, dk_ptr, dv_ptr, LQ, LK, LQ_PAD, qk_scale, scale, k_smem, v_smem, q_ring, do_ring,
-                             st_ring, ds_buf, kv_ready, q_ready, q_empty, ds_ready, ds_free, dq_smem, dq_ready, dq_free,
-                             offset_bar, WG1, CAUSAL, KV_REGS)),
-            (_bwd_producer, (q_desc, k_desc, v_desc, do_desc, st_desc, LQ, LK, LQ_PAD, k_smem, v_smem, q_ring, do_ring,
-                             st_ring, kv_ready, q_ready, q_empty, CAUSAL)),
-            (_dq_writer, (dq_desc, dq_smem, k_smem, dq_ready, dq_free, LQ, LK, LQ_PAD, CAUSAL)),
-        ], [CONSUMER_WARPS, PRODUCER_WARPS, PRODUCER_WARPS], [CONSUMER_REGS, PRODUCER_REGS, PRODUCER_REGS])
-    else:
-        gl.warp_specialize([
-            (_bwd_consumer, (dq_ptr, dk_ptr, dv_ptr, LQ, LK, LQ_PAD, qk_scale, scale, k_smem, v_smem, q_ring, do_ring,
-                             st_ring, ds_buf, kv_ready, q_ready, q_empty, ds_ready, ds_free, dq_smem, dq_ready, dq_free,
-                             offset_bar, WG0, CAUSAL, KV_REGS)),
-            (_bwd_consumer, (dq_ptr, dk_ptr, dv_ptr, LQ, LK, LQ_PAD, qk_scale, scale, k_smem, v_smem, q_ring, do_ring,
-                             st_ring, ds_buf, kv_ready, q_ready, q_empty, ds_ready, ds_free, dq_smem, dq_ready, dq_free,
-                             offset_bar, WG1, CAUSAL, KV_REGS)),
-            (_bwd_producer, (q_desc, k_desc, v_desc, do_desc, st_desc, LQ, LK, LQ_PAD, k_smem, v_smem, q_ring, do_ring,
-                             st_ring, kv_ready, q_ready, q_empty, CAUSAL)),
-        ], [CONSUMER_WARPS, PRODUCER_WARPS], [CONSUMER_REGS, PRODUCER_REGS])
+    gl.warp_specialize([
+        (_bwd_consumer, (dk_ptr, dv_ptr, LQ, LK, LQ_PAD, qk_scale, scale, k_smem, v_smem, q_ring, do_ring, st_ring,
+                         ds_buf, kv_ready, q_ready, q_empty, ds_ready, ds_free, dq_smem, dq_ready, dq_free, offset_bar,
+                         WG0, CAUSAL, KV_REGS)),
+        (_bwd_consumer, (dk_ptr, dv_ptr, LQ, LK, LQ_PAD, qk_scale, scale, k_smem, v_smem, q_ring, do_ring, st_ring,
+                         ds_buf, kv_ready, q_ready, q_empty, ds_ready, ds_free, dq_smem, dq_ready, dq_free, offset_bar,
+                         WG1, CAUSAL, KV_REGS)),
+        (_bwd_producer, (q_desc, k_desc, v_desc, do_desc, st_desc, LQ, LK, LQ_PAD, k_smem, v_smem, q_ring, do_ring,
+                         st_ring, kv_ready, q_ready, q_empty, CAUSAL)),
+        (_dq_writer, (dq_desc, dq_smem, k_smem, dq_ready, dq_free, LQ, LK, LQ_PAD, CAUSAL)),
+    ], [CONSUMER_WARPS, PRODUCER_WARPS, PRODUCER_WARPS], [CONSUMER_REGS, PRODUCER_REGS, PRODUCER_REGS])
     mbarrier.invalidate(kv_ready)
     mbarrier.invalidate(offset_bar)
     for i in gl.static_range(STAGES):
@@ -405,7 +383,9 @@ def fa3_backward_kernel(q_desc, k_desc, v_desc, do_desc, st_desc, dq_desc, dq_pt
     for i in gl.static_range(2):
         mbarrier.invalidate(ds_ready.index(i))
         mbarrier.invalidate(ds_free.index(i))
-        mbarrier.invalidate(dq_bars.index(i))
+    for i in gl.static_range(DQ_BUFFERS):
+        mbarrier.invalidate(dq_ready.index(i))
+        mbarrier.invalidate(dq_free.index(i))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -518,11 +498,11 @@ def _launch_backward(q, k, v, grad_out, stats, dq_acc, dk, dv, causal: bool, sca
     args = (descriptor(q, BWD_QUERIES), descriptor(k, BWD_KEYS), descriptor(v, BWD_KEYS),
             descriptor(grad_out, BWD_QUERIES), TensorDescriptor.from_tensor(stats, [2, BWD_QUERIES], _STATS_LAYOUT),
             TensorDescriptor.from_tensor(dq_acc.view(-1, d), [BWD_QUERIES, d], _DQ_LAYOUT.value),
-            dq_acc, dk, dv, lq, lk, pad, scale * LOG2E, scale)
+            dk, dv, lq, lk, pad, scale * LOG2E, scale)
     meta = dict(CAUSAL=bool(causal), STAGES=stages, KV_REGS=kv_from_registers(d, causal),
                 CONSUMER_REGS=BWD_CONSUMER_REGS, PRODUCER_REGS=BWD_PRODUCER_REGS,
                 num_warps=CONSUMER_WARPS.value, maxnreg=_REGISTER_BUDGET)
-    key = (q.shape, k.shape, aligned(dq_acc, dk, dv))
+    key = (q.shape, k.shape, aligned(dk, dv))
     launch(fa3_backward_kernel, grid, *args, key=key, **meta)
     if call is not None:  # the next call on these tensors skips the descriptors' encoding
         if len(_RECORDED) >= _RECORDED_MAX:
