@@ -598,6 +598,24 @@ def test_gpu_a_point_that_runs_out_of_memory_is_skipped_not_fatal():
     assert ms > 0 and 0 < host_ms < 10 and host_ms <= cycle_ms < 10  # and the timer's loop around them
 
 
+@pytest.mark.gpu
+def test_gpu_a_call_that_takes_memory_from_the_driver_is_timed_again(monkeypatch):
+    """cudaMalloc inside the timed call is not the call's time: the peak is kept, the time is a warm call's."""
+    timed_again = []
+    monkeypatch.setattr(Me, "_event_ms", lambda run: timed_again.append(run) or 1.0)
+
+    def run():  # 512 MiB the emptied cache does not hold, then a little work on it
+        return torch.empty(1 << 29, device="cuda", dtype=torch.uint8).fill_(1)
+
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    peak, ms = Me._peak_and_ms(run)
+    assert peak >= 1 << 29 and timed_again == [run] and ms == 1.0
+    peak, ms = Me._peak_and_ms(run)  # the allocator keeps the segment now: this call's own events
+    assert peak >= 1 << 29 and timed_again == [run] and ms != 1.0
+    torch.cuda.empty_cache()
+
+
 # ------------------------------------------------------------------------------------------------
 # The run's time: what the default run checks, compiles and spends timing (a bound that needs no GPU)
 # ------------------------------------------------------------------------------------------------
