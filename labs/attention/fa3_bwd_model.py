@@ -15,8 +15,8 @@ can multiply dQ; the kernel multiplies each block's dQ a step late, so they need
 step, and starts warpgroup 1 one chain after warpgroup 0. That bought a few per cent at d = 64 and nothing
 measurable at d = 128 while a writer warp read dQ out of shared memory and added it with atomics. The model adds
 the two: a step lasts its multiplies at the SM's rate plus one warp's chain at DEPENDENT_ISSUE_CLOCKS an
-instruction. Nothing is hidden. Since the TMA unit adds dQ at d = 128, some of the chain does hide there: an H200
-ran the training call 5-17 % faster than this sum (content/labs/attention.md says why it stands).
+instruction. Nothing is hidden. Since the TMA unit adds dQ, some of the chain does hide: an H200 ran the training
+call 4-17 % faster than this sum (content/labs/attention.md says why it stands).
 
 The programs are not persistent (grid: key blocks x heads, one program an SM for its shared memory): they go to the
 SMs in launch order as SMs free up (schedule.kernel_seconds), and under the causal mask a key block near the start
