@@ -211,7 +211,8 @@ def timer_cost(call_ms: float, flush_ms: float, host_ms: float = 0.0, passes: in
     """(calls, GPU ms) that timing one point costs under the rules above, for a call of call_ms on the GPU and
     host_ms on the CPU, and an L2 flush of flush_ms: a bound on a run's time that needs no GPU. The runner
     times a sweep in `passes` passes (1: every repeat in one window): the compiling call comes once a run, the
-    peak-memory call (after a flush) once a pass, and a pass takes one repeat of the timer."""
+    peak-memory call (after a flush) once a pass, and a pass takes one repeat of the timer. Left out: the call
+    timed again where a peak-memory call took memory from the driver (how often depends on the allocator's state)."""
     first = call_ms + passes * (call_ms + flush_ms)  # the compiling call, then each pass's peak-memory call
     if call_ms >= LONG_CALL_MS:  # the peak-memory calls are the repeats: LONG_CALL_REPS of them in all
         extra = max(0, LONG_CALL_REPS - passes)
