@@ -11,7 +11,7 @@ import plotly.io as pio
 # Okabe & Ito's palette, safe for the common colour-vision deficiencies (yellow last: faint on white)
 OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#000000", "#F0E442")
 # plotly_white with that palette, merged once: a default named "plotly_white+..." is merged again for every figure
-# (about 7 ms a figure on a CPU of the CI's kind: 60 of the 350 ms the attention page's nine charts took to rerun)
+# (about 7 ms a figure, measured: 60 of the 350 ms the attention page with nine charts took to rerun)
 pio.templates["roofline"] = pio.templates.merge_templates(
     "plotly_white", go.layout.Template(layout=dict(colorway=list(OKABE_ITO))))
 pio.templates.default = "roofline"
