@@ -343,6 +343,7 @@ def fa3_backward_kernel(q_desc, k_desc, v_desc, do_desc, st_desc, dq_desc, dk_pt
     # query blocks' dQ in FP32 for the writer warp: one at d = 128 (both warpgroups write half of it; two would not
     # fit), two at d = 64 (the warpgroups take turns, each with its own)
     DQ_BUFFERS: gl.constexpr = 1 if HEAD_DIM >= 128 else 2
+    DQ_WRITERS: gl.constexpr = 2 if HEAD_DIM >= 128 else 1  # warpgroups that store part of each block
     dq_smem = gl.allocate_shared_memory(gl.float32, [DQ_BUFFERS, BLOCK_M, HEAD_DIM], _DQ_LAYOUT)
     kv_bar = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
     kv_ready = kv_bar.index(0)
@@ -355,7 +356,7 @@ def fa3_backward_kernel(q_desc, k_desc, v_desc, do_desc, st_desc, dq_desc, dk_pt
     offset_bar = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout()).index(0)
     mbarrier.init(offset_bar, count=1)  # warpgroup 0's first chain is done: warpgroup 1 may start
     for i in gl.static_range(DQ_BUFFERS):
-        mbarrier.init(dq_ready.index(i), count=3 - DQ_BUFFERS)  # d = 128: both warpgroups' halves
+        mbarrier.init(dq_ready.index(i), count=DQ_WRITERS)
         mbarrier.init(dq_free.index(i), count=1)
     mbarrier.init(kv_ready, count=1)
     for i in gl.static_range(STAGES):
