@@ -52,7 +52,7 @@ def test_where_it_runs_the_rung_runs_both_passes_without_a_note(monkeypatch):
 def test_cases_the_kernel_does_not_take_are_named():
     assert G.gluon_case_reason("bf16", 64) is None and G.gluon_case_reason("bf16", 128) is None
     assert "bf16" in G.gluon_case_reason("fp16", 64) and "64 and 128" in G.gluon_case_reason("bf16", 32)
-    assert Me._unavailable_reason(M.GLUON_IMPL, "fp32", 64, False) == G.gluon_case_reason("fp32", 64)
+    assert Me.unavailable_reason(M.GLUON_IMPL, "fp32", 64, False) == G.gluon_case_reason("fp32", 64)
     assert G.gluon_keys_ok("bf16", 128, "fwd") and G.gluon_keys_ok("bf16", 128, "fwd+bwd")
     assert not G.gluon_keys_ok("fp16", 128, "fwd+bwd")
 
@@ -77,6 +77,18 @@ def test_model_only_runs_and_counters_leave_the_rung_out_on_a_cpu():
     assert {r["impl"] for r in result.rows} == {M.GLUON_IMPL, "ours"}
     if not torch.cuda.is_available():
         assert {p["impl"] for p in Co.points(M.Params())} == {"naive", "ours"}
+
+
+def test_counters_hold_the_tensor_pipe_to_what_the_model_says_the_overlap_buys():
+    params = M.Params(seq_lens=(4096,), head_dims=(128,), masks=("full",), modes=("fwd",))
+    rows = {r["impl"]: r for r in M.predict(params, H100)}
+    point = {"mode": "fwd", "causal": False, "dtype": "bf16", "head_dim": 128, "seq_len": 4096}
+    share = {impl: Co.model(params, point | {"impl": impl}, rows[impl], H100)["tensor_pipe_pct"]
+             for impl in ("naive", "ours", M.GLUON_IMPL)}
+    peak = H100.datasheet.matmul_tflops("bf16")
+    assert share["ours"] == pytest.approx(100 * rows["ours"]["predicted_tflops"] / peak)
+    assert 0 < share["naive"] < share["ours"] < share[M.GLUON_IMPL] < 100  # the overlap keeps the tensor cores busier
+    assert Co.model(params, point | {"impl": Co.LIBRARY}, {}, H100) == {}  # cuDNN is counted, not modelled
 
 
 # ------------------------------------------------------------------------------------------------

@@ -293,7 +293,7 @@ def _time_point(run, with_host: bool = False):
     return None
 
 
-def _unavailable_reason(impl: str, dtype: str, d: int, causal: bool) -> Optional[str]:
+def unavailable_reason(impl: str, dtype: str, d: int, causal: bool) -> Optional[str]:
     """Why a library backend cannot run this case (None if it can): asked on a tiny input."""
     if impl in ("naive", "ours"):
         return None
@@ -403,7 +403,7 @@ def _run_checks(keys: list, device: torch.device) -> tuple[dict, dict]:
         for key in library:
             case = key[:4]
             if case not in why:
-                why[case] = _unavailable_reason(*case)
+                why[case] = unavailable_reason(*case)
             if not why[case]:
                 errors[key] = _check(key)
         return why, errors
@@ -460,7 +460,7 @@ def measure(params: Params, target: Target, progress):
                     shape = _shape(params, n, d, mask, dtype)
                     for impl in params.impls:
                         if (impl, dtype, d, causal) not in unavailable:
-                            unavailable[(impl, dtype, d, causal)] = _unavailable_reason(impl, dtype, d, causal)
+                            unavailable[(impl, dtype, d, causal)] = unavailable_reason(impl, dtype, d, causal)
                         for mode in params.modes:
                             key = _row_key(impl, mode, mask, dtype, d, n)
                             label = f"{impl} {mode}, {mask}, {dtype}, d={d}, N={n}"
