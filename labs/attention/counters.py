@@ -76,4 +76,5 @@ def model(params, point, predicted, target) -> dict:
             "tensor_pipe_pct": 100.0 * rate / peak if rate and peak else None}
 
 
-COUNTERS = Adapter(("dram", "pipes"), points, prepare, model, ("dram_bytes", "tensor_pipe_pct", "kernels"))
+COUNTERS = Adapter(("dram", "pipes"), points, prepare, model,
+                   ("dram_bytes", "tensor_pipe_pct", "sm_clock_mhz", "kernels"))

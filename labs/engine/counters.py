@@ -64,9 +64,10 @@ METRIC_SETS = {
     # FP32 arithmetic, counted per thread: an FMA is 2 FLOPs, an add or a multiply 1
     "flops": ("smsp__sass_thread_inst_executed_op_ffma_pred_on.sum", "smsp__sass_thread_inst_executed_op_fadd_pred_on.sum",
               "smsp__sass_thread_inst_executed_op_fmul_pred_on.sum"),
-    # how busy the pipes were: tensor cores and the FP32 FMA pipe, % of their peak while the SMs were active
+    # how busy the pipes were: tensor cores and the FP32 FMA pipe, % of their peak while the SMs were active; and
+    # the SM clock they ran at (a share of cycles becomes a rate only at a clock, and the clock falls under load)
     "pipes": ("sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active",
-              "sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active"),
+              "sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active", "sm__cycles_elapsed.avg.per_second"),
     # occupancy and registers
     "occupancy": ("sm__warps_active.avg.pct_of_peak_sustained_active", "launch__registers_per_thread",
                   "launch__occupancy_limit_registers"),
@@ -143,7 +144,10 @@ UNIT_SCALE = {"": 1, "byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "Tbyte
               "nsecond": 1, "usecond": 1e3, "msecond": 1e6, "second": 1e9, "ns": 1, "us": 1e3, "ms": 1e6,
               "inst": 1, "Kinst": 1e3, "Minst": 1e6, "Ginst": 1e9, "%": 1, "register/thread": 1,
               "cycle": 1, "Kcycle": 1e3, "Mcycle": 1e6, "block": 1, "warp": 1, "request": 1, "Krequest": 1e3,
-              "Mrequest": 1e6, "Grequest": 1e9}
+              "Mrequest": 1e6, "Grequest": 1e9,
+              # frequencies in hertz
+              "cycle/second": 1, "cycle/msecond": 1e3, "cycle/usecond": 1e6, "cycle/nsecond": 1e9,
+              "hz": 1, "Khz": 1e3, "Mhz": 1e6, "Ghz": 1e9, "Hz": 1, "KHz": 1e3, "MHz": 1e6, "GHz": 1e9}
 
 
 @dataclass
@@ -305,6 +309,7 @@ QUANTITIES = {
     "l2_hit_rate_pct": ("L2 hit rate of the SMs' reads", "%"),
     "tensor_pipe_pct": ("tensor-pipe utilisation", "% of peak"),
     "fma_pipe_pct": ("FMA-pipe utilisation", "% of peak"),
+    "sm_clock_mhz": ("SM clock while counted", "MHz"),
     "threads_per_warp_instruction": ("active threads per warp instruction", "threads"),
     "branch_uniformity_pct": ("branch efficiency (uniform branches)", "%"),
     "achieved_occupancy_pct": ("achieved occupancy", "% of max warps"),
@@ -325,7 +330,7 @@ def counted_quantities(t: dict, n_kernels: int) -> dict:
     read, write = get("dram__bytes_read.sum"), get("dram__bytes_write.sum")
     ffma, fadd, fmul = (get(f"smsp__sass_thread_inst_executed_op_{op}_pred_on.sum") for op in ("ffma", "fadd", "fmul"))
     conflicts = [get(f"l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_{op}.sum") for op in ("ld", "st")]
-    duration = get("gpu__time_duration.sum")
+    duration, clock = get("gpu__time_duration.sum"), get("sm__cycles_elapsed.avg.per_second")
     return {
         "dram_bytes": read + write if read is not None and write is not None else None,
         "dram_read_bytes": read, "dram_write_bytes": write,
@@ -339,6 +344,7 @@ def counted_quantities(t: dict, n_kernels: int) -> dict:
         "l2_hit_rate_pct": get("lts__t_sector_op_read_hit_rate.pct"),
         "tensor_pipe_pct": get("sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active"),
         "fma_pipe_pct": get("sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active"),
+        "sm_clock_mhz": clock / 1e6 if clock is not None else None,
         "threads_per_warp_instruction": get("smsp__thread_inst_executed_per_inst_executed.ratio"),
         "branch_uniformity_pct": get("smsp__sass_average_branch_targets_threads_uniform.pct"),
         "achieved_occupancy_pct": get("sm__warps_active.avg.pct_of_peak_sustained_active"),

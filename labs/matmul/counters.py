@@ -45,4 +45,4 @@ def model(params, point, predicted, target) -> dict:
 
 
 COUNTERS = Adapter(("dram", "pipes", "occupancy"), points, prepare, model,
-                      ("dram_bytes", "tensor_pipe_pct", "achieved_occupancy_pct", "registers_per_thread"))
+                   ("dram_bytes", "tensor_pipe_pct", "sm_clock_mhz", "achieved_occupancy_pct", "registers_per_thread"))
