@@ -53,6 +53,13 @@ def test_values_with_thousands_separators_and_units():
     assert dram["F=1"]["dram__bytes_read.sum"] == 67115776.0  # written as "67,115,776" byte
     assert counters.parse_value("1,234.5", "Kbyte") == 1234500.0
     assert counters.parse_value("n/a") is None and counters.parse_value("") is None
+    assert counters.parse_value("1,954,194,742.65", "hz") == pytest.approx(1.954e9, rel=1e-3)  # ncu's base unit
+
+
+def test_the_pipes_set_reads_the_clock_the_sms_ran_at():
+    for label, t in point_totals("pipes").items():
+        clock = counters.counted_quantities(t, 1)["sm_clock_mhz"]
+        assert 1000 < clock < 2100, (label, clock)  # a Hopper SM's clock, in MHz, under ncu's clocks left alone
 
 
 def test_fp32_flops_counted_match_the_roofline_model_exactly():
