@@ -1,6 +1,6 @@
 """The model of the Gluon FlashAttention-3 backward (gluon_fa3_bwd.py): a block's multiplies, then its chain.
 
-Pure arithmetic like fa3_model.py (no torch, no Triton): model.py calls it with the measured bf16 matrix rate, the
+Pure arithmetic like fa3_model.py (no torch, no Triton): model.py calls it with the tensor cores' peak bf16 rate, the
 SM's clock and a Shape.
 
 One program owns 128 keys of one head (two consumer warpgroups of 64) and walks the query blocks of 64 that see
@@ -12,11 +12,12 @@ The forward's schedule (fa3_model.py) hides one warpgroup's softmax under the ot
 backward has none: each warpgroup's next multiply waits for its own chain, and the two warpgroups, which start
 together and do the same work, run their chains at about the same time. Both need both halves of dS before either
 can multiply dQ; the kernel multiplies each block's dQ a step late, so they need not meet at that barrier every
-step, and starts warpgroup 1 one chain after warpgroup 0. That bought a few per cent at d = 64 and nothing
-measurable at d = 128 while a writer warp read dQ out of shared memory and added it with atomics. The model adds
-the two: a step lasts its multiplies at the SM's rate plus one warp's chain at DEPENDENT_ISSUE_CLOCKS an
-instruction. Nothing is hidden. Since the TMA unit adds dQ, some of the chain does hide: an H200 ran the training
-call 4-17 % faster than this sum (content/labs/attention.md says why it stands).
+step, and starts warpgroup 1 one chain after warpgroup 0. The model adds the two: a step lasts its multiplies at
+the tensor cores' peak (model.peak_matmul_rate: the datasheet's dense rate) plus one warp's chain at
+DEPENDENT_ISSUE_CLOCKS an instruction. Nothing is hidden, and Nsight Compute agrees: on an H200 (N 4096, d 128, no
+mask) the tensor pipe was busy about 2,650 cycles a step, where the five multiplies need 2,560, and idle about
+1,220, one chain's length. The measured matmul ceiling would be the wrong rate here: it is cuBLAS's, at the lower
+clock the GPU holds when its tensor cores never rest (content/labs/attention.md, "Why the backward hides nothing").
 
 The programs are not persistent (grid: key blocks x heads, one program an SM for its shared memory): they go to the
 SMs in launch order as SMs free up (schedule.kernel_seconds), and under the causal mask a key block near the start
