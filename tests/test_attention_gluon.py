@@ -418,3 +418,17 @@ def test_gpu_a_short_run_times_the_rung_both_passes_beside_cudnn():
     assert all(r.get("predicted_ms") for r in gluon)  # the model beside it
     for mode in ("fwd", "fwd+bwd"):
         assert len(C.rung_table(result.rows, mode, True, "bf16", 128)) == 1
+
+
+def test_counters_count_the_training_call_where_the_lab_runs_it(monkeypatch):
+    monkeypatch.setattr(Co, "_runs_here", lambda impl, dtype, d, causal: True)  # as on a Hopper GPU
+    points = Co.points(M.Params())
+    assert [(p["impl"], p["mode"]) for p in points] == [
+        ("naive", "fwd"), ("ours", "fwd"), (M.GLUON_IMPL, "fwd"), (Co.LIBRARY, "fwd"),
+        ("ours", "fwd+bwd"), (M.GLUON_IMPL, "fwd+bwd"), (Co.LIBRARY, "fwd+bwd")]  # naive trains in dozens of kernels
+    assert [p["mode"] for p in Co.points(M.Params(modes=("fwd",)))] == ["fwd"] * 4
+    rows = {r["impl"]: r for r in M.predict(M.Params(seq_lens=(4096,), head_dims=(128,), masks=("full",),
+                                                      modes=("fwd+bwd",)), H100)}
+    train = points[5]
+    modelled = Co.model(M.Params(), train, rows[M.GLUON_IMPL], H100)
+    assert modelled["kernels"] == 4 and modelled["dram_bytes"] == rows[M.GLUON_IMPL]["predicted_hbm_bytes"]

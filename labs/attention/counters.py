@@ -1,5 +1,6 @@
 """How Nsight Compute counts this lab (HBM bytes, kernel counts and the tensor pipe's utilisation: naive attention,
-ours, the Gluon FlashAttention-3 rung and cuDNN's kernel behind SDPA): the counter spec the engine asks for.
+ours, the Gluon FlashAttention-3 rung and cuDNN's kernel behind SDPA, the forward and the training call): the
+counter spec the engine asks for.
 
 The rung's story is in the tensor pipe: `sm__pipe_tensor_cycles_active` (% of peak while the SMs were active)
 rises from our Triton kernel to the rung where the exponentials stop holding the tensor cores up. The model says
@@ -14,16 +15,21 @@ from __future__ import annotations
 
 import torch
 
+from labs.attention.model import GLUON_IMPL
 from labs.engine.counters import Adapter
 
 LIBRARY = "sdpa-cudnn"  # the vendor's kernel the rung is held against
+TRAINED = ("ours", GLUON_IMPL, LIBRARY)  # counted in the training call too (naive attention's is dozens of kernels)
+# kernels a call launches, as the models count them: ours trains with a forward, a dK/dV and a dQ kernel (the dQ
+# kernel writes delta too: model.flash_model); the rung with a forward, the prep, the backward and the cast of dQ
+# (fa3_bwd_model)
+KERNELS = {("ours", "fwd"): 1, ("ours", "fwd+bwd"): 3, (GLUON_IMPL, "fwd"): 1, (GLUON_IMPL, "fwd+bwd"): 4}
 
 
 def _runs_here(impl: str, dtype: str, d: int, causal: bool) -> bool:
     """The rung and cuDNN are counted where they run: this GPU and Triton, and their case (dtype, head dim)."""
     from labs.attention.gluon_rung import gluon_case_reason, gluon_rung_note
     from labs.attention.measure import unavailable_reason
-    from labs.attention.model import GLUON_IMPL
     from labs.hopper.gluon_support import device_capability
 
     if not torch.cuda.is_available():
@@ -34,16 +40,15 @@ def _runs_here(impl: str, dtype: str, d: int, causal: bool) -> bool:
 
 
 def points(params) -> list[dict]:
-    from labs.attention.model import GLUON_IMPL
-
     n = 4096 if 4096 in params.seq_lens else params.seq_lens[0]
     d = 128 if 128 in params.head_dims else params.head_dims[0]
     mask = "full" if "full" in params.masks else params.masks[0]
     dtype, causal = params.dtypes[0], mask == "causal"
     impls = [i for i in ("naive", "ours", GLUON_IMPL, LIBRARY) if i in params.impls]
     impls = [i for i in impls if i in ("naive", "ours") or _runs_here(i, dtype, d, causal)]
-    return [{"impl": impl, "mode": "fwd", "causal": causal, "dtype": dtype, "head_dim": d, "seq_len": n}
-            for impl in impls]
+    modes = [m for m in ("fwd", "fwd+bwd") if m in params.modes]
+    return [{"impl": impl, "mode": mode, "causal": causal, "dtype": dtype, "head_dim": d, "seq_len": n}
+            for mode in modes for impl in impls if mode == "fwd" or impl in TRAINED]
 
 
 def prepare(params, point):
@@ -52,16 +57,27 @@ def prepare(params, point):
 
     shape = (params.batch, params.heads, point["seq_len"], point["head_dim"])
     q, k, v = (timing.random_tensor(shape, point["dtype"]) for _ in range(3))
-    fn = impl_fn(point["impl"], point["causal"])
+    fn = impl_fn(point["impl"], point["causal"], point["mode"])
 
     def forward():
         with torch.no_grad():
             return fn(q, k, v)
-    return forward
+    if point["mode"] == "fwd":
+        return forward
+    do = timing.random_tensor(shape, point["dtype"])
+    for x in (q, k, v):
+        x.requires_grad_()
+
+    def train():
+        # autograd runs a CUDA backward on a thread of its own by default, outside the NVTX range the counts
+        # keep: here it runs on this thread, between the markers
+        with torch.autograd.set_multithreading_enabled(False):
+            return torch.autograd.grad(fn(q, k, v), (q, k, v), do)
+    return train
 
 
 def model(params, point, predicted, target) -> dict:
-    """The lab's HBM bytes; naive attention is one kernel per PyTorch op, ours and the rung one kernel (forward).
+    """The lab's HBM bytes and kernels (naive attention: one a PyTorch op; ours and the rung: KERNELS).
     Tensor-pipe share: the model's TFLOP/s over the datasheet's dense peak. cuDNN's kernels are not modelled."""
     from labs.attention.model import Shape, naive_ops
 
@@ -69,7 +85,8 @@ def model(params, point, predicted, target) -> dict:
         return {}
     shape = Shape(params.batch, params.heads, point["seq_len"], point["seq_len"], point["head_dim"],
                   point["causal"], point["dtype"])
-    kernels = len(naive_ops(shape, point["mode"])) if point["impl"] == "naive" else 1
+    mode = point["mode"]
+    kernels = len(naive_ops(shape, mode)) if point["impl"] == "naive" else KERNELS[point["impl"], mode]
     peak = target.datasheet.matmul_tflops(point["dtype"]) if target.datasheet else None
     rate = predicted.get("predicted_tflops")
     return {"dram_bytes": predicted.get("predicted_hbm_bytes"), "kernels": kernels,
