@@ -432,3 +432,11 @@ def test_counters_count_the_training_call_where_the_lab_runs_it(monkeypatch):
     train = points[5]
     modelled = Co.model(M.Params(), train, rows[M.GLUON_IMPL], H100)
     assert modelled["kernels"] == 4 and modelled["dram_bytes"] == rows[M.GLUON_IMPL]["predicted_hbm_bytes"]
+
+
+def test_our_training_call_is_held_to_the_multiplies_it_does():
+    params = M.Params(seq_lens=(4096,), head_dims=(128,), masks=("full",), modes=("fwd+bwd",), impls=("ours",))
+    row = M.predict(params, H100)[0]
+    point = {"impl": "ours", "mode": "fwd+bwd", "causal": False, "dtype": "bf16", "head_dim": 128, "seq_len": 4096}
+    share = Co.model(params, point, row, H100)["tensor_pipe_pct"]
+    assert share == pytest.approx(100 * row["predicted_tflops"] * 9 / 7 / H100.datasheet.matmul_tflops("bf16"))
