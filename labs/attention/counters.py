@@ -4,8 +4,9 @@ counter spec the engine asks for.
 
 The rung's story is in the tensor pipe: `sm__pipe_tensor_cycles_active` (% of peak while the SMs were active)
 rises from our Triton kernel to the rung where the exponentials stop holding the tensor cores up. The model says
-how far: its TFLOP/s over the datasheet's dense peak is the share of the call the tensor cores would be busy, so a
-counted share near it checks what the model says the overlap buys. cuDNN is counted beside them, unmodelled.
+how far: its TFLOP/s over the datasheet's dense peak is the share of the call the tensor cores would be busy at the
+peak's clock, so a counted share near it checks what the model says the overlap buys (content/counters.md says why a
+lower clock under load lifts the counted share). cuDNN is counted beside them, unmodelled.
 
 `points` picks the rows counted by default, `prepare` builds one point's inputs on the GPU and returns the
 launch to count, `model` gives the model's value of each compared quantity (labs/engine/counters.py runs them).
