@@ -39,6 +39,7 @@ from labs.engine.lab import Headline, Lab
 from labs.engine.params import from_dict, param
 import labs.hopper.model as model
 import labs.hopper.measure as measuring  # the module (labs.hopper.measure stays the submodule, not the function)
+from labs.hopper.counters import COUNTERS
 from labs.hopper.model import DTYPES, STEP_NAMES, lesson_numbers
 
 
@@ -77,4 +78,5 @@ LAB = Lab(
     lesson_numbers=lesson_numbers,
     headline=Headline("What share of cuBLAS will the persistent TMA kernel (step 5) reach in bf16 at N = 8192?",
                       "% of cuBLAS", {"step": "5 persistent", "n": 8192}, "pct_of_cublas"),
+    counters=COUNTERS,
 )
