@@ -171,7 +171,7 @@ def test_cli_count_exits_with_a_reason():
 # ------------------------------------------------------------------------------------------------
 # Adapters: points keyed like the lab's rows, a model for each
 # ------------------------------------------------------------------------------------------------
-COVERED = ("roofline", "coalescing", "hierarchy", "fusion", "matmul", "attention", "divergence")
+COVERED = ("roofline", "coalescing", "hierarchy", "fusion", "matmul", "attention", "divergence", "hopper")
 
 
 def test_the_issue_s_labs_are_covered():
@@ -214,7 +214,7 @@ def test_compare_rows_give_the_ratio():
 # where the lab claims a byte model: counted / modelled DRAM bytes within 10 %; the points outside it
 # are explained in content/counters.md (strided and partial-sector traffic the model leaves out)
 BYTE_MODEL_EXCEPTIONS = {("coalescing", "stride 8"), ("coalescing", "row walk"), ("coalescing", "naive"),
-                         ("matmul", "cublas")}
+                         ("matmul", "cublas"), ("hopper", "cuBLAS")}
 
 
 @pytest.mark.parametrize("name", COVERED)
@@ -226,7 +226,7 @@ def test_recorded_counts_load_and_bytes_match_the_model(name):
         for row in result.rows:
             if row["quantity"] not in ("dram_bytes", "dram_read_bytes") or row["ratio"] is None:
                 continue
-            where = (name, row.get("variant") or row.get("kernel"))
+            where = (name, row.get("variant") or row.get("kernel") or row.get("step"))
             if where not in BYTE_MODEL_EXCEPTIONS:
                 assert 0.9 <= row["ratio"] <= 1.1, (where, row)
 
