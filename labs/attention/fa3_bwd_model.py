@@ -17,7 +17,8 @@ the tensor cores' peak (model.peak_matmul_rate: the datasheet's dense rate) plus
 DEPENDENT_ISSUE_CLOCKS an instruction. Nothing is hidden, and Nsight Compute agrees: on an H200 (N 4096, d 128, no
 mask) the tensor pipe was busy about 2,650 cycles a step, where the five multiplies need 2,560, and idle about
 1,210, one chain's length. The measured matmul ceiling would be the wrong rate here: it is cuBLAS's, at the lower
-clock the GPU holds when its tensor cores never rest (content/labs/attention.md, "Why the backward hides nothing").
+clock the GPU holds when its tensor cores never rest, and the H200's calibration read it 13 % under what cuBLAS
+reaches in the Hopper lab (content/labs/attention.md, "Why the backward hides nothing").
 
 The programs are not persistent (grid: key blocks x heads, one program an SM for its shared memory): they go to the
 SMs in launch order as SMs free up (schedule.kernel_seconds), and under the causal mask a key block near the start

@@ -67,9 +67,9 @@ def matmul_rate(target: Target, dtype: str) -> float:
 
 def peak_matmul_rate(target: Target, dtype: str) -> float:
     """The tensor cores' dense peak from the datasheet (FLOP/s): where the multiplies run when nothing else holds the
-    tensor pipe back; the measured ceiling where the table has no row for this GPU. The measured ceiling is lower: the
-    SM clock falls when the tensor cores are busy all the time (1,584 MHz under cuBLAS on an H200, about 1,760 under
-    the Gluon backward, whose tensor pipe is busy two thirds of the time)."""
+    tensor pipe back; the measured ceiling where the table has no row for this GPU. The measured ceiling (cuBLAS at
+    N = 8192, calibrated) is lower: among other things the SM clock falls when the tensor cores are busy all the time
+    (about 1,600 MHz under cuBLAS on an H200, about 1,770 under the Gluon backward, busy two thirds of the time)."""
     sheet = target.datasheet.matmul_tflops(dtype) if target.datasheet else None
     return sheet * 1e12 if sheet else matmul_rate(target, dtype)
 
