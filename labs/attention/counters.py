@@ -82,14 +82,16 @@ def prepare(params, point):
 
 def model(params, point, predicted, target) -> dict:
     """The lab's HBM bytes and kernels (naive attention: one a PyTorch op; ours and the rung: KERNELS).
-    Tensor-pipe share: the model's TFLOP/s of tensor work over the datasheet's dense peak. cuDNN is not modelled."""
-    from labs.attention.model import Shape, naive_ops
+    Tensor-pipe share: the model's TFLOP/s of tensor work over the datasheet's dense peak. cuDNN's kernels are not
+    modelled: its bytes are compared with the rung's model, the same schedule's (Q, K, V read and O written once in
+    the forward), as the matmul lab compares cuBLAS with each matrix moved once."""
+    from labs.attention.model import Shape, gluon_model, naive_ops
 
-    if point["impl"] == LIBRARY:
-        return {}
     shape = Shape(params.batch, params.heads, point["seq_len"], point["seq_len"], point["head_dim"],
                   point["causal"], point["dtype"])
     mode = point["mode"]
+    if point["impl"] == LIBRARY:
+        return {"dram_bytes": gluon_model(shape, target, mode)["predicted_hbm_bytes"]}
     kernels = len(naive_ops(shape, mode)) if point["impl"] == "naive" else KERNELS[point["impl"], mode]
     peak = target.datasheet.matmul_tflops(point["dtype"]) if target.datasheet else None
     rate = (predicted.get("predicted_tflops") or 0) * TENSOR_WORK.get((point["impl"], mode), 1)
