@@ -16,7 +16,7 @@ step, and starts warpgroup 1 one chain after warpgroup 0. The model adds the two
 the tensor cores' peak (model.peak_matmul_rate: the datasheet's dense rate) plus one warp's chain at
 DEPENDENT_ISSUE_CLOCKS an instruction. Nothing is hidden, and Nsight Compute agrees: on an H200 (N 4096, d 128, no
 mask) the tensor pipe was busy about 2,650 cycles a step, where the five multiplies need 2,560, and idle about
-1,210, one chain's length. The measured matmul ceiling would be the wrong rate here: it is cuBLAS's, at the lower
+1,220, one chain's length. The measured matmul ceiling would be the wrong rate here: it is cuBLAS's, at the lower
 clock the GPU holds when its tensor cores never rest, and the H200's calibration read it 13 % under what cuBLAS
 reaches in the Hopper lab (content/labs/attention.md, "Why the backward hides nothing").
 
