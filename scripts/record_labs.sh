@@ -6,6 +6,8 @@
 # GPUS=N (a machine of N GPUs of one kind): N lanes at once, lane i on GPU i (CUDA_VISIBLE_DEVICES), the labs
 # dealt out in the order given (name the longest first); each lab still has a GPU to itself.
 # GPU_TESTS (env, test files): run their GPU-marked tests after the recordings, if the budget allows.
+# COUNT (env, lab names): after the recordings, count those labs under Nsight Compute and record the counts too
+# (content/recorded/<gpu>/counters/), packed beside the runs.
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD ROOFLINE_CACHE=${ROOFLINE_CACHE:-/tmp/rc}
 BUDGET_S=${BUDGET_S:-540}
@@ -33,6 +35,13 @@ else
   cat /tmp/record/lane-*.txt
   pack
 fi
+for lab in ${COUNT:-}; do  # counted after the runs: each count takes 20-60 s
+  if [ "$SECONDS" -ge "$BUDGET_S" ]; then echo "== count $lab: skipped (budget, $SECONDS s)"; continue; fi
+  t=$SECONDS
+  python3 -m labs count "$lab" --record > "/tmp/record/count-$lab.log" 2>&1
+  echo "== count $lab: rc $? in $((SECONDS - t)) s"; grep -v "^\[" "/tmp/record/count-$lab.log" | tail -"${TAIL:-4}"
+  pack
+done
 if [ -n "${GPU_TESTS:-}" ] && [ "$SECONDS" -lt "$BUDGET_S" ]; then
   # shellcheck disable=SC2086 - GPU_TESTS is a list of files
   python3 -m pytest $GPU_TESTS -q -m gpu -p no:cacheprovider 2>&1 | tail -"${TAIL:-15}"
