@@ -2,10 +2,10 @@
 tensor pipe was busy, the clock they ran at, and the bytes the L2 fetched from DRAM (the counter spec the engine
 asks for).
 
-What the counts show: the steps climb towards cuBLAS in busy cycles (the pipeline, TMA and the persistent schedule
-each leave the tensor cores waiting less), while the busy cycles themselves stay what the FLOPs need at 4,096 a
-clock. Near the top the clock falls as the tensor pipe gets busier: the power cap, not the schedule, sets the last
-per cent.
+What the counts show: the steps climb towards cuBLAS in the busy share of the cycles (the pipeline, the TMA and
+warp specialization each leave the tensor cores waiting less), while the busy cycles themselves stay what the FLOPs
+need at 4,096 a clock. Near the top the clock falls as the tensor pipe gets busier (the power cap), so each idle
+cycle shed buys less time.
 
 `points` picks the rows counted by default, `prepare` builds one point's inputs on the GPU and returns the launch to
 count, `model` gives the model's value of each compared quantity (labs/engine/counters.py runs them).
