@@ -288,3 +288,19 @@ def test_count_roofline_on_the_gpu():
         assert by[(flops, "fp32_flops")]["ratio"] == 1.0
         assert 0.9 <= by[(flops, "dram_bytes")]["ratio"] <= 1.02
         assert by[(flops, "kernels")]["counted"] == 1
+
+
+@pytest.mark.gpu
+def test_count_the_training_call_with_its_backward_kernels():
+    """The backward runs on autograd's own thread unless the count keeps it on the counting one: then its kernels
+    would fall outside the NVTX range and the training call would count as its forward alone."""
+    if counters.why_unavailable():
+        pytest.skip(counters.why_unavailable())
+    lab = get_lab("attention")
+    params = params_mod.from_strings(lab.Params, {"seq_lens": "1024", "head_dims": "64", "masks": "full",
+                                                  "impls": "ours", "modes": "fwd,fwd+bwd", "batch": "2", "heads": "4"})
+    result = counters.count("attention", params)
+    kernels = {r["mode"]: r["counted"] for r in result.rows if r["quantity"] == "kernels"}
+    assert kernels == {"fwd": 1, "fwd+bwd": 3}  # the forward; then the forward, the dK/dV and the dQ kernels
+    clocks = [r["counted"] for r in result.rows if r["quantity"] == "sm_clock_mhz"]
+    assert clocks and all(500 < c < 2500 for c in clocks)  # MHz, read with the tensor pipe
