@@ -14,10 +14,12 @@ launch to count, `model` gives the model's value of each compared quantity (labs
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from labs.attention.model import GLUON_IMPL
-from labs.engine.counters import Adapter
+from labs.engine.counters import Adapter, tensor_pipe_share
 
 LIBRARY = "sdpa-cudnn"  # the vendor's kernel the rung is held against
 TRAINED = ("ours", GLUON_IMPL, LIBRARY)  # counted in the training call too (naive attention's is dozens of kernels)
@@ -30,8 +32,10 @@ KERNELS = {("ours", "fwd"): 1, ("ours", "fwd+bwd"): 3, (GLUON_IMPL, "fwd"): 1, (
 TENSOR_WORK = {("ours", "fwd+bwd"): 9 / 7}
 
 
+@functools.lru_cache(maxsize=32)
 def _runs_here(impl: str, dtype: str, d: int, causal: bool) -> bool:
-    """The rung and cuDNN are counted where they run: this GPU and Triton, and their case (dtype, head dim)."""
+    """The rung and cuDNN are counted where they run: this GPU and Triton, and their case (dtype, head dim). Kept:
+    the page lists the points at every rerun, and cuDNN's answer costs a call on a tiny input."""
     from labs.attention.gluon_rung import gluon_case_reason, gluon_rung_note
     from labs.attention.measure import unavailable_reason
     from labs.hopper.gluon_support import device_capability
@@ -93,10 +97,9 @@ def model(params, point, predicted, target) -> dict:
     if point["impl"] == LIBRARY:
         return {"dram_bytes": gluon_model(shape, target, mode)["predicted_hbm_bytes"]}
     kernels = len(naive_ops(shape, mode)) if point["impl"] == "naive" else KERNELS[point["impl"], mode]
-    peak = target.datasheet.matmul_tflops(point["dtype"]) if target.datasheet else None
     rate = (predicted.get("predicted_tflops") or 0) * TENSOR_WORK.get((point["impl"], mode), 1)
     return {"dram_bytes": predicted.get("predicted_hbm_bytes"), "kernels": kernels,
-            "tensor_pipe_pct": 100.0 * rate / peak if rate and peak else None}
+            "tensor_pipe_pct": tensor_pipe_share(rate, target, point["dtype"])}
 
 
 COUNTERS = Adapter(("dram", "pipes"), points, prepare, model,

@@ -354,6 +354,14 @@ def counted_quantities(t: dict, n_kernels: int) -> dict:
     }
 
 
+def tensor_pipe_share(tflops: Optional[float], target, dtype: str) -> Optional[float]:
+    """A model's tensor-pipe utilisation (%): its TFLOP/s of tensor work over the datasheet's dense peak, which
+    assumes the peak's clock (None without a rate or a datasheet row). The labs' adapters compare it with
+    sm__pipe_tensor_cycles_active, a share of the cycles at the clock the SMs ran."""
+    peak = target.datasheet.matmul_tflops(dtype) if target.datasheet else None
+    return 100.0 * tflops / peak if tflops and peak else None
+
+
 @dataclass(frozen=True)
 class Adapter:
     """How to count one lab. `points(params)` gives the row keys counted by default; `prepare(params, point)`

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from labs.engine.counters import Adapter
+from labs.engine.counters import Adapter, tensor_pipe_share
 from labs.hopper.model import BEST_STEP
 
 CUBLAS = "cuBLAS"
@@ -63,10 +63,8 @@ def model(params, point, predicted, target) -> dict:
     from labs.engine import timing
 
     n = point["n"]
-    peak = target.datasheet.matmul_tflops(params.dtype) if target.datasheet else None
-    rate = predicted.get("predicted_tflops")
     once = 3 * n * n * timing.element_bytes(params.dtype)  # A and B read, C written (the output keeps the dtype)
-    return {"tensor_pipe_pct": 100.0 * rate / peak if rate and peak else None, "kernels": 1,
+    return {"tensor_pipe_pct": tensor_pipe_share(predicted.get("predicted_tflops"), target, params.dtype), "kernels": 1,
             "dram_bytes": once if point["step"] == CUBLAS else predicted.get("predicted_dram_bytes")}
 
 

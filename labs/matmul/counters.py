@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from labs.engine.counters import Adapter
+from labs.engine.counters import Adapter, tensor_pipe_share
 
 
 def points(params) -> list[dict]:
@@ -38,10 +38,9 @@ def model(params, point, predicted, target) -> dict:
 
     n, dtype = point["n"], point["dtype"]
     once = 2 * n * n * timing.element_bytes(dtype) + n * n * out_bytes(dtype)
-    peak = target.datasheet.matmul_tflops(dtype) if target.datasheet else None
     rate = predicted.get("predicted_tflops") if point["kernel"] == "triton" else None
     return {"dram_bytes": predicted.get("dram_bytes") if point["kernel"] == "triton" else once,
-            "tensor_pipe_pct": 100.0 * rate / peak if rate and peak else None}
+            "tensor_pipe_pct": tensor_pipe_share(rate, target, dtype)}
 
 
 COUNTERS = Adapter(("dram", "pipes", "occupancy"), points, prepare, model,
